@@ -1,0 +1,1 @@
+"""Chaos harness: a simulated vLLM, a load generator, fault injection and scenarios."""

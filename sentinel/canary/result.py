@@ -1,0 +1,63 @@
+"""The canary vocabulary shared by the runner, the scheduler, the verdict and every view.
+
+A canary never raises for a failed probe: it returns a frozen :class:`CanaryResult`
+whose ``reason`` is one member of the closed :class:`Reason` enum. That enum is
+the only failure label on metrics, so label cardinality stays bounded.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class CanaryKind(StrEnum):
+    """The paths a canary can exercise; config rejects anything else."""
+
+    TEXT = "text"
+    STRUCTURED = "structured"
+    MULTIMODAL = "multimodal"
+
+
+class Reason(StrEnum):
+    """Why a canary ended the way it did (``ok`` for success)."""
+
+    OK = "ok"
+    TIMEOUT = "timeout"  # the whole request (or stream) missed its deadline
+    CONNECT = "connect"  # refused, reset before a response, DNS, unreachable
+    HTTP_STATUS = "http_status"  # a non-2xx answer
+    BAD_BODY = "bad_body"  # unparsable JSON, broken SSE framing, missing fields
+    EMPTY = "empty"  # a well-formed reply without any generated text
+    SCHEMA = "schema"  # a structured reply that does not validate against the schema sent
+    IMAGE_NOT_CONSUMED = "image_not_consumed"  # prompt tokens show the image was dropped
+    UNSUPPORTED = "unsupported"  # the model rejects this kind (e.g. 400 for images)
+    PROTOCOL = "protocol"  # any other transport error
+
+
+@dataclass(frozen=True, slots=True)
+class CanaryResult:
+    """The outcome of one canary request.
+
+    Times are seconds on the monotonic clock the scheduler injected, so the
+    verdict can compare them with metric samples and "now".
+    """
+
+    name: str
+    kind: CanaryKind
+    reason: Reason
+    started: float
+    duration: float
+    detail: str = ""
+    ttft: float | None = None
+    http_status: int | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    stream: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.reason is Reason.OK
+
+    @property
+    def finished(self) -> float:
+        return self.started + self.duration

@@ -1,0 +1,104 @@
+"""Health state: the one place verdicts live, with one writer and many readers.
+
+The daemon's evaluation loop is the only writer (:meth:`HealthState.publish`).
+HTTP handlers, the gRPC health publisher and the Prometheus collector are
+read-only views: they take :meth:`HealthState.snapshot` (never waiting on the
+inference server) or wait for the next change with :meth:`HealthState.wait_changed`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeAnswer:
+    """One kubelet-facing answer: pass or fail, and a short machine-readable reason."""
+
+    ok: bool
+    reason: str
+    since: float = 0.0  # monotonic time of the last flip
+
+
+@dataclass(frozen=True, slots=True)
+class HealthSnapshot:
+    """An immutable view of everything the endpoints and metrics report."""
+
+    liveness: ProbeAnswer
+    readiness: ProbeAnswer
+    startup: ProbeAnswer
+    enforce: bool = True
+    priority_effective: bool | None = None  # None: unknown (no process visible, no config)
+    progress_at: float | None = None  # monotonic time of the last real progress seen
+    status: Mapping[str, Any] = field(default_factory=dict)  # JSON-able, served by /status
+    version: int = 0
+
+
+def initial_snapshot(enforce: bool = True) -> HealthSnapshot:
+    """Liveness passes from the moment sentinel listens; the others must be earned."""
+    return HealthSnapshot(
+        liveness=ProbeAnswer(True, "no hang confirmed"),
+        readiness=ProbeAnswer(False, "startup has not passed"),
+        startup=ProbeAnswer(False, "waiting for every canary kind to succeed"),
+        enforce=enforce,
+    )
+
+
+class HealthState:
+    """Holds the current snapshot and tells readers when it changes.
+
+    It also tracks heartbeats of sentinel's own loops so ``/healthz`` can fail
+    when one of them stops ticking: a wedged scheduler must not keep serving a
+    stale green.
+    """
+
+    def __init__(
+        self, *, enforce: bool = True, clock: Callable[[], float] | None = None
+    ) -> None:
+        import time
+
+        self._clock = clock or time.monotonic
+        self._snapshot = initial_snapshot(enforce)
+        self._changed = asyncio.Condition()
+        self._heartbeats: dict[str, tuple[float, float]] = {}  # loop -> (last beat, max gap)
+
+    def snapshot(self) -> HealthSnapshot:
+        return self._snapshot
+
+    async def publish(self, snapshot: HealthSnapshot) -> None:
+        """Replace the snapshot (writer only) and wake every waiting reader."""
+        async with self._changed:
+            self._snapshot = _with_version(snapshot, self._snapshot.version + 1)
+            self._changed.notify_all()
+
+    async def wait_changed(self, seen_version: int) -> HealthSnapshot:
+        """Return the first snapshot newer than ``seen_version``."""
+        async with self._changed:
+            await self._changed.wait_for(lambda: self._snapshot.version > seen_version)
+            return self._snapshot
+
+    def beat(self, loop: str, max_gap: float) -> None:
+        """Record that ``loop`` is alive; it is stale once ``max_gap`` seconds pass."""
+        self._heartbeats[loop] = (self._clock(), max_gap)
+
+    def forget(self, loop: str) -> None:
+        self._heartbeats.pop(loop, None)
+
+    def sidecar_health(self) -> ProbeAnswer:
+        """Whether every registered loop ticked within its allowed gap."""
+        now = self._clock()
+        stale = sorted(
+            name for name, (last, gap) in self._heartbeats.items() if now - last > gap
+        )
+        if stale:
+            return ProbeAnswer(False, "loops stopped ticking: " + ", ".join(stale))
+        return ProbeAnswer(True, "all loops ticking")
+
+
+def _with_version(snapshot: HealthSnapshot, version: int) -> HealthSnapshot:
+    from dataclasses import replace
+
+    return replace(snapshot, version=version)

@@ -1,0 +1,1 @@
+"""The default canary catalog (YAML specs and image assets), shipped in the wheel."""
