@@ -13,14 +13,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from sentinel.verdict import ProbeAnswer
 
-@dataclass(frozen=True, slots=True)
-class ProbeAnswer:
-    """One kubelet-facing answer: pass or fail, and a short machine-readable reason."""
-
-    ok: bool
-    reason: str
-    since: float = 0.0  # monotonic time of the last flip
+__all__ = ["HealthSnapshot", "HealthState", "ProbeAnswer", "initial_snapshot"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,9 +50,7 @@ class HealthState:
     stale green.
     """
 
-    def __init__(
-        self, *, enforce: bool = True, clock: Callable[[], float] | None = None
-    ) -> None:
+    def __init__(self, *, enforce: bool = True, clock: Callable[[], float] | None = None) -> None:
         import time
 
         self._clock = clock or time.monotonic
@@ -90,9 +83,7 @@ class HealthState:
     def sidecar_health(self) -> ProbeAnswer:
         """Whether every registered loop ticked within its allowed gap."""
         now = self._clock()
-        stale = sorted(
-            name for name, (last, gap) in self._heartbeats.items() if now - last > gap
-        )
+        stale = sorted(name for name, (last, gap) in self._heartbeats.items() if now - last > gap)
         if stale:
             return ProbeAnswer(False, "loops stopped ticking: " + ", ".join(stale))
         return ProbeAnswer(True, "all loops ticking")
