@@ -1,0 +1,303 @@
+"""The vLLM processes visible through the pod's shared PID namespace.
+
+Owns everything the daemon learns from ``/proc`` (through psutil, and only
+here): which process is the API server and since when (a new PID or start time
+is a server restart), the state of the engine and worker processes (a stopped,
+zombie or vanished engine behind a live API server is a dead engine that vLLM's
+own ``/health`` may not report for minutes), and the scheduling policy the
+server was started with, which decides whether a canary's ``priority`` is
+honoured at all.
+
+psutil calls block, so the daemon uses :meth:`ProcessWatcher.sample_async`,
+which runs them in a worker thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+from typing import Any
+
+import psutil
+
+
+class ProcessRole(StrEnum):
+    API = "api"
+    ENGINE = "engine"
+    WORKER = "worker"
+
+
+class ProcessState(StrEnum):
+    """A process's scheduling state, reduced to what the verdict distinguishes."""
+
+    RUNNING = "running"
+    SLEEPING = "sleeping"
+    DISK_SLEEP = "disk-sleep"
+    STOPPED = "stopped"  # SIGSTOP or a tracer: alive but makes no progress
+    ZOMBIE = "zombie"
+    GONE = "gone"  # seen earlier behind the same API server, no longer there
+
+
+class SchedulingPolicy(StrEnum):
+    FCFS = "fcfs"  # vLLM's default: request priority is accepted and ignored
+    PRIORITY = "priority"
+
+
+_STATES = {
+    psutil.STATUS_RUNNING: ProcessState.RUNNING,
+    psutil.STATUS_SLEEPING: ProcessState.SLEEPING,
+    psutil.STATUS_IDLE: ProcessState.SLEEPING,
+    psutil.STATUS_WAKING: ProcessState.RUNNING,
+    psutil.STATUS_DISK_SLEEP: ProcessState.DISK_SLEEP,
+    psutil.STATUS_STOPPED: ProcessState.STOPPED,
+    psutil.STATUS_TRACING_STOP: ProcessState.STOPPED,
+    psutil.STATUS_ZOMBIE: ProcessState.ZOMBIE,
+    psutil.STATUS_DEAD: ProcessState.GONE,
+}
+
+
+def process_state(status: str | None) -> ProcessState:
+    """Map a psutil status string; unknown kernel states count as alive and sleeping."""
+    if status is None:
+        return ProcessState.GONE
+    return _STATES.get(status, ProcessState.SLEEPING)
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessPatterns:
+    """How vLLM's processes are recognised.
+
+    The API server by a substring of its joined command line; the engine and
+    workers by their process title (vLLM sets ``VLLM::EngineCore`` and
+    ``VLLM::Worker``, with suffixes such as ``_DP0`` or ``_TP1``).
+    """
+
+    api: tuple[str, ...] = (
+        "vllm.entrypoints.openai.api_server",
+        "vllm serve",
+        "chaos.sim",
+    )
+    engine: tuple[str, ...] = ("VLLM::EngineCore",)
+    worker: tuple[str, ...] = ("VLLM::Worker",)
+
+    def classify(self, name: str, cmdline: Sequence[str]) -> ProcessRole | None:
+        """The role a process plays, judged by its name and command line."""
+        title = cmdline[0] if cmdline else ""
+        for role, patterns in (
+            (ProcessRole.ENGINE, self.engine),
+            (ProcessRole.WORKER, self.worker),
+        ):
+            if any(p in name or p in title for p in patterns):
+                return role
+        joined = " ".join(cmdline)
+        if any(p in joined for p in self.api):
+            return ProcessRole.API
+        return None
+
+
+def scheduling_policy(cmdline: Sequence[str]) -> SchedulingPolicy | None:
+    """The ``--scheduling-policy`` a command line asks for, or None when it names none.
+
+    vLLM's argument parser accepts dashes or underscores and ``--flag value`` or
+    ``--flag=value``; a wrapper shell (``sh -c "vllm serve ..."``) puts the
+    whole command in one argument, so arguments are split on whitespace too.
+    """
+    tokens = [token for arg in cmdline for token in arg.split()]
+    for i, token in enumerate(tokens):
+        flag, eq, value = token.partition("=")
+        if flag.replace("_", "-") != "--scheduling-policy":
+            continue
+        if not eq:
+            value = tokens[i + 1] if i + 1 < len(tokens) else ""
+        try:
+            return SchedulingPolicy(value.strip().lower())
+        except ValueError:
+            return None
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessInfo:
+    pid: int
+    role: ProcessRole
+    name: str
+    state: ProcessState
+    create_time: float
+    ppid: int | None = None
+    cpu_seconds: float | None = None  # user + system; flat while the process is stuck
+    cmdline: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessSnapshot:
+    """What the process table said at ``at`` (monotonic time).
+
+    ``engines`` and ``workers`` include processes seen earlier behind the same
+    API server that have since vanished, with state ``gone``.
+    ``scheduling_policy`` is None when no process said anything about it.
+    """
+
+    at: float
+    api: ProcessInfo | None = None
+    engines: tuple[ProcessInfo, ...] = ()
+    workers: tuple[ProcessInfo, ...] = ()
+    scheduling_policy: SchedulingPolicy | None = None
+
+    @property
+    def api_identity(self) -> tuple[int, float] | None:
+        """(pid, start time) of the API server; a change means the server restarted."""
+        return None if self.api is None else (self.api.pid, self.api.create_time)
+
+    @property
+    def engine_processes(self) -> tuple[ProcessInfo, ...]:
+        return self.engines + self.workers
+
+
+_ATTRS = ["pid", "ppid", "name", "cmdline", "create_time", "status", "cpu_times"]
+
+
+@dataclass(slots=True)
+class _Row:
+    pid: int
+    ppid: int | None
+    name: str
+    cmdline: tuple[str, ...]
+    create_time: float
+    status: str | None
+    cpu_seconds: float | None
+
+    @classmethod
+    def from_info(cls, info: dict[str, Any]) -> _Row:
+        cmdline = tuple(arg for arg in (info.get("cmdline") or ()) if arg)
+        cpu = info.get("cpu_times")
+        return cls(
+            pid=int(info["pid"]),
+            ppid=info.get("ppid"),
+            name=info.get("name") or "",
+            cmdline=cmdline,
+            create_time=float(info.get("create_time") or 0.0),
+            status=info.get("status"),
+            cpu_seconds=None if cpu is None else float(cpu.user + cpu.system),
+        )
+
+    def info(self, role: ProcessRole) -> ProcessInfo:
+        return ProcessInfo(
+            pid=self.pid,
+            role=role,
+            name=self.name,
+            state=process_state(self.status),
+            create_time=self.create_time,
+            ppid=self.ppid,
+            cpu_seconds=self.cpu_seconds,
+            cmdline=self.cmdline,
+        )
+
+
+def _read_table(exclude: Iterable[int]) -> list[_Row]:
+    skip = set(exclude)
+    rows = []
+    for proc in psutil.process_iter(_ATTRS, ad_value=None):
+        info = proc.info
+        if info.get("pid") is None or info["pid"] in skip:
+            continue
+        rows.append(_Row.from_info(info))
+    return rows
+
+
+def _ancestors(pid: int, parents: dict[int, int | None]) -> list[int]:
+    chain: list[int] = []
+    current = parents.get(pid)
+    while current is not None and current not in chain:
+        chain.append(current)
+        current = parents.get(current)
+    return chain
+
+
+def _is_descendant(pid: int, ancestor: int, parents: dict[int, int | None]) -> bool:
+    return ancestor in _ancestors(pid, parents)
+
+
+@dataclass(slots=True)
+class ProcessWatcher:
+    """Samples the process table and remembers engine processes per API server.
+
+    The memory is what turns "no engine in the table" into ``gone``: an engine
+    seen behind the current API server and now missing has died, while one
+    never seen may simply not have started yet.
+    """
+
+    clock: Callable[[], float]
+    patterns: ProcessPatterns = field(default_factory=ProcessPatterns)
+    exclude_pids: frozenset[int] = field(default_factory=lambda: frozenset({os.getpid()}))
+    _identity: tuple[int, float] | None = None
+    _seen: dict[tuple[int, float], ProcessInfo] = field(default_factory=dict)
+
+    def sample(self) -> ProcessSnapshot:
+        """Read the process table (blocking)."""
+        rows = _read_table(self.exclude_pids)
+        at = self.clock()
+        parents = {row.pid: row.ppid for row in rows}
+        roles = {row.pid: self.patterns.classify(row.name, row.cmdline) for row in rows}
+
+        # The API server is the top-most match: a fork of it (before its child
+        # sets a title) or a process it spawns may match the same pattern.
+        apis = [
+            row
+            for row in rows
+            if roles[row.pid] is ProcessRole.API
+            and not any(roles.get(a) is ProcessRole.API for a in _ancestors(row.pid, parents))
+        ]
+        api_row = min(apis, key=lambda r: (r.create_time, r.pid), default=None)
+        api = None if api_row is None else api_row.info(ProcessRole.API)
+
+        def belongs(row: _Row) -> bool:
+            # Behind a known API server, only its own descendants count; this
+            # keeps unrelated vLLM processes (another pod's, a test's) out.
+            return api_row is None or _is_descendant(row.pid, api_row.pid, parents)
+
+        engines = [
+            row.info(ProcessRole.ENGINE)
+            for row in rows
+            if roles[row.pid] is ProcessRole.ENGINE and belongs(row)
+        ]
+        workers = [
+            row.info(ProcessRole.WORKER)
+            for row in rows
+            if roles[row.pid] is ProcessRole.WORKER and belongs(row)
+        ]
+
+        identity = None if api is None else (api.pid, api.create_time)
+        if identity != self._identity:
+            self._identity = identity
+            self._seen = {}
+        present = {(p.pid, p.create_time) for p in engines + workers}
+        vanished = [
+            replace(p, state=ProcessState.GONE, cpu_seconds=None)
+            for key, p in self._seen.items()
+            if key not in present
+        ]
+        for p in engines + workers:
+            self._seen[(p.pid, p.create_time)] = p
+        engines += [p for p in vanished if p.role is ProcessRole.ENGINE]
+        workers += [p for p in vanished if p.role is ProcessRole.WORKER]
+
+        policy: SchedulingPolicy | None = None
+        if api is not None:
+            policy = scheduling_policy(api.cmdline) or SchedulingPolicy.FCFS
+        else:
+            for engine in engines:
+                policy = policy or scheduling_policy(engine.cmdline)
+        return ProcessSnapshot(
+            at=at,
+            api=api,
+            engines=tuple(sorted(engines, key=lambda p: p.pid)),
+            workers=tuple(sorted(workers, key=lambda p: p.pid)),
+            scheduling_policy=policy,
+        )
+
+    async def sample_async(self) -> ProcessSnapshot:
+        """:meth:`sample` off the event loop, so a slow ``/proc`` never stalls probes."""
+        return await asyncio.to_thread(self.sample)
