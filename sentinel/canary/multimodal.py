@@ -1,0 +1,117 @@
+"""The multimodal canary: exercises image preprocessing with an image no cache has seen.
+
+vLLM caches processed images (``vllm:mm_cache_hits_total``), so every run
+changes a few pixels of the catalog's image (derived from the nonce) and
+re-encodes it as PNG. The reply passes when ``usage.prompt_tokens`` is larger
+than for the same prompt without the image: the proof that the image reached
+the model rather than being dropped on the way.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import hashlib
+import io
+from typing import TYPE_CHECKING, Any
+
+from PIL import Image
+
+from sentinel.canary.protocol import (
+    CHAT_ENDPOINT,
+    OK,
+    CanaryRequest,
+    Judgement,
+    Reply,
+    base_body,
+)
+from sentinel.canary.result import CanaryKind, Reason
+
+if TYPE_CHECKING:
+    from sentinel.catalog import CanarySpec
+
+# vLLM 0.32, vllm/multimodal/registry.py, MultiModalRegistry.create_processor:
+#   raise ValueError(f"{model_name} is not a multimodal model")
+# answered as 400 {"error": {"message": "<model> is not a multimodal model",
+# "type": "BadRequestError", "param": null, "code": 400}}.
+UNSUPPORTED_MARKERS = ("is not a multimodal model",)
+
+NONCE_PIXELS = 4  # pixels of the top row rewritten per run: enough to defeat the cache
+
+
+def stamp_image(image: bytes, nonce: str) -> bytes:
+    """The catalog image with a few pixels set from ``nonce``, re-encoded as PNG."""
+    with Image.open(io.BytesIO(image)) as source:
+        picture = source.convert("RGB")
+    digest = hashlib.sha256(nonce.encode()).digest()
+    width = picture.width
+    for i in range(min(NONCE_PIXELS, width)):
+        r, g, b = digest[3 * i : 3 * i + 3]
+        picture.putpixel((i, 0), (r, g, b))
+    out = io.BytesIO()
+    picture.save(out, format="PNG")
+    return out.getvalue()
+
+
+def data_url(png: bytes) -> str:
+    return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
+
+
+def _with_image(messages: list[Any], url: str) -> list[Any]:
+    """Put the image in front of the text of the last user message."""
+    messages = copy.deepcopy(messages)
+    for message in reversed(messages):
+        if isinstance(message, dict) and message.get("role") == "user":
+            content = message.get("content", "")
+            parts: list[Any] = (
+                list(content) if isinstance(content, list) else [{"type": "text", "text": content}]
+            )
+            message["content"] = [{"type": "image_url", "image_url": {"url": url}}, *parts]
+            return messages
+    raise ValueError("the request has no user message to attach the image to")
+
+
+class MultimodalCanary:
+    """Sends the catalog image (stamped with the nonce) with the template's last user message.
+
+    Cost: the baseline (the same prompt without the image, ``max_tokens`` 1,
+    not streamed) is one extra text-only request per server, model and spec;
+    the runner caches it, so steady state is one request per run.
+    """
+
+    kind = CanaryKind.MULTIMODAL
+    spec_fields = frozenset({"image"})
+    endpoints = frozenset({CHAT_ENDPOINT})
+
+    def build(self, spec: CanarySpec, *, model: str, nonce: str) -> CanaryRequest:
+        assert spec.image is not None, "the catalog requires an image for multimodal canaries"
+        body = base_body(spec, model=model)
+        baseline = base_body(spec, model=model)
+        baseline["stream"] = False
+        baseline.pop("stream_options", None)
+        baseline["max_tokens"] = 1
+        body["messages"] = _with_image(body["messages"], data_url(stamp_image(spec.image, nonce)))
+        return CanaryRequest(body=body, nonce=nonce, baseline_body=baseline)
+
+    def judge(
+        self, sent: CanaryRequest, reply: Reply, *, baseline_prompt_tokens: int | None
+    ) -> Judgement:
+        if reply.prompt_tokens is None:
+            return Judgement(Reason.BAD_BODY, "reply has no usage.prompt_tokens")
+        if baseline_prompt_tokens is None:
+            return Judgement(Reason.BAD_BODY, "no baseline prompt token count")
+        if reply.prompt_tokens <= baseline_prompt_tokens:
+            return Judgement(
+                Reason.IMAGE_NOT_CONSUMED,
+                f"prompt_tokens {reply.prompt_tokens} with the image, "
+                f"{baseline_prompt_tokens} without it",
+            )
+        return OK
+
+    def rejection(self, status: int, message: str) -> Reason | None:
+        if status == 400 and any(marker in message for marker in UNSUPPORTED_MARKERS):
+            return Reason.UNSUPPORTED
+        return None
+
+
+CANARY = MultimodalCanary()

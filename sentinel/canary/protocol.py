@@ -1,0 +1,108 @@
+"""The small protocol every canary kind implements, and the values that cross it.
+
+A kind knows what to send (a request body built from its spec and a fresh
+nonce) and how to judge what came back (a parsed :class:`Reply`). It never does
+I/O and never sees sockets, clocks or deadlines: the runner owns the exchange
+and the scheduler owns time, so each kind is a pure module tested with tables.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from sentinel.canary.result import CanaryKind, Reason
+
+if TYPE_CHECKING:
+    from sentinel.catalog import CanarySpec
+
+CHAT_ENDPOINT = "/v1/chat/completions"
+COMPLETIONS_ENDPOINT = "/v1/completions"
+ENDPOINTS = (CHAT_ENDPOINT, COMPLETIONS_ENDPOINT)
+
+
+@dataclass(frozen=True, slots=True)
+class CanaryRequest:
+    """What one canary run sends.
+
+    ``schema`` is the exact JSON schema sent (nonce filled in), so validation
+    checks the reply against what the server was asked for, not the template.
+    ``baseline_body`` is the same prompt without its image: the multimodal kind
+    compares prompt token counts against it.
+    """
+
+    body: Mapping[str, Any]
+    nonce: str
+    schema: Mapping[str, Any] | None = None
+    baseline_body: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """The parts of a completion reply that validation looks at."""
+
+    text: str
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    finish_reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Judgement:
+    """A kind's verdict on one reply: a closed reason plus a short human detail."""
+
+    reason: Reason
+    detail: str = ""
+
+
+OK = Judgement(Reason.OK)
+
+
+class CanaryKindProbe(Protocol):
+    """One canary kind: what the catalog requires of its specs, what it sends, how it judges."""
+
+    @property
+    def kind(self) -> CanaryKind: ...
+
+    @property
+    def spec_fields(self) -> frozenset[str]:
+        """Optional spec fields this kind requires (and no other kind accepts)."""
+        ...
+
+    @property
+    def endpoints(self) -> frozenset[str]:
+        """The endpoints this kind can exercise."""
+        ...
+
+    def build(self, spec: CanarySpec, *, model: str, nonce: str) -> CanaryRequest:
+        """The request body for one run; ``nonce`` makes it unique past vLLM's caches."""
+        ...
+
+    def judge(
+        self, sent: CanaryRequest, reply: Reply, *, baseline_prompt_tokens: int | None
+    ) -> Judgement:
+        """Whether the reply proves the path works."""
+        ...
+
+    def rejection(self, status: int, message: str) -> Reason | None:
+        """A kind-specific reading of an error answer (None: a plain HTTP_STATUS)."""
+        ...
+
+
+def base_body(spec: CanarySpec, *, model: str) -> dict[str, Any]:
+    """The template body with the fields sentinel owns filled in.
+
+    ``priority`` is always sent: vLLM honours it under ``--scheduling-policy
+    priority`` and ignores it otherwise, and a canary that lost the queue to
+    real traffic could kill a healthy, busy server.
+    """
+    body: dict[str, Any] = copy.deepcopy(dict(spec.request))
+    body.setdefault("model", model)
+    body["priority"] = spec.priority
+    body["stream"] = spec.stream
+    if spec.stream:
+        # vLLM sends usage in a stream only when asked; the multimodal check needs it.
+        body["stream_options"] = {"include_usage": True}
+    return body

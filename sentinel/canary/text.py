@@ -1,0 +1,52 @@
+"""The text canary: the cheapest request that proves the engine still produces tokens."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from sentinel.canary.protocol import (
+    CHAT_ENDPOINT,
+    COMPLETIONS_ENDPOINT,
+    OK,
+    CanaryRequest,
+    Judgement,
+    Reply,
+    base_body,
+)
+from sentinel.canary.result import CanaryKind, Reason
+
+if TYPE_CHECKING:
+    from sentinel.catalog import CanarySpec
+
+
+class TextCanary:
+    """A fixed short prompt; any generated text passes.
+
+    The prompt need not vary: the text path has no per-request cache that a
+    repeated prompt could hide a hang behind (prefix caching still runs the
+    decode step, which is what a hung engine cannot do).
+    """
+
+    kind = CanaryKind.TEXT
+    spec_fields: frozenset[str] = frozenset()
+    endpoints = frozenset({CHAT_ENDPOINT, COMPLETIONS_ENDPOINT})
+
+    def build(self, spec: CanarySpec, *, model: str, nonce: str) -> CanaryRequest:
+        return CanaryRequest(body=base_body(spec, model=model), nonce=nonce)
+
+    def judge(
+        self, sent: CanaryRequest, reply: Reply, *, baseline_prompt_tokens: int | None
+    ) -> Judgement:
+        if not reply.text:
+            return Judgement(
+                Reason.EMPTY,
+                f"no generated text (finish_reason {reply.finish_reason!r}, "
+                f"completion_tokens {reply.completion_tokens!r})",
+            )
+        return OK
+
+    def rejection(self, status: int, message: str) -> Reason | None:
+        return None
+
+
+CANARY = TextCanary()
