@@ -1,0 +1,220 @@
+"""Configuration: typed, strict, checkable; defaults in code.
+
+Sources, lowest precedence first: the defaults below, a YAML file
+(``--config``), ``SENTINEL_*`` environment variables, command-line flags.
+Unknown keys are rejected and every error names the key and where it came
+from, so ``sentinel check-config FILE`` and a bad start-up say exactly what to
+fix. The API key itself is never a setting: it is read from
+``--api-key-file`` (``SENTINEL_API_KEY_FILE``) or ``SENTINEL_API_KEY`` when
+needed and never logged.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from sentinel.verdict import Action, Policy
+
+ENV_PREFIX = "SENTINEL_"
+
+
+class CanaryOverride(BaseModel):
+    """Per-canary timing and policy overrides on top of the catalog's YAML."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    interval: float | None = Field(default=None, gt=0)
+    deadline: float | None = Field(default=None, gt=0)
+    jitter: float | None = Field(default=None, ge=0, lt=1)
+    enabled: bool | None = None
+    policy: Action | None = None
+
+
+class Settings(BaseModel):
+    """Every knob of ``sentinel run``; the defaults are DESIGN.md's table."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    target: str = "http://127.0.0.1:8000"
+    listen: str = "0.0.0.0:8471"
+    grpc_listen: str = "0.0.0.0:8472"
+    probes: Path | None = None
+    enforce: bool = True
+    api_key_file: Path | None = None
+    diagnostics_dir: Path = Path("/tmp/sentinel-diagnostics")
+    diagnostics: bool = True
+    diagnostics_max_incidents: int = Field(default=20, ge=1)
+    diagnostics_max_bytes: int = Field(default=200 * 1024 * 1024, ge=1024)
+    model: str | None = None
+    scheduling_policy: Literal["auto", "priority", "fcfs"] = "auto"
+    watch_processes: bool = True
+
+    scrape_interval: float = Field(default=2.0, gt=0)
+    health_interval: float = Field(default=2.0, gt=0)
+    process_interval: float = Field(default=1.0, gt=0)
+    eval_interval: float = Field(default=0.5, gt=0)
+    idle_window: float = Field(default=5.0, ge=0)
+    hang_window: float = Field(default=15.0, gt=0)
+    no_evidence_window: float = Field(default=30.0, gt=0)
+    dead_grace: float = Field(default=5.0, ge=0)
+    path_misses: int = Field(default=2, ge=1)
+    ready_out_after: int = Field(default=2, ge=1)
+    ready_back_after: int = Field(default=3, ge=1)
+    brake_max_restarts: int = Field(default=3, ge=1)
+    brake_window: float = Field(default=3600.0, gt=0)
+    engine_policy: Action = Action.RESTART
+    dead_policy: Action = Action.RESTART
+    shutdown_timeout: float = Field(default=5.0, gt=0)
+    canaries: dict[str, CanaryOverride] = Field(default_factory=dict)
+
+    log_format: Literal["auto", "json", "console"] = "auto"
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+
+    @field_validator("target")
+    @classmethod
+    def _target_is_http(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")):
+            raise ValueError("must be an http:// or https:// URL")
+        return value.rstrip("/")
+
+    @field_validator("listen", "grpc_listen")
+    @classmethod
+    def _host_port(cls, value: str) -> str:
+        split_host_port(value)
+        return value
+
+    @model_validator(mode="after")
+    def _cross_field(self) -> Settings:
+        if self.no_evidence_window < self.hang_window:
+            raise ValueError(
+                "no_evidence_window must be at least hang_window "
+                f"({self.no_evidence_window} < {self.hang_window})"
+            )
+        if self.hang_window <= 2 * self.scrape_interval:
+            raise ValueError(
+                "hang_window must exceed two scrape intervals, or progress cannot be seen "
+                f"({self.hang_window} <= 2 x {self.scrape_interval})"
+            )
+        if self.eval_interval > self.hang_window / 4:
+            raise ValueError("eval_interval must be at most a quarter of hang_window")
+        return self
+
+    def policy(self) -> Policy:
+        return Policy(
+            enforce=self.enforce,
+            hang_window=self.hang_window,
+            no_evidence_window=self.no_evidence_window,
+            dead_grace=self.dead_grace,
+            path_misses=self.path_misses,
+            ready_out_after=self.ready_out_after,
+            ready_back_after=self.ready_back_after,
+            brake_max_restarts=self.brake_max_restarts,
+            brake_window=self.brake_window,
+            engine_action=self.engine_policy,
+            dead_action=self.dead_policy,
+        )
+
+
+class ConfigError(Exception):
+    """A configuration problem, with the key and the source in its message."""
+
+
+def split_host_port(value: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[::1]:PORT`` for IPv6) -> (host, port); port 0 allowed."""
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"expected HOST:PORT, got {value!r}")
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
+FIELDS = tuple(Settings.model_fields)
+
+
+def env_name(field: str) -> str:
+    return ENV_PREFIX + field.upper()
+
+
+def load_settings(
+    config_file: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    flags: Mapping[str, Any] | None = None,
+) -> Settings:
+    """Merge the sources and validate once; raise :class:`ConfigError` naming the culprit."""
+    env = os.environ if env is None else env
+    merged: dict[str, Any] = {}
+    origin: dict[str, str] = {}
+    if config_file is None and env.get(env_name("config")):
+        config_file = Path(env[env_name("config")])
+    if config_file is not None:
+        for key, value in _read_file(config_file).items():
+            merged[key] = value
+            origin[key] = str(config_file)
+    for field in FIELDS:
+        name = env_name(field)
+        if name in env and field != "canaries":
+            merged[field] = env[name]
+            origin[field] = f"environment variable {name}"
+    for key, value in (flags or {}).items():
+        if value is not None:
+            merged[key] = value
+            origin[key] = f"flag --{key.replace('_', '-')}"
+    try:
+        return Settings.model_validate(merged)
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc, origin, config_file)) from None
+
+
+def _read_file(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping of settings, got {type(data).__name__}")
+    return {str(k).replace("-", "_"): v for k, v in data.items()}
+
+
+def _describe(exc: ValidationError, origin: Mapping[str, str], config_file: Path | None) -> str:
+    lines = []
+    for error in exc.errors():
+        loc = ".".join(str(part) for part in error["loc"])
+        top = str(error["loc"][0]) if error["loc"] else ""
+        where = origin.get(top) or (str(config_file) if config_file else "settings")
+        message = error["msg"]
+        if error["type"] == "extra_forbidden":
+            message = "unknown key"
+        lines.append(f"{where}: {loc or '(settings)'}: {message}")
+    return "\n".join(lines)
+
+
+def read_api_key(settings: Settings, env: Mapping[str, str] | None = None) -> str | None:
+    """The target's API key from the key file, else ``SENTINEL_API_KEY``; never logged."""
+    env = os.environ if env is None else env
+    if settings.api_key_file is not None:
+        try:
+            key = settings.api_key_file.read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            raise ConfigError(
+                f"api_key_file: cannot read {settings.api_key_file}: {exc.strerror or exc}"
+            ) from None
+        if not key:
+            raise ConfigError(f"api_key_file: {settings.api_key_file} is empty")
+        return key
+    return env.get(ENV_PREFIX + "API_KEY") or None
+
+
+def effective_config(settings: Settings) -> dict[str, Any]:
+    """The settings as JSON-able data, for ``/status`` and diagnostics bundles."""
+    return settings.model_dump(mode="json")
