@@ -1,1 +1,1 @@
-"""sentinel.telemetry"""
+"""Telemetry: sentinel's Prometheus metrics and its structlog configuration."""

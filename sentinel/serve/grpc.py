@@ -1,0 +1,124 @@
+"""The gRPC view: ``grpc.health.v1.Health`` for Kubernetes gRPC probes.
+
+Owns sentinel's gRPC listener and the publisher that keeps the health
+servicer's statuses equal to the :class:`HealthState` snapshot. Services:
+
+- ``""``: sentinel itself, SERVING while its own loops tick (the gRPC twin of
+  ``/healthz``);
+- ``liveness``, ``readiness``, ``startup``: mirror the snapshot's answers.
+
+grpcio-health-checking's servicer starts with ``""`` SERVING and every other
+service unknown, so :meth:`GrpcHealthServer.start` sets all four from the
+current snapshot *before* the server accepts a call: a probe can never see a
+default that sentinel did not decide.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+# grpc-stubs describe only the threaded servicer; the asyncio one ships as
+# ``health.aio`` in grpcio-health-checking itself.
+from grpc_health.v1.health import aio as health_aio  # type: ignore[attr-defined]
+
+from sentinel.health import HealthSnapshot, HealthState, ProbeAnswer
+
+SIDECAR_SERVICE = ""
+SERVICES = ("liveness", "readiness", "startup")
+DEFAULT_TICK = 1.0
+DEFAULT_GRACE = 2.0
+
+SERVING: Any = health_pb2.HealthCheckResponse.SERVING
+NOT_SERVING: Any = health_pb2.HealthCheckResponse.NOT_SERVING
+
+
+def _status(answer: ProbeAnswer) -> Any:
+    return SERVING if answer.ok else NOT_SERVING
+
+
+def desired_statuses(snapshot: HealthSnapshot, sidecar: ProbeAnswer) -> dict[str, Any]:
+    """The serving status of every service for one snapshot and sidecar answer."""
+    return {
+        SIDECAR_SERVICE: _status(sidecar),
+        "liveness": _status(snapshot.liveness),
+        "readiness": _status(snapshot.readiness),
+        "startup": _status(snapshot.startup),
+    }
+
+
+class GrpcHealthServer:
+    """The health server on ``address`` (``host:port``; port 0 picks a free one).
+
+    Lifecycle, for the daemon's TaskGroup: ``await start()`` (binds, sets every
+    status, starts serving), run ``publish()`` as a task until cancelled, then
+    ``await stop()`` (all NOT_SERVING, then a bounded grace for open calls,
+    which also ends every ``Watch`` stream).
+    """
+
+    def __init__(
+        self,
+        state: HealthState,
+        address: str,
+        *,
+        tick: float = DEFAULT_TICK,
+    ) -> None:
+        self._state = state
+        self._address = address
+        self._tick = tick
+        self._servicer: Any = health_aio.HealthServicer()
+        self._server: grpc.aio.Server | None = None
+        self._port: int | None = None
+        self._published: dict[str, Any] = {}
+
+    @property
+    def port(self) -> int:
+        if self._port is None:
+            raise RuntimeError("the gRPC server is not started")
+        return self._port
+
+    async def start(self) -> None:
+        server = grpc.aio.server()
+        health_pb2_grpc.add_HealthServicer_to_server(self._servicer, server)
+        port = server.add_insecure_port(self._address)
+        if port == 0:
+            raise OSError(f"cannot bind gRPC health server to {self._address}")
+        await self._apply(self._state.snapshot())
+        await server.start()
+        self._server = server
+        self._port = port
+
+    async def publish(self) -> None:
+        """Follow the health state until cancelled.
+
+        Wakes on every published snapshot, and at least every ``tick`` seconds
+        so ``""`` turns NOT_SERVING when heartbeats go stale with nothing
+        published (a wedged writer publishes nothing).
+        """
+        seen = self._state.snapshot().version
+        while True:
+            try:
+                snapshot = await asyncio.wait_for(self._state.wait_changed(seen), self._tick)
+            except TimeoutError:
+                snapshot = self._state.snapshot()
+            seen = snapshot.version
+            await self._apply(snapshot)
+
+    async def _apply(self, snapshot: HealthSnapshot) -> None:
+        desired = desired_statuses(snapshot, self._state.sidecar_health())
+        for service, status in desired.items():
+            # Only changes are set: every set wakes all Watch streams of the service.
+            if self._published.get(service) != status:
+                await self._servicer.set(service, status)
+                self._published[service] = status
+
+    async def stop(self, grace: float = DEFAULT_GRACE) -> None:
+        """Mark every service NOT_SERVING, then stop within ``grace`` seconds."""
+        await self._servicer.enter_graceful_shutdown()
+        server, self._server = self._server, None
+        if server is not None:
+            await server.stop(grace)
+        self._port = None

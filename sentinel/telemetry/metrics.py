@@ -1,0 +1,203 @@
+"""sentinel's own Prometheus metrics: the names dashboards and alerts rely on.
+
+Owns every ``sentinel_*`` series. Event metrics (canaries, skips, hangs,
+restarts, diagnostics) are counters and histograms updated by the code that
+sees the event. State metrics (verdicts, priority, progress age, enforce) are
+never set by anyone: a custom collector reads the :class:`HealthState`
+snapshot at scrape time, so ``/metrics`` cannot disagree with ``/livez``.
+
+There is no global registry: the daemon builds one :class:`CollectorRegistry`
+at start-up and passes it here and to the HTTP view.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from sentinel.canary.result import CanaryKind, CanaryResult, Reason
+from sentinel.health import HealthState
+from sentinel.verdict import HangKind
+
+# Canary latencies span a 1-token answer on an idle GPU (tens of ms) to a
+# deadline miss (8-10 s by default, 30 s at most in any sane config).
+CANARY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 7.5, 10.0, 15.0, 20.0, 30.0)
+# A diagnostics bundle runs py-spy on several processes and reads GPU state.
+DIAGNOSTICS_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0)
+
+SUCCESS = "success"
+FAILURE = "failure"
+# Skip reasons known up front; others are accepted but appear only once used.
+SKIP_REASONS = ("busy", "outstanding")
+PROBES = ("liveness", "readiness", "startup")
+
+
+class SentinelMetrics:
+    """Registers the contract metrics on ``registry`` and records events into them.
+
+    With ``state`` given, it also registers the collector for the state
+    metrics (see :class:`HealthCollector`).
+    """
+
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        state: HealthState | None = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.registry = registry
+        self.canary_total = Counter(
+            "sentinel_canary_total",
+            "Canaries finished, by kind, outcome and closed failure reason.",
+            ["kind", "outcome", "reason"],
+            registry=registry,
+        )
+        self.canary_duration = Histogram(
+            "sentinel_canary_duration_seconds",
+            "Wall time of whole canary requests (whole stream when streaming).",
+            ["kind"],
+            buckets=CANARY_BUCKETS,
+            registry=registry,
+        )
+        self.canary_ttft = Histogram(
+            "sentinel_canary_ttft_seconds",
+            "Time to the first generated token of streaming canaries.",
+            ["kind"],
+            buckets=CANARY_BUCKETS,
+            registry=registry,
+        )
+        self.hang_detections = Counter(
+            "sentinel_hang_detections_total",
+            "Hangs confirmed, by kind (engine, structured, multimodal, dead).",
+            ["kind"],
+            registry=registry,
+        )
+        self.canaries_skipped = Counter(
+            "sentinel_canaries_skipped_total",
+            "Canaries not sent, by reason (busy: real traffic completed recently; "
+            "outstanding: the previous one has not finished).",
+            ["reason"],
+            registry=registry,
+        )
+        self.diagnostics_duration = Histogram(
+            "sentinel_diagnostics_duration_seconds",
+            "Time to collect one diagnostics bundle.",
+            buckets=DIAGNOSTICS_BUCKETS,
+            registry=registry,
+        )
+        self.diagnostics_failures = Counter(
+            "sentinel_diagnostics_failures_total",
+            "Diagnostics bundles that could not be completed.",
+            registry=registry,
+        )
+        self.server_restarts = Counter(
+            "sentinel_server_restarts_total",
+            "Inference server restarts seen (refused connection, new API-server PID "
+            "or start time, a counter going down).",
+            registry=registry,
+        )
+        self._preinitialize()
+        if state is not None:
+            registry.register(HealthCollector(state, clock))
+
+    def _preinitialize(self) -> None:
+        """Create the series known up front so rates and alerts work from the first scrape."""
+        for kind in CanaryKind:
+            self.canary_total.labels(kind.value, SUCCESS, Reason.OK.value)
+            for reason in Reason:
+                if reason is not Reason.OK:
+                    self.canary_total.labels(kind.value, FAILURE, reason.value)
+            self.canary_duration.labels(kind.value)
+            self.canary_ttft.labels(kind.value)
+        for hang in HangKind:
+            self.hang_detections.labels(hang.value)
+        for skip in SKIP_REASONS:
+            self.canaries_skipped.labels(skip)
+
+    def observe_canary(self, result: CanaryResult) -> None:
+        outcome = SUCCESS if result.ok else FAILURE
+        kind = result.kind.value
+        self.canary_total.labels(kind, outcome, result.reason.value).inc()
+        self.canary_duration.labels(kind).observe(result.duration)
+        if result.ttft is not None:
+            self.canary_ttft.labels(kind).observe(result.ttft)
+
+    def canary_skipped(self, reason: str) -> None:
+        self.canaries_skipped.labels(reason).inc()
+
+    def hang_detected(self, kind: HangKind | str) -> None:
+        self.hang_detections.labels(HangKind(kind).value).inc()
+
+    def server_restarted(self) -> None:
+        self.server_restarts.inc()
+
+    def diagnostics_finished(self, duration: float, ok: bool) -> None:
+        self.diagnostics_duration.observe(duration)
+        if not ok:
+            self.diagnostics_failures.inc()
+
+
+class HealthCollector(Collector):
+    """State metrics read from the health snapshot at scrape time.
+
+    ``sentinel_priority_effective`` is omitted while it is unknown (no vLLM
+    process visible and no policy in config) rather than exported as NaN:
+    an absent series is what ``absent()`` alerts are written for, and NaN
+    breaks ``== 0`` comparisons silently. ``sentinel_progress_age_seconds`` is
+    omitted until progress was seen once.
+    """
+
+    def __init__(self, state: HealthState, clock: Callable[[], float] = time.monotonic) -> None:
+        self._state = state
+        self._clock = clock
+
+    def describe(self) -> Iterable[Metric]:
+        # Declared without samples so registration does not read the state
+        # and duplicate names are still caught.
+        return self._families()
+
+    def collect(self) -> Iterable[Metric]:
+        snapshot = self._state.snapshot()
+        verdict, priority, progress, enforce = self._families()
+        for probe, answer in zip(
+            PROBES, (snapshot.liveness, snapshot.readiness, snapshot.startup), strict=True
+        ):
+            verdict.add_metric([probe], 1.0 if answer.ok else 0.0)
+        yield verdict
+        if snapshot.priority_effective is not None:
+            priority.add_metric([], 1.0 if snapshot.priority_effective else 0.0)
+            yield priority
+        if snapshot.progress_at is not None:
+            progress.add_metric([], max(0.0, self._clock() - snapshot.progress_at))
+            yield progress
+        enforce.add_metric([], 1.0 if snapshot.enforce else 0.0)
+        yield enforce
+
+    @staticmethod
+    def _families() -> tuple[GaugeMetricFamily, ...]:
+        return (
+            GaugeMetricFamily(
+                "sentinel_verdict",
+                "Current kubelet-facing answer per probe: 1 pass, 0 fail.",
+                labels=["probe"],
+            ),
+            GaugeMetricFamily(
+                "sentinel_priority_effective",
+                "1 when the server honours canary priority (--scheduling-policy priority), "
+                "0 when it ignores it; absent while unknown.",
+            ),
+            GaugeMetricFamily(
+                "sentinel_progress_age_seconds",
+                "Seconds since the inference server last showed real progress; "
+                "absent until progress was seen.",
+            ),
+            GaugeMetricFamily(
+                "sentinel_enforce",
+                "1 when a confirmed hang fails liveness, 0 in observe-only mode.",
+            ),
+        )
