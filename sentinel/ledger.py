@@ -1,0 +1,189 @@
+"""The ledger: what sentinel has seen of the current server, in memory.
+
+Canary loops, the ``/metrics`` scraper, the ``/health`` poller and the process
+watcher append to it; the evaluation loop turns it into a frozen
+:class:`~sentinel.verdict.Evidence` at one instant. Everything runs on one
+event loop, so there are no locks: each method is a few synchronous lines.
+
+A server (re)start — a refused connection after the server was reachable, a
+new API server PID or start time, or a vLLM counter going down — opens a new
+*epoch*: canary history and progress are forgotten and startup is earned again.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from sentinel.canary.result import CanaryKind, CanaryResult
+from sentinel.evidence.processes import ProcessSnapshot, ProcessState
+from sentinel.progress import ProgressTracker
+from sentinel.verdict import Action, Evidence, KindEvidence
+
+HISTORY = 50  # results kept per kind (the verdict needs only the last few)
+
+
+@dataclass(slots=True)
+class KindRecord:
+    """Per-kind canary history for the current epoch."""
+
+    kind: CanaryKind
+    action: Action
+    latency_slo: float | None = None
+    enabled: bool = True
+    disabled_reason: str = ""
+    results: deque[CanaryResult] = field(default_factory=lambda: deque(maxlen=HISTORY))
+    controls: deque[CanaryResult | None] = field(default_factory=lambda: deque(maxlen=HISTORY))
+    outstanding: dict[int, float] = field(default_factory=dict)  # token -> send time
+
+    def clear(self) -> None:
+        self.results.clear()
+        self.controls.clear()
+        self.enabled, self.disabled_reason = True, ""
+
+
+@dataclass(slots=True)
+class EpochChange:
+    epoch: int
+    reason: str
+    at: float
+
+
+class Ledger:
+    """In-memory evidence about one target server."""
+
+    def __init__(self, kinds: Iterable[tuple[CanaryKind, Action, float | None]], now: float):
+        self.records = {kind: KindRecord(kind, action, slo) for kind, action, slo in kinds}
+        self.progress = ProgressTracker()
+        self.epoch = 0
+        self.epoch_started = now
+        self.epoch_reason = "sentinel started"
+        self.epochs: deque[EpochChange] = deque(maxlen=20)
+        self.reachable: bool | None = None
+        self.model: str | None = None
+        self.health_status: int | None = None
+        self.health_failing_since: float | None = None
+        self.processes: ProcessSnapshot | None = None
+        self.engine_down_since: float | None = None
+        self.engine_down_detail = ""
+        self.last_canary_activity = float("-inf")
+        self.startup_passed = False
+        self.metrics_failing_since: float | None = None
+        self._token = 0
+
+    # -- epochs -------------------------------------------------------------
+    def new_epoch(self, reason: str, now: float) -> None:
+        """Forget everything about the previous server instance."""
+        self.epoch += 1
+        self.epoch_started = now
+        self.epoch_reason = reason
+        self.epochs.append(EpochChange(self.epoch, reason, now))
+        for record in self.records.values():
+            record.clear()
+        self.progress.reset()
+        self.model = None
+        self.health_failing_since = None
+        self.engine_down_since = None
+        self.engine_down_detail = ""
+        self.startup_passed = False
+
+    def saw_refusal(self, now: float) -> None:
+        """A refused connection: a restart if the server was reachable before."""
+        if self.reachable:
+            self.new_epoch("connection refused", now)
+        self.reachable = False
+
+    def saw_answer(self) -> None:
+        self.reachable = True
+
+    # -- canaries -----------------------------------------------------------
+    def canary_sent(self, kind: CanaryKind, now: float) -> int:
+        self._token += 1
+        self.records[kind].outstanding[self._token] = now
+        self.last_canary_activity = now
+        return self._token
+
+    def canary_done(
+        self,
+        kind: CanaryKind,
+        token: int,
+        result: CanaryResult,
+        now: float,
+        *,
+        control: CanaryResult | None = None,
+        epoch: int,
+    ) -> None:
+        """Record a finished canary unless the server restarted while it ran."""
+        record = self.records[kind]
+        record.outstanding.pop(token, None)
+        self.last_canary_activity = now
+        if epoch != self.epoch:
+            return
+        record.results.append(result)
+        record.controls.append(control)
+        self.progress.observe_canary(result)
+
+    def disable(self, kind: CanaryKind, reason: str) -> None:
+        record = self.records[kind]
+        record.enabled, record.disabled_reason = False, reason
+
+    def busy(self, now: float, idle_window: float) -> bool:
+        """Real (not sentinel's) completions happened within the idle window."""
+        last = self.progress.last_real_completion_at
+        return last is not None and now - last <= idle_window
+
+    # -- evidence -----------------------------------------------------------
+    def observe_health(self, status: int | None, now: float) -> None:
+        self.health_status = status
+        if status is None or status == 200:
+            self.health_failing_since = None
+        elif self.health_failing_since is None:
+            self.health_failing_since = now
+
+    def observe_processes(self, snapshot: ProcessSnapshot, now: float) -> None:
+        previous, self.processes = self.processes, snapshot
+        before = None if previous is None else previous.api_identity
+        after = snapshot.api_identity
+        if before is not None and after is not None and before != after:
+            self.new_epoch(f"API server restarted (pid {before[0]} -> {after[0]})", now)
+        down = [
+            p
+            for p in snapshot.engine_processes
+            if p.state in (ProcessState.STOPPED, ProcessState.ZOMBIE, ProcessState.GONE)
+        ]
+        if snapshot.api is not None and down:
+            if self.engine_down_since is None:
+                self.engine_down_since = now
+            self.engine_down_detail = ", ".join(
+                f"{p.name or p.role.value} (pid {p.pid}) {p.state.value}" for p in down
+            )
+        else:
+            self.engine_down_since = None
+            self.engine_down_detail = ""
+
+    def evidence(self, now: float, freshness: float) -> Evidence:
+        """Freeze what the verdict needs; progress counts only from a fresh sample."""
+        sample_at = self.progress.last_sample_at
+        fresh = sample_at is not None and now - sample_at <= freshness
+        return Evidence(
+            epoch=self.epoch,
+            epoch_started=self.epoch_started,
+            kinds={
+                kind: KindEvidence(
+                    kind=kind,
+                    action=record.action,
+                    enabled=record.enabled,
+                    results=tuple(record.results),
+                    outstanding=tuple(record.outstanding.values()),
+                    controls=tuple(record.controls),
+                    latency_slo=record.latency_slo,
+                )
+                for kind, record in self.records.items()
+            },
+            progress_available=fresh and self.progress.available,
+            last_progress_at=self.progress.last_progress_at,
+            health_failing_since=self.health_failing_since,
+            engine_down_since=self.engine_down_since,
+            engine_down_detail=self.engine_down_detail,
+        )

@@ -1,0 +1,193 @@
+"""The scheduler owns time for canaries: cadence, jitter, deadlines, idle gating, pairing.
+
+One loop per enabled canary spec, each with at most one canary in flight, so
+canaries never pile up. Text canaries are skipped while real traffic has
+recently proven the engine alive (idle gating, once startup has passed).
+Structured and multimodal canaries run on their own cadence, ungated, each
+paired with a text control sent at the same moment and priority, so a path
+hang can be told from an engine hang. A canary that missed its deadline is
+retried at once instead of waiting a full interval.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Callable
+from dataclasses import replace
+
+from sentinel.canary.result import CanaryKind, CanaryResult, Reason
+from sentinel.canary.runner import CanaryRunner, ModelResolutionError
+from sentinel.catalog import CanarySpec
+from sentinel.config import CanaryOverride
+from sentinel.ledger import Ledger
+from sentinel.telemetry.logging import get_logger
+from sentinel.telemetry.metrics import SentinelMetrics
+
+log = get_logger("sentinel.scheduler")
+
+ResultHook = Callable[[CanaryResult], None]
+
+
+def apply_overrides(
+    specs: tuple[CanarySpec, ...], overrides: dict[str, CanaryOverride]
+) -> tuple[CanarySpec, ...]:
+    """The catalog's specs with the config's per-canary overrides applied."""
+    unknown = sorted(set(overrides) - {s.name for s in specs})
+    if unknown:
+        raise KeyError(", ".join(unknown))
+    out = []
+    for spec in specs:
+        override = overrides.get(spec.name)
+        if override is not None:
+            changes = {
+                k: v for k, v in override.model_dump(exclude_none=True).items() if v is not None
+            }
+            if "policy" in changes:
+                changes["policy"] = str(changes["policy"])
+            spec = replace(spec, **changes)
+        out.append(spec)
+    return tuple(out)
+
+
+class Scheduler:
+    """Runs the canary loops against one target and records results in the ledger."""
+
+    def __init__(
+        self,
+        specs: tuple[CanarySpec, ...],
+        runner: CanaryRunner,
+        ledger: Ledger,
+        metrics: SentinelMetrics,
+        *,
+        idle_window: float,
+        configured_model: str | None = None,
+        clock: Callable[[], float],
+        beat: Callable[[str, float], None],
+        on_result: ResultHook | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.specs = tuple(s for s in specs if s.enabled)
+        self.runner = runner
+        self.ledger = ledger
+        self.metrics = metrics
+        self.idle_window = idle_window
+        self.configured_model = configured_model
+        self.clock = clock
+        self.beat = beat
+        self.on_result = on_result
+        self.rng = rng or random.Random()
+        self._model_lock = asyncio.Lock()
+        text = [s for s in self.specs if s.kind is CanaryKind.TEXT]
+        self.control_spec = text[0] if text else None
+
+    async def run(self) -> None:
+        async with asyncio.TaskGroup() as group:
+            for spec in self.specs:
+                group.create_task(self._loop(spec), name=f"canary:{spec.name}")
+
+    def loop_names(self) -> list[tuple[str, float]]:
+        """(heartbeat name, max gap) of every loop, for ``/healthz``."""
+        return [(f"canary:{s.name}", self._max_gap(s)) for s in self.specs]
+
+    @staticmethod
+    def _max_gap(spec: CanarySpec) -> float:
+        # A loop is awaiting its canary for at most one deadline (twice for the
+        # multimodal baseline) between beats; add an interval and slack.
+        return spec.interval * (1 + spec.jitter) + 2 * spec.deadline + 10.0
+
+    async def _loop(self, spec: CanarySpec) -> None:
+        name = f"canary:{spec.name}"
+        while True:
+            self.beat(name, self._max_gap(spec))
+            started = self.clock()
+            retry = await self._tick(spec)
+            if retry:
+                continue
+            delay = spec.interval * (1 + self.rng.uniform(-spec.jitter, spec.jitter))
+            await asyncio.sleep(max(0.0, started + delay - self.clock()))
+
+    async def _tick(self, spec: CanarySpec) -> bool:
+        """One cadence step; True asks for an immediate retry (a missed deadline)."""
+        ledger = self.ledger
+        record = ledger.records[spec.kind]
+        if not record.enabled:
+            self.metrics.canary_skipped("disabled")
+            return False
+        now = self.clock()
+        if (
+            spec.kind is CanaryKind.TEXT
+            and ledger.startup_passed
+            and ledger.busy(now, self.idle_window)
+        ):
+            self.metrics.canary_skipped("busy")
+            return False
+        model = await self._model(spec)
+        if model is None:
+            return False
+        epoch = ledger.epoch
+        if spec.kind is CanaryKind.TEXT or self.control_spec is None:
+            result = await self._send_recorded(spec, model, epoch)
+        else:
+            # The path canary and its text control leave together at the same
+            # priority; the control is recorded as soon as it ends, the pair
+            # once both have.
+            control_spec = replace(self.control_spec, priority=spec.priority)
+            token = ledger.canary_sent(spec.kind, self.clock())
+            try:
+                result, control = await asyncio.gather(
+                    self.runner.run(spec, model=model, deadline=spec.deadline),
+                    self._send_recorded(control_spec, model, epoch),
+                )
+            finally:
+                ledger.records[spec.kind].outstanding.pop(token, None)
+            ledger.canary_done(spec.kind, token, result, self.clock(), control=control, epoch=epoch)
+            self._observe(result)
+        if result.reason is Reason.UNSUPPORTED and epoch == ledger.epoch:
+            ledger.disable(spec.kind, result.detail or "the model does not take this input")
+            log.warning(
+                "canary_kind_disabled", canary=spec.name, kind=spec.kind.value, why=result.detail
+            )
+        return result.reason is Reason.TIMEOUT
+
+    async def _send_recorded(self, spec: CanarySpec, model: str, epoch: int) -> CanaryResult:
+        ledger = self.ledger
+        token = ledger.canary_sent(spec.kind, self.clock())
+        try:
+            result = await self.runner.run(spec, model=model, deadline=spec.deadline)
+        finally:
+            # Cancelled mid-flight: forget the canary rather than leave it outstanding.
+            ledger.records[spec.kind].outstanding.pop(token, None)
+        ledger.canary_done(spec.kind, token, result, self.clock(), epoch=epoch)
+        self._observe(result)
+        return result
+
+    def _observe(self, result: CanaryResult) -> None:
+        if result.reason is Reason.CONNECT:
+            self.ledger.saw_refusal(self.clock())
+        elif result.http_status is not None or result.ok:
+            self.ledger.saw_answer()
+        self.metrics.observe_canary(result)
+        if self.on_result is not None:
+            self.on_result(result)
+
+    async def _model(self, spec: CanarySpec) -> str | None:
+        """The model to address: configured, given in the spec, or asked of the server."""
+        if "model" in spec.request:
+            return str(spec.request["model"])
+        if self.configured_model:
+            return self.configured_model
+        async with self._model_lock:
+            if self.ledger.model is not None:
+                return self.ledger.model
+            try:
+                model = await self.runner.resolve_model(deadline=spec.deadline)
+            except ModelResolutionError as exc:
+                if exc.reason is Reason.CONNECT:
+                    self.ledger.saw_refusal(self.clock())
+                log.info("model_unresolved", reason=exc.reason.value, detail=exc.detail)
+                return None
+            self.ledger.saw_answer()
+            self.ledger.model = model
+            log.info("model_resolved", model=model)
+            return model
