@@ -168,7 +168,8 @@ def _load_file(root: Traversable, file: Traversable, label: str) -> CanarySpec:
     kind_name = raw.get("kind")
     if "kind" in raw and kind_name not in {k.value for k in KINDS}:
         expected = ", ".join(k.value for k in KINDS)
-        raise CatalogError(label, "kind", f"unknown canary kind {kind_name!r} (expected {expected})")
+        problem = f"unknown canary kind {kind_name!r} (expected {expected})"
+        raise CatalogError(label, "kind", problem)
     try:
         parsed = _SpecFile.model_validate(raw)
     except ValidationError as exc:
@@ -203,9 +204,8 @@ def _load_file(root: Traversable, file: Traversable, label: str) -> CanarySpec:
             "canaries would pile up behind a slow one",
         )
     if parsed.latency_slo is not None and parsed.latency_slo >= deadline:
-        raise CatalogError(
-            label, "latency_slo", f"{parsed.latency_slo:g} s must be below the deadline ({deadline:g} s)"
-        )
+        problem = f"{parsed.latency_slo:g} s must be below the deadline ({deadline:g} s)"
+        raise CatalogError(label, "latency_slo", problem)
     if parsed.schema_ is not None:
         _check_schema(label, parsed.schema_)
     image = _load_image(root, label, parsed.image) if parsed.image is not None else None
@@ -294,7 +294,8 @@ def _load_image(root: Traversable, label: str, relative: str) -> bytes:
     try:
         data = asset.read_bytes()
     except OSError as exc:
-        raise CatalogError(label, "image", f"cannot read {relative!r}: {exc.strerror or exc}") from None
+        problem = f"cannot read {relative!r}: {exc.strerror or exc}"
+        raise CatalogError(label, "image", problem) from None
     if len(data) > MAX_IMAGE_BYTES:
         raise CatalogError(label, "image", f"{relative!r} is over {MAX_IMAGE_BYTES} bytes")
     try:
@@ -309,9 +310,8 @@ def _check_catalog(specs: Sequence[CanarySpec]) -> None:
     seen: dict[str, str] = {}
     for spec in specs:
         if spec.name in seen:
-            raise CatalogError(
-                spec.source, "name", f"duplicate canary name {spec.name!r} (also in {seen[spec.name]})"
-            )
+            problem = f"duplicate canary name {spec.name!r} (also in {seen[spec.name]})"
+            raise CatalogError(spec.source, "name", problem)
         seen[spec.name] = spec.source
     enabled = [s for s in specs if s.enabled]
     path_kinds = [s for s in enabled if s.kind is not CanaryKind.TEXT]

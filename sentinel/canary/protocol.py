@@ -11,15 +11,15 @@ from __future__ import annotations
 import copy
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from sentinel.canary.result import CanaryKind, Reason
 
 if TYPE_CHECKING:
     from sentinel.catalog import CanarySpec
 
-CHAT_ENDPOINT = "/v1/chat/completions"
-COMPLETIONS_ENDPOINT = "/v1/completions"
+CHAT_ENDPOINT: Final = "/v1/chat/completions"
+COMPLETIONS_ENDPOINT: Final = "/v1/completions"
 ENDPOINTS = (CHAT_ENDPOINT, COMPLETIONS_ENDPOINT)
 
 

@@ -84,7 +84,8 @@ class StructuredCanary:
         self, sent: CanaryRequest, reply: Reply, *, baseline_prompt_tokens: int | None
     ) -> Judgement:
         if not reply.text:
-            return Judgement(Reason.EMPTY, f"no generated text (finish_reason {reply.finish_reason!r})")
+            finish = reply.finish_reason
+            return Judgement(Reason.EMPTY, f"no generated text (finish_reason {finish!r})")
         try:
             value = json.loads(reply.text)
         except ValueError:
@@ -96,7 +97,8 @@ class StructuredCanary:
         validator = jsonschema.validators.validator_for(schema)(schema)
         error = jsonschema.exceptions.best_match(validator.iter_errors(value))
         if error is not None:
-            return Judgement(Reason.SCHEMA, f"reply does not match the schema sent: {error.message}")
+            problem = f"reply does not match the schema sent: {error.message}"
+            return Judgement(Reason.SCHEMA, problem)
         return OK
 
     def rejection(self, status: int, message: str) -> Reason | None:

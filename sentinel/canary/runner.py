@@ -1,0 +1,375 @@
+"""The canary runner: one canary request over HTTP, judged, as a frozen :class:`CanaryResult`.
+
+It owns the exchange (request, streaming, reply parsing) and the mapping of every
+foreign exception to a closed :class:`Reason`, in one place (:func:`classify`),
+so a failed probe never raises. It does not own time: the caller passes the
+deadline, the runner enforces it on the whole request or stream and, when it
+passes, closes the connection so vLLM aborts the request instead of finishing
+work nobody waits for. Cancellation of the caller's task propagates (after the
+connection is closed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import httpx_sse
+import structlog
+
+from sentinel.canary.kinds import KINDS
+from sentinel.canary.protocol import CHAT_ENDPOINT, CanaryKindProbe, CanaryRequest, Reply
+from sentinel.canary.result import CanaryResult, Reason
+from sentinel.catalog import CanarySpec
+
+log = structlog.get_logger(__name__)
+
+MAX_BODY_BYTES = 1 << 20  # a canary reply is tiny; a huge one is garbage, not worth reading
+MAX_DETAIL = 300
+MODELS_PATH = "/v1/models"
+
+
+class CanaryFailure(Exception):
+    """A failed exchange with its closed reason; raised inside the runner, never out of ``run``."""
+
+    def __init__(self, reason: Reason, detail: str, *, http_status: int | None = None) -> None:
+        super().__init__(detail)
+        self.reason = reason
+        self.detail = detail
+        self.http_status = http_status
+
+
+class ModelResolutionError(Exception):
+    """``/v1/models`` did not name a model; ``reason`` says why in the canary vocabulary."""
+
+    def __init__(self, reason: Reason, detail: str) -> None:
+        super().__init__(f"cannot resolve the served model ({reason}): {detail}")
+        self.reason = reason
+        self.detail = detail
+
+
+@dataclass(slots=True)
+class _Progress:
+    """What one exchange learned so far, kept when it fails part way."""
+
+    responded: bool = False  # response headers arrived
+    http_status: int | None = None
+    ttft: float | None = None
+
+
+def classify(exc: BaseException, *, responded: bool) -> tuple[Reason, str]:
+    """The one place foreign exceptions become reasons.
+
+    A connection that fails before any response is CONNECT (refused, reset,
+    unreachable); one that breaks after the headers is PROTOCOL, because the
+    server accepted the request and then broke its answer.
+    """
+    if isinstance(exc, CanaryFailure):
+        return exc.reason, exc.detail
+    if isinstance(exc, TimeoutError | httpx.TimeoutException):
+        return Reason.TIMEOUT, "deadline passed"
+    if isinstance(exc, httpx_sse.SSEError):
+        return Reason.BAD_BODY, f"broken event stream: {exc}"
+    if isinstance(exc, httpx.ConnectError):
+        return Reason.CONNECT, f"cannot connect: {exc}"
+    if isinstance(exc, httpx.TransportError | OSError):
+        if not responded:
+            return Reason.CONNECT, f"{type(exc).__name__}: {exc}"
+        return Reason.PROTOCOL, f"{type(exc).__name__}: {exc}"
+    if isinstance(exc, ValueError | KeyError | TypeError | UnicodeDecodeError):
+        return Reason.BAD_BODY, f"{type(exc).__name__}: {exc}"
+    return Reason.PROTOCOL, f"{type(exc).__name__}: {exc}"
+
+
+def new_nonce() -> str:
+    return secrets.token_hex(4)
+
+
+class CanaryRunner:
+    """Sends canaries to one server through a client the daemon owns.
+
+    The multimodal baseline (the prompt token count without the image) is
+    cached per (model, baseline request), so it costs one extra small request
+    per server model, not one per run.
+    """
+
+    def __init__(
+        self,
+        client: httpx.AsyncClient,
+        base_url: str,
+        *,
+        api_key: str | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        nonce: Callable[[], str] = new_nonce,
+    ) -> None:
+        self._client = client
+        self._base_url = base_url.rstrip("/")
+        self._api_key = api_key
+        self._clock = clock
+        self._nonce = nonce
+        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._baselines: dict[tuple[str, str], int] = {}
+
+    @property
+    def base_url(self) -> str:
+        return self._base_url
+
+    def forget_baselines(self) -> None:
+        """Drop cached baselines; the daemon calls it when the server restarts."""
+        self._baselines.clear()
+
+    async def resolve_model(self, *, deadline: float | None = None) -> str:
+        """The first model id ``/v1/models`` lists; raises :class:`ModelResolutionError`."""
+        progress = _Progress()
+        try:
+            async with asyncio.timeout(deadline):
+                payload = await self._get_json(MODELS_PATH, progress)
+        except Exception as exc:
+            reason, detail = classify(exc, responded=progress.responded)
+            raise ModelResolutionError(reason, self._scrub(detail)) from None
+        data = payload.get("data") if isinstance(payload, dict) else None
+        if not isinstance(data, list) or not data:
+            raise ModelResolutionError(Reason.BAD_BODY, f"{MODELS_PATH} lists no model")
+        first = data[0]
+        model_id = first.get("id") if isinstance(first, dict) else None
+        if not isinstance(model_id, str) or not model_id:
+            raise ModelResolutionError(Reason.BAD_BODY, f"{MODELS_PATH}: first entry has no id")
+        return model_id
+
+    async def run(self, spec: CanarySpec, *, model: str, deadline: float) -> CanaryResult:
+        """Send one canary and judge it. Never raises for a failed probe."""
+        probe = KINDS[spec.kind]
+        started = self._clock()
+        progress = _Progress()
+        reply: Reply | None = None
+        try:
+            sent = probe.build(spec, model=model, nonce=self._nonce())
+            async with asyncio.timeout(deadline):
+                reply = await self._exchange(spec, probe, sent.body, progress, started)
+                duration = self._clock() - started
+                baseline = await self._baseline(sent, model)
+            judgement = probe.judge(sent, reply, baseline_prompt_tokens=baseline)
+            reason, detail = judgement.reason, judgement.detail
+        except Exception as exc:
+            duration = self._clock() - started
+            reason, detail = classify(exc, responded=progress.responded)
+            if isinstance(exc, CanaryFailure) and exc.http_status is not None:
+                progress.http_status = exc.http_status
+            if reason is Reason.PROTOCOL and not isinstance(exc, httpx.HTTPError | OSError):
+                log.warning("canary_unexpected_error", canary=spec.name, error=detail)
+        return CanaryResult(
+            name=spec.name,
+            kind=spec.kind,
+            reason=reason,
+            started=started,
+            duration=duration,
+            detail=self._scrub(detail),
+            ttft=progress.ttft,
+            http_status=progress.http_status,
+            prompt_tokens=reply.prompt_tokens if reply else None,
+            completion_tokens=reply.completion_tokens if reply else None,
+            stream=spec.stream,
+        )
+
+    async def _baseline(self, sent: CanaryRequest, model: str) -> int | None:
+        if sent.baseline_body is None:
+            return None
+        key = (model, json.dumps(sent.baseline_body, sort_keys=True))
+        cached = self._baselines.get(key)
+        if cached is not None:
+            return cached
+        progress = _Progress()
+        try:
+            payload = await self._post_json(CHAT_ENDPOINT, sent.baseline_body, progress)
+            reply = _parse_reply(payload, chat=True)
+        except CanaryFailure as exc:
+            raise CanaryFailure(
+                exc.reason, f"baseline (no image): {exc.detail}", http_status=exc.http_status
+            ) from None
+        if reply.prompt_tokens is None:
+            raise CanaryFailure(Reason.BAD_BODY, "baseline (no image) has no usage.prompt_tokens")
+        self._baselines[key] = reply.prompt_tokens
+        return reply.prompt_tokens
+
+    async def _exchange(
+        self,
+        spec: CanarySpec,
+        probe: CanaryKindProbe,
+        body: Mapping[str, Any],
+        progress: _Progress,
+        started: float,
+    ) -> Reply:
+        chat = spec.endpoint == CHAT_ENDPOINT
+        url = self._base_url + spec.endpoint
+        # timeout=None: the caller's deadline is the only clock on a canary.
+        async with self._client.stream(
+            "POST", url, json=dict(body), headers=self._headers, timeout=None
+        ) as response:
+            progress.responded = True
+            progress.http_status = response.status_code
+            if not response.is_success:
+                raw = await _read_capped(response)
+                raise _status_failure(response.status_code, raw, probe)
+            if not spec.stream:
+                return _parse_reply(_decode_json(await _read_capped(response)), chat=chat)
+            return await self._read_stream(response, progress, started, chat=chat)
+
+    async def _read_stream(
+        self, response: httpx.Response, progress: _Progress, started: float, *, chat: bool
+    ) -> Reply:
+        text: list[str] = []
+        usage: Mapping[str, Any] = {}
+        finish_reason: str | None = None
+        async for event in httpx_sse.EventSource(response).aiter_sse():
+            if event.data == "[DONE]":
+                return Reply(
+                    text="".join(text),
+                    prompt_tokens=_int_or_none(usage.get("prompt_tokens")),
+                    completion_tokens=_int_or_none(usage.get("completion_tokens")),
+                    finish_reason=finish_reason,
+                )
+            if not event.data:
+                continue
+            chunk = _decode_json(event.data.encode())
+            if not isinstance(chunk, dict):
+                raise CanaryFailure(Reason.BAD_BODY, "stream chunk is not a JSON object")
+            if "error" in chunk:
+                status, message = _error_of(chunk)
+                raise CanaryFailure(
+                    Reason.HTTP_STATUS, f"error in stream: {message}", http_status=status
+                )
+            if isinstance(chunk.get("usage"), dict):
+                usage = chunk["usage"]
+            for choice in chunk.get("choices") or []:
+                if not isinstance(choice, dict):
+                    raise CanaryFailure(Reason.BAD_BODY, "stream choice is not an object")
+                piece = _choice_text(choice, chat=chat, delta=True)
+                if piece:
+                    if progress.ttft is None:
+                        progress.ttft = self._clock() - started
+                    text.append(piece)
+                if choice.get("finish_reason"):
+                    finish_reason = str(choice["finish_reason"])
+        raise CanaryFailure(Reason.BAD_BODY, "stream ended without [DONE]")
+
+    async def _get_json(self, path: str, progress: _Progress) -> Any:
+        async with self._client.stream(
+            "GET", self._base_url + path, headers=self._headers, timeout=None
+        ) as response:
+            progress.responded = True
+            progress.http_status = response.status_code
+            raw = await _read_capped(response)
+            if not response.is_success:
+                raise _status_failure(response.status_code, raw, None)
+            return _decode_json(raw)
+
+    async def _post_json(self, path: str, body: Mapping[str, Any], progress: _Progress) -> Any:
+        async with self._client.stream(
+            "POST", self._base_url + path, json=dict(body), headers=self._headers, timeout=None
+        ) as response:
+            progress.responded = True
+            progress.http_status = response.status_code
+            raw = await _read_capped(response)
+            if not response.is_success:
+                raise _status_failure(response.status_code, raw, None)
+            return _decode_json(raw)
+
+    def _scrub(self, detail: str) -> str:
+        """Details end up in logs, metrics views and /status: the key must never reach them."""
+        if self._api_key:
+            detail = detail.replace(self._api_key, "***")
+        return detail[:MAX_DETAIL]
+
+
+async def _read_capped(response: httpx.Response) -> bytes:
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in response.aiter_bytes():
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            raise CanaryFailure(Reason.BAD_BODY, f"reply larger than {MAX_BODY_BYTES} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _decode_json(raw: bytes) -> Any:
+    try:
+        return json.loads(raw)
+    except ValueError:
+        raise CanaryFailure(Reason.BAD_BODY, f"not JSON: {raw[:80]!r}") from None
+
+
+def _error_of(payload: Any) -> tuple[int | None, str]:
+    """The status and message of an error body, in either shape vLLM has used.
+
+    Current: ``{"error": {"message", "type", "param", "code"}}``; older:
+    ``{"object": "error", "message", "type", "code"}``.
+    """
+    if not isinstance(payload, dict):
+        return None, ""
+    inner = payload.get("error")
+    source = inner if isinstance(inner, dict) else payload
+    message = source.get("message")
+    if not isinstance(message, str):
+        message = inner if isinstance(inner, str) else ""
+    code = source.get("code")
+    return (code if isinstance(code, int) and not isinstance(code, bool) else None), message
+
+
+def _status_failure(status: int, raw: bytes, probe: CanaryKindProbe | None) -> CanaryFailure:
+    try:
+        payload: Any = json.loads(raw)
+    except ValueError:
+        payload = None
+    _, message = _error_of(payload)
+    if not message:
+        message = raw[:120].decode("utf-8", "replace")
+    if probe is not None:
+        special = probe.rejection(status, message)
+        if special is not None:
+            return CanaryFailure(special, f"HTTP {status}: {message}", http_status=status)
+    return CanaryFailure(Reason.HTTP_STATUS, f"HTTP {status}: {message}", http_status=status)
+
+
+def _int_or_none(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _choice_text(choice: Mapping[str, Any], *, chat: bool, delta: bool) -> str:
+    if not chat:
+        value = choice.get("text")
+    else:
+        message = choice.get("delta" if delta else "message")
+        if message is None and delta:
+            return ""
+        if not isinstance(message, dict):
+            raise CanaryFailure(Reason.BAD_BODY, "choice has no message")
+        value = message.get("content")
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise CanaryFailure(Reason.BAD_BODY, "generated text is not a string")
+    return value
+
+
+def _parse_reply(payload: Any, *, chat: bool) -> Reply:
+    if not isinstance(payload, dict):
+        raise CanaryFailure(Reason.BAD_BODY, "reply is not a JSON object")
+    choices = payload.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        raise CanaryFailure(Reason.BAD_BODY, "reply has no choices")
+    usage = payload.get("usage")
+    usage = usage if isinstance(usage, dict) else {}
+    finish = choices[0].get("finish_reason")
+    return Reply(
+        text=_choice_text(choices[0], chat=chat, delta=False),
+        prompt_tokens=_int_or_none(usage.get("prompt_tokens")),
+        completion_tokens=_int_or_none(usage.get("completion_tokens")),
+        finish_reason=str(finish) if finish is not None else None,
+    )
