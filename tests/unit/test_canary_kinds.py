@@ -1,4 +1,4 @@
-"""Canary kinds: what each sends (priority, nonces past vLLM's caches) and how replies are judged."""
+"""Canary kinds: what each sends (priority, nonces past caches) and how replies are judged."""
 
 from __future__ import annotations
 

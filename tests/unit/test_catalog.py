@@ -64,7 +64,8 @@ def test_defaults_load_with_design_values() -> None:
         )
     assert catalog.get("structured").schema == {"type": "string", "enum": ["ok-{nonce}"]}
     image = catalog.get("multimodal").image
-    assert image is not None and image.startswith(b"\x89PNG")
+    assert image is not None
+    assert image.startswith(b"\x89PNG")
 
 
 def test_a_directory_loads_with_kind_defaults(tmp_path: Path) -> None:
