@@ -10,10 +10,10 @@ from dataclasses import replace
 
 import pytest
 import structlog
-from structlog.typing import EventDict
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
+from structlog.typing import EventDict
 
 from sentinel.canary.result import CanaryKind, CanaryResult, Reason
 from sentinel.health import HealthState, ProbeAnswer
