@@ -120,11 +120,10 @@ class HttpServer:
         self._app = build_app(state, registry, extra_routes=extra_routes)
         self._host = host
         self._port = port
-        self._shutdown_timeout = shutdown_timeout
         # Probe traffic (3 endpoints every few seconds) drowns real events in an
         # access log, so it is off unless asked for.
         runner_options: dict[str, Any] = {} if access_log else {"access_log": None}
-        self._runner = web.AppRunner(self._app, **runner_options)
+        self._runner = web.AppRunner(self._app, shutdown_timeout=shutdown_timeout, **runner_options)
         self._bound: tuple[str, int] | None = None
 
     @property
@@ -150,9 +149,7 @@ class HttpServer:
 
     async def start(self) -> None:
         await self._runner.setup()
-        site = web.TCPSite(
-            self._runner, self._host, self._port, shutdown_timeout=self._shutdown_timeout
-        )
+        site = web.TCPSite(self._runner, self._host, self._port)
         try:
             await site.start()
         except BaseException:

@@ -1,0 +1,181 @@
+"""The HTTP view over a real socket: probe endpoints, /status, /metrics, extra routes."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import replace
+
+import httpx
+import pytest
+from aiohttp import web
+from prometheus_client import CollectorRegistry
+from prometheus_client.parser import text_string_to_metric_families
+
+from sentinel.health import HealthState, ProbeAnswer
+from sentinel.serve.http import HttpServer
+from sentinel.telemetry.metrics import SentinelMetrics
+
+CONTRACT = {
+    "sentinel_canary_total",
+    "sentinel_canary_duration_seconds",
+    "sentinel_canary_ttft_seconds",
+    "sentinel_verdict",
+    "sentinel_hang_detections_total",
+    "sentinel_priority_effective",
+    "sentinel_progress_age_seconds",
+    "sentinel_canaries_skipped_total",
+    "sentinel_diagnostics_duration_seconds",
+    "sentinel_diagnostics_failures_total",
+    "sentinel_enforce",
+    "sentinel_server_restarts_total",
+}
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def _incidents(request: web.Request) -> web.Response:
+    return web.json_response({"incidents": []})
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def state(clock: Clock) -> HealthState:
+    return HealthState(clock=clock)
+
+
+@pytest.fixture
+async def server(state: HealthState, clock: Clock) -> AsyncIterator[HttpServer]:
+    registry = CollectorRegistry()
+    SentinelMetrics(registry, state, clock=clock)
+    http = HttpServer(
+        state, registry, "127.0.0.1", 0, extra_routes=[web.get("/incidents", _incidents)]
+    )
+    await http.start()
+    try:
+        yield http
+    finally:
+        await http.stop()
+
+
+@pytest.fixture
+async def client(server: HttpServer) -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient(base_url=server.url, timeout=5.0) as c:
+        yield c
+
+
+async def test_binds_an_allocated_port(server: HttpServer) -> None:
+    assert server.port > 0
+    assert server.url == f"http://127.0.0.1:{server.port}"
+
+
+async def test_initial_answers(client: httpx.AsyncClient) -> None:
+    live = await client.get("/livez")
+    ready = await client.get("/readyz")
+    startup = await client.get("/startupz")
+    assert live.status_code == 200
+    assert live.json() == {"status": "ok", "reason": "no hang confirmed", "since": 0.0}
+    assert ready.status_code == 503
+    assert ready.json()["status"] == "fail"
+    assert startup.status_code == 503
+    assert startup.json()["reason"]
+
+
+async def test_endpoints_follow_published_snapshots(
+    state: HealthState, client: httpx.AsyncClient
+) -> None:
+    await state.publish(
+        replace(
+            state.snapshot(),
+            liveness=ProbeAnswer(False, "engine hang confirmed", since=42.0),
+            readiness=ProbeAnswer(False, "liveness fails", since=42.0),
+            startup=ProbeAnswer(True, "every canary kind succeeded", since=10.0),
+            priority_effective=True,
+            status={"target": "http://127.0.0.1:8000", "kinds": {"text": {"ok": False}}},
+        )
+    )
+    live = await client.get("/livez")
+    assert live.status_code == 503
+    assert live.json() == {"status": "fail", "reason": "engine hang confirmed", "since": 42.0}
+    assert (await client.get("/startupz")).status_code == 200
+
+    status = (await client.get("/status")).json()
+    assert status["target"] == "http://127.0.0.1:8000"
+    assert status["kinds"] == {"text": {"ok": False}}
+    assert status["liveness"]["status"] == "fail"
+    assert status["startup"]["status"] == "ok"
+    assert status["priority_effective"] is True
+    assert status["version"] == 1
+
+    await state.publish(
+        replace(state.snapshot(), liveness=ProbeAnswer(True, "no hang confirmed", since=50.0))
+    )
+    assert (await client.get("/livez")).status_code == 200
+
+
+async def test_healthz_fails_when_a_loop_stops_ticking(
+    state: HealthState, clock: Clock, client: httpx.AsyncClient
+) -> None:
+    state.beat("scheduler", max_gap=3.0)
+    ok = await client.get("/healthz")
+    assert ok.status_code == 200
+    clock.now += 10.0
+    stale = await client.get("/healthz")
+    assert stale.status_code == 503
+    assert "scheduler" in stale.json()["reason"]
+
+
+async def test_metrics_parse_back_with_every_contract_name(
+    state: HealthState, client: httpx.AsyncClient
+) -> None:
+    await state.publish(replace(state.snapshot(), priority_effective=False, progress_at=990.0))
+    response = await client.get("/metrics")
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/plain; version=0.0.4")
+    families = {f.name: f for f in text_string_to_metric_families(response.text)}
+    # The parser names counter families without `_total`.
+    exposed = {name if f.type != "counter" else name + "_total" for name, f in families.items()}
+    assert exposed >= CONTRACT
+    (age,) = families["sentinel_progress_age_seconds"].samples
+    assert age.value == 10.0
+
+
+async def test_metrics_negotiate_openmetrics(client: httpx.AsyncClient) -> None:
+    response = await client.get(
+        "/metrics", headers={"Accept": "application/openmetrics-text; version=1.0.0"}
+    )
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("application/openmetrics-text")
+    assert response.text.rstrip().endswith("# EOF")
+
+
+async def test_extra_routes_are_served(client: httpx.AsyncClient) -> None:
+    response = await client.get("/incidents")
+    assert response.status_code == 200
+    assert response.json() == {"incidents": []}
+    assert (await client.get("/nope")).status_code == 404
+
+
+async def test_stop_closes_the_port(state: HealthState) -> None:
+    http = HttpServer(state, CollectorRegistry(), "127.0.0.1", 0)
+    await http.start()
+    url = http.url
+    await http.stop()
+    async with httpx.AsyncClient(timeout=2.0) as c:
+        with pytest.raises(httpx.ConnectError):
+            await c.get(url + "/livez")
+
+
+async def test_start_fails_on_a_taken_port(server: HttpServer, state: HealthState) -> None:
+    second = HttpServer(state, CollectorRegistry(), "127.0.0.1", server.port)
+    with pytest.raises(OSError, match="address already in use"):
+        await second.start()
