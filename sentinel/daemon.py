@@ -1,0 +1,453 @@
+"""The daemon: wires evidence, canaries, verdict and views under one TaskGroup.
+
+Long-running loops (canaries, ``/metrics`` scrape, ``/health`` poll, process
+watch, evaluation, diagnostics, gRPC publishing) all run in one
+``asyncio.TaskGroup``: if one dies, the group cancels the rest and ``run``
+raises, so the process exits non-zero and Kubernetes restarts the sidecar.
+Shutdown is ordered and bounded: every service NOT_SERVING, loops cancelled,
+servers stopped, clients closed.
+
+The evaluation loop is the single writer of :class:`HealthState`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+from prometheus_client import CollectorRegistry
+
+from sentinel import __version__
+from sentinel.canary.result import CanaryKind, CanaryResult, Reason
+from sentinel.canary.runner import CanaryRunner
+from sentinel.catalog import Catalog, load_catalog
+from sentinel.config import Settings, effective_config, read_api_key, split_host_port
+from sentinel.evidence.failure import EvidenceFailure
+from sentinel.evidence.metrics import MetricsScraper, ScrapeError
+from sentinel.evidence.processes import ProcessWatcher, SchedulingPolicy
+from sentinel.evidence.vllm_health import VllmHealthPoller
+from sentinel.health import HealthSnapshot, HealthState
+from sentinel.ledger import Ledger
+from sentinel.scheduler import Scheduler, apply_overrides
+from sentinel.serve.grpc import GrpcHealthServer
+from sentinel.serve.http import HttpServer
+from sentinel.telemetry.logging import get_logger
+from sentinel.telemetry.metrics import SentinelMetrics
+from sentinel.verdict import Action, Hang, Verdict, VerdictState, evaluate
+
+log = get_logger("sentinel.daemon")
+
+METRICS_KEPT = 5  # recent raw /metrics texts kept for diagnostics bundles
+
+
+@dataclass(slots=True)
+class Transition:
+    at: float
+    probe: str
+    ok: bool
+    reason: str
+
+
+@dataclass(slots=True)
+class DaemonStatus:
+    """Mutable bits the daemon reports in ``/status`` beside the verdict."""
+
+    priority_policy: str | None = None
+    priority_source: str = "unknown"
+    transitions: deque[Transition] = field(default_factory=lambda: deque(maxlen=100))
+    metrics_texts: deque[tuple[float, str]] = field(
+        default_factory=lambda: deque(maxlen=METRICS_KEPT)
+    )
+    last_scrape_error: str = ""
+    hangs_confirmed: int = 0
+
+
+class Daemon:
+    """``sentinel run``: one target, one health state, one TaskGroup."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        catalog: Catalog | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        api_key: str | None = None,
+    ) -> None:
+        self.settings = settings
+        self.clock = clock
+        self.catalog = catalog if catalog is not None else load_catalog(settings.probes)
+        self.specs = apply_overrides(self.catalog.enabled(), settings.canaries)
+        self.api_key = api_key if api_key is not None else read_api_key(settings)
+        self.policy = settings.policy()
+        self.registry = CollectorRegistry()
+        self.state = HealthState(enforce=settings.enforce, clock=clock)
+        self.metrics = SentinelMetrics(self.registry, self.state, clock=clock)
+        self.ledger = Ledger(self._kinds(), clock())
+        self.verdict_state = VerdictState()
+        self.verdict: Verdict | None = None
+        self.status = DaemonStatus()
+        self.started = asyncio.Event()
+        self.http: HttpServer | None = None
+        self.grpc: GrpcHealthServer | None = None
+        self.runner: CanaryRunner | None = None
+        self._seen_epoch = self.ledger.epoch
+
+    def _kinds(self) -> list[tuple[CanaryKind, Action, float | None]]:
+        kinds: dict[CanaryKind, tuple[CanaryKind, Action, float | None]] = {}
+        for spec in self.specs:
+            if spec.enabled and spec.kind not in kinds:
+                kinds[spec.kind] = (spec.kind, Action(spec.policy), spec.latency_slo)
+        return list(kinds.values())
+
+    # -- lifecycle ----------------------------------------------------------
+    async def run(self, stop: asyncio.Event) -> None:
+        """Serve until ``stop`` is set; raise if any loop dies."""
+        settings = self.settings
+        host, port = split_host_port(settings.listen)
+        self.http = HttpServer(
+            self.state, self.registry, host, port, shutdown_timeout=settings.shutdown_timeout
+        )
+        self.grpc = GrpcHealthServer(self.state, settings.grpc_listen)
+        timeout = httpx.Timeout(10.0, connect=2.0)
+        limits = httpx.Limits(max_connections=32, max_keepalive_connections=8)
+        async with (
+            httpx.AsyncClient(timeout=timeout, limits=limits) as evidence_client,
+            httpx.AsyncClient(timeout=timeout, limits=limits) as canary_client,
+        ):
+            runner = CanaryRunner(
+                canary_client, settings.target, api_key=self.api_key, clock=self.clock
+            )
+            self.runner = runner
+            scheduler = Scheduler(
+                self.specs,
+                runner,
+                self.ledger,
+                self.metrics,
+                idle_window=settings.idle_window,
+                configured_model=settings.model,
+                clock=self.clock,
+                beat=self.state.beat,
+                on_result=self._log_result,
+            )
+            scraper = MetricsScraper(
+                evidence_client, settings.target, self.clock, timeout=settings.scrape_interval
+            )
+            health = VllmHealthPoller(evidence_client, settings.target, self.clock)
+            watcher = ProcessWatcher(self.clock) if settings.watch_processes else None
+            await self.http.start()
+            try:
+                await self.grpc.start()
+            except BaseException:
+                await self.http.stop()
+                raise
+            log.info(
+                "sentinel_started",
+                version=__version__,
+                target=settings.target,
+                http_port=self.http.port,
+                grpc_port=self.grpc.port,
+                enforce=settings.enforce,
+                canaries=[s.name for s in self.specs],
+            )
+            self.started.set()
+            try:
+                async with asyncio.TaskGroup() as group:
+                    loops = [
+                        group.create_task(scheduler.run(), name="scheduler"),
+                        group.create_task(self._scrape_loop(scraper), name="scrape"),
+                        group.create_task(self._health_loop(health), name="vllm-health"),
+                        group.create_task(self._evaluate_loop(), name="evaluate"),
+                        group.create_task(self.grpc.publish(), name="grpc-publish"),
+                    ]
+                    if watcher is not None:
+                        loops.append(
+                            group.create_task(self._process_loop(watcher), name="processes")
+                        )
+                    await stop.wait()
+                    log.info("sentinel_stopping")
+                    await self.grpc.stop(grace=min(1.0, settings.shutdown_timeout))
+                    for task in loops:
+                        task.cancel()
+            finally:
+                await self._shutdown()
+
+    async def _shutdown(self) -> None:
+        """Ordered, bounded: gRPC NOT_SERVING and closed, then the HTTP listener."""
+        bound = self.settings.shutdown_timeout
+        if self.grpc is not None:
+            try:
+                async with asyncio.timeout(bound):
+                    await self.grpc.stop(grace=min(1.0, bound))
+            except TimeoutError:
+                log.warning("grpc_stop_timed_out")
+        if self.http is not None:
+            try:
+                async with asyncio.timeout(bound):
+                    await self.http.stop()
+            except TimeoutError:
+                log.warning("http_stop_timed_out")
+        log.info("sentinel_stopped")
+
+    # -- evidence loops -----------------------------------------------------
+    async def _scrape_loop(self, scraper: MetricsScraper) -> None:
+        interval = self.settings.scrape_interval
+        previous_at = float("-inf")
+        while True:
+            self.state.beat("scrape", interval * 3 + 5)
+            started = self.clock()
+            try:
+                sample = await scraper.scrape()
+            except ScrapeError as exc:
+                self.status.last_scrape_error = f"{exc.reason.value}: {exc.detail}"
+                if exc.reason is EvidenceFailure.CONNECT:
+                    self.ledger.saw_refusal(self.clock())
+            else:
+                self.status.last_scrape_error = ""
+                self.ledger.saw_answer()
+                if scraper.last_text is not None:
+                    self.status.metrics_texts.append((time.time(), scraper.last_text))
+                moving = self.ledger.last_canary_activity > previous_at
+                update = self.ledger.progress.observe(sample, canaries_moving=moving)
+                previous_at = sample.at
+                if update.restarted:
+                    self.ledger.new_epoch("a vLLM counter went down", self.clock())
+            await asyncio.sleep(max(0.0, started + interval - self.clock()))
+
+    async def _health_loop(self, poller: VllmHealthPoller) -> None:
+        interval = self.settings.health_interval
+        while True:
+            self.state.beat("vllm-health", interval * 3 + 5)
+            started = self.clock()
+            poll = await poller.poll()
+            if poll.failure is EvidenceFailure.CONNECT:
+                self.ledger.saw_refusal(self.clock())
+            elif poll.status is not None:
+                self.ledger.observe_health(poll.status, self.clock())
+            await asyncio.sleep(max(0.0, started + interval - self.clock()))
+
+    async def _process_loop(self, watcher: ProcessWatcher) -> None:
+        interval = self.settings.process_interval
+        while True:
+            self.state.beat("processes", interval * 3 + 5)
+            started = self.clock()
+            snapshot = await watcher.sample_async()
+            self.ledger.observe_processes(snapshot, self.clock())
+            await asyncio.sleep(max(0.0, started + interval - self.clock()))
+
+    # -- the single writer --------------------------------------------------
+    async def _evaluate_loop(self) -> None:
+        interval = self.settings.eval_interval
+        while True:
+            self.state.beat("evaluate", interval * 4 + 5)
+            now = self.clock()
+            await self.evaluate_once(now)
+            await asyncio.sleep(max(0.0, now + interval - self.clock()))
+
+    async def evaluate_once(self, now: float) -> Verdict:
+        """Judge the ledger at ``now`` and publish the result."""
+        ledger = self.ledger
+        if ledger.epoch != self._seen_epoch:
+            self._seen_epoch = ledger.epoch
+            self.metrics.server_restarted()
+            if self.runner is not None:
+                self.runner.forget_baselines()
+            log.warning("server_restart_seen", epoch=ledger.epoch, reason=ledger.epoch_reason)
+        evidence = ledger.evidence(now, freshness=self.settings.scrape_interval * 3 + 1)
+        previous = self.verdict
+        self.verdict_state, verdict = evaluate(self.verdict_state, evidence, self.policy, now)
+        self.verdict = verdict
+        ledger.startup_passed = verdict.startup.ok
+        for hang in verdict.new_hangs:
+            self._hang_confirmed(hang, verdict)
+        self._log_transitions(previous, verdict, now)
+        self._update_priority()
+        await self.state.publish(self._snapshot(verdict, now))
+        return verdict
+
+    def _hang_confirmed(self, hang: Hang, verdict: Verdict) -> None:
+        self.metrics.hang_detected(hang.kind)
+        self.status.hangs_confirmed += 1
+        if verdict.brake_engaged:
+            outcome = "brake engaged: unready, not restarting"
+        elif hang.action is Action.RESTART and not self.settings.enforce:
+            outcome = "would restart (observe-only)"
+        else:
+            outcome = {
+                Action.RESTART: "liveness failing",
+                Action.UNREADY: "readiness failing",
+                Action.ALERT: "alert only",
+            }[hang.action]
+        log.warning(
+            "hang_confirmed",
+            kind=hang.kind.value,
+            action=hang.action.value,
+            outcome=outcome,
+            reason=hang.reason,
+        )
+
+    def _log_transitions(self, previous: Verdict | None, verdict: Verdict, now: float) -> None:
+        for probe in ("liveness", "readiness", "startup"):
+            answer = getattr(verdict, probe)
+            before = None if previous is None else getattr(previous, probe)
+            if before is None or before.ok != answer.ok:
+                self.status.transitions.append(Transition(now, probe, answer.ok, answer.reason))
+                log.info("verdict_changed", probe=probe, ok=answer.ok, reason=answer.reason)
+
+    def _update_priority(self) -> None:
+        configured = self.settings.scheduling_policy
+        policy: str | None
+        if configured != "auto":
+            policy, source = configured, "config"
+        else:
+            snapshot = self.ledger.processes
+            found = None if snapshot is None else snapshot.scheduling_policy
+            policy = None if found is None else found.value
+            source = "engine command line" if found is not None else "unknown"
+        if policy != self.status.priority_policy:
+            self.status.priority_policy, self.status.priority_source = policy, source
+            effective = policy == SchedulingPolicy.PRIORITY.value
+            if policy is None:
+                log.info("priority_unknown", why="no vLLM process visible and none configured")
+            elif effective:
+                log.info("priority_effective", policy=policy, source=source)
+            else:
+                log.warning(
+                    "priority_not_effective",
+                    policy=policy,
+                    source=source,
+                    why="vLLM ignores request priority unless run with "
+                    "--scheduling-policy priority",
+                )
+
+    def _log_result(self, result: CanaryResult) -> None:
+        fields: dict[str, Any] = {
+            "canary": result.name,
+            "kind": result.kind.value,
+            "ok": result.ok,
+            "reason": result.reason.value,
+            "duration": round(result.duration, 4),
+        }
+        if result.ttft is not None:
+            fields["ttft"] = round(result.ttft, 4)
+        if result.detail:
+            fields["detail"] = result.detail
+        if result.ok:
+            log.info("canary", **fields)
+        else:
+            log.warning("canary", **fields)
+
+    # -- the view -----------------------------------------------------------
+    def _snapshot(self, verdict: Verdict, now: float) -> HealthSnapshot:
+        policy = self.status.priority_policy
+        effective = None if policy is None else policy == SchedulingPolicy.PRIORITY.value
+        return HealthSnapshot(
+            liveness=verdict.liveness,
+            readiness=verdict.readiness,
+            startup=verdict.startup,
+            enforce=self.settings.enforce,
+            priority_effective=effective,
+            progress_at=self.ledger.progress.last_progress_at,
+            status=self._status_document(verdict, now, effective),
+        )
+
+    def _status_document(
+        self, verdict: Verdict, now: float, priority_effective: bool | None
+    ) -> dict[str, Any]:
+        ledger = self.ledger
+
+        def age(t: float | None) -> float | None:
+            return None if t is None else round(now - t, 3)
+
+        canaries: dict[str, Any] = {}
+        for kind, record in ledger.records.items():
+            canaries[kind.value] = {
+                "enabled": record.enabled,
+                "disabled_reason": record.disabled_reason or None,
+                "action": record.action.value,
+                "outstanding_for": [age(t) for t in record.outstanding.values()],
+                "last": [_result_json(r, now) for r in list(record.results)[-10:]],
+                "passing": bool(record.results) and record.results[-1].ok,
+            }
+        processes = ledger.processes
+        return {
+            "version": __version__,
+            "target": self.settings.target,
+            "model": ledger.model,
+            "enforce": self.settings.enforce,
+            "server": {
+                "epoch": ledger.epoch,
+                "epoch_age": age(ledger.epoch_started),
+                "epoch_reason": ledger.epoch_reason,
+                "reachable": ledger.reachable,
+                "vllm_health_status": ledger.health_status,
+            },
+            "priority": {
+                "policy": self.status.priority_policy,
+                "source": self.status.priority_source,
+                "effective": priority_effective,
+            },
+            "evidence": {
+                "progress_signals": list(ledger.progress.signals),
+                "progress_available": bool(ledger.progress.signals),
+                "progress_age": age(ledger.progress.last_progress_at),
+                "real_completion_age": age(ledger.progress.last_real_completion_at),
+                "last_scrape_age": age(ledger.progress.last_sample_at),
+                "last_scrape_error": self.status.last_scrape_error or None,
+                "engine_down": ledger.engine_down_detail or None,
+                "processes": None
+                if processes is None
+                else {
+                    "api": None
+                    if processes.api is None
+                    else {"pid": processes.api.pid, "state": processes.api.state.value},
+                    "engines": [
+                        {"pid": p.pid, "name": p.name, "role": p.role.value, "state": p.state.value}
+                        for p in processes.engine_processes
+                    ],
+                },
+            },
+            "canaries": canaries,
+            "verdict": {
+                "hangs": [
+                    {
+                        "kind": h.kind.value,
+                        "action": h.action.value,
+                        "reason": h.reason,
+                        "for": age(h.since),
+                    }
+                    for h in verdict.hangs
+                ],
+                "brake_engaged": verdict.brake_engaged,
+                "would_restart": verdict.would_restart,
+                "hang_episodes_last_hour": len(
+                    [t for t in self.verdict_state.episodes if now - t < self.policy.brake_window]
+                ),
+            },
+            "history": [
+                {"ago": age(t.at), "probe": t.probe, "ok": t.ok, "reason": t.reason}
+                for t in self.status.transitions
+            ],
+            "config": effective_config(self.settings),
+        }
+
+
+def _result_json(result: CanaryResult, now: float) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "name": result.name,
+        "ok": result.ok,
+        "reason": result.reason.value,
+        "ago": round(now - result.finished, 3),
+        "duration": round(result.duration, 4),
+    }
+    if result.ttft is not None:
+        out["ttft"] = round(result.ttft, 4)
+    if result.detail:
+        out["detail"] = result.detail
+    if result.reason is not Reason.OK and result.http_status is not None:
+        out["http_status"] = result.http_status
+    return out
