@@ -1,0 +1,204 @@
+"""The ``sentinel`` command: run, probe, demo, check-config, diagnose, doctor.
+
+Exit codes: 0 success (healthy), 1 unhealthy or a runtime failure, 2 a usage
+or configuration error (argparse's own convention for bad usage).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from sentinel import __version__
+from sentinel.config import ConfigError, Settings, env_name, load_settings
+
+EXIT_OK, EXIT_UNHEALTHY, EXIT_USAGE = 0, 1, 2
+
+
+def _bool(value: str) -> bool:
+    lowered = value.strip().lower()
+    if lowered in ("true", "1", "yes", "on"):
+        return True
+    if lowered in ("false", "0", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {value!r}")
+
+
+def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    defaults = Settings()
+    parser.add_argument("--target", help=f"inference server base URL (default {defaults.target})")
+    parser.add_argument("--listen", help=f"HTTP HOST:PORT (default {defaults.listen})")
+    parser.add_argument(
+        "--grpc-listen", help=f"gRPC health HOST:PORT (default {defaults.grpc_listen})"
+    )
+    parser.add_argument("--probes", type=Path, help="canary catalog directory (default: built-in)")
+    parser.add_argument("--config", type=Path, help="YAML settings file")
+    parser.add_argument(
+        "--enforce",
+        type=_bool,
+        help="true: a confirmed hang fails liveness; false: observe-only (default true)",
+    )
+    parser.add_argument("--api-key-file", type=Path, help="file holding the target's API key")
+    parser.add_argument(
+        "--diagnostics-dir",
+        type=Path,
+        help=f"incident bundles (default {defaults.diagnostics_dir})",
+    )
+    parser.add_argument("--model", help="model name to address (default: from /v1/models)")
+    parser.add_argument("--log-format", choices=["auto", "json", "console"])
+    parser.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+
+
+RUN_FLAGS = (
+    "target",
+    "listen",
+    "grpc_listen",
+    "probes",
+    "enforce",
+    "api_key_file",
+    "diagnostics_dir",
+    "model",
+    "log_format",
+    "log_level",
+)
+
+
+def settings_from_args(args: argparse.Namespace) -> Settings:
+    flags = {name: getattr(args, name, None) for name in RUN_FLAGS}
+    return load_settings(getattr(args, "config", None), os.environ, flags)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="sentinel",
+        description="Health-checking sidecar for LLM inference servers: "
+        "is this server still producing tokens?",
+        epilog=f"Every run option is also read from {env_name('<option>')} "
+        "environment variables (e.g. SENTINEL_TARGET, SENTINEL_API_KEY_FILE).",
+    )
+    parser.add_argument("--version", action="version", version=f"sentinel {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    run = sub.add_parser("run", help="the sidecar daemon")
+    _add_run_arguments(run)
+
+    from sentinel.probe import add_probe_arguments
+
+    probe = sub.add_parser("probe", help="one-shot canary probe of OpenAI-compatible endpoints")
+    add_probe_arguments(probe)
+
+    demo = sub.add_parser("demo", help="simulated vLLM + sentinel + a silent hang, with a timeline")
+    demo.add_argument(
+        "--fast",
+        action="store_true",
+        help="shortened timings (the default uses the shipped defaults)",
+    )
+    demo.add_argument("--diagnostics-dir", type=Path, help="where the incident bundle goes")
+
+    check = sub.add_parser("check-config", help="validate a settings file (and its catalog)")
+    check.add_argument("file", type=Path)
+
+    from sentinel.diagnostics.commands import add_diagnose_arguments, add_doctor_arguments
+
+    add_diagnose_arguments(sub.add_parser("diagnose", help="capture a diagnostics bundle now"))
+    add_doctor_arguments(sub.add_parser("doctor", help="check the pod's setup for pitfalls"))
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    command: str = args.command
+    try:
+        if command == "run":
+            return _run(args)
+        if command == "probe":
+            from sentinel.probe import probe_main
+
+            return probe_main(args)
+        if command == "demo":
+            from sentinel.demo import demo_main
+
+            return demo_main(args)
+        if command == "check-config":
+            return _check_config(args.file)
+        if command == "diagnose":
+            from sentinel.diagnostics.commands import diagnose_main
+
+            return diagnose_main(args)
+        if command == "doctor":
+            from sentinel.diagnostics.commands import doctor_main
+
+            return doctor_main(args)
+    except ConfigError as exc:
+        print(f"sentinel {command}: configuration error:\n{exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return 130
+    raise AssertionError(f"unhandled command {command}")
+
+
+def _configure_logging(settings: Settings) -> None:
+    from sentinel.telemetry.logging import configure_logging
+
+    configure_logging(settings.log_level, renderer=settings.log_format)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from sentinel.catalog import CatalogError
+
+    settings = settings_from_args(args)
+    _configure_logging(settings)
+    try:
+        from sentinel.daemon import Daemon
+
+        daemon = Daemon(settings)
+    except CatalogError as exc:
+        raise ConfigError(str(exc)) from None
+    except KeyError as exc:
+        raise ConfigError(f"canaries: no canary named {exc.args[0]} in the catalog") from None
+    return asyncio.run(_serve(daemon))
+
+
+async def _serve(daemon: Any) -> int:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await daemon.run(stop)
+    except* Exception as group:
+        from sentinel.telemetry.logging import get_logger
+
+        for exc in group.exceptions:
+            get_logger("sentinel").error("sentinel_failed", error=repr(exc), exc_info=exc)
+        return EXIT_UNHEALTHY
+    return EXIT_OK
+
+
+def _check_config(path: Path) -> int:
+    from sentinel.catalog import CatalogError, load_catalog
+    from sentinel.scheduler import apply_overrides
+
+    settings = load_settings(path, env={}, flags={})
+    try:
+        catalog = load_catalog(settings.probes)
+        specs = apply_overrides(catalog.enabled(), settings.canaries)
+    except CatalogError as exc:
+        raise ConfigError(str(exc)) from None
+    except KeyError as exc:
+        raise ConfigError(
+            f"{path}: canaries: no canary named {exc.args[0]} in the catalog"
+        ) from None
+    names = ", ".join(f"{s.name} ({s.kind.value}, every {s.interval:g}s)" for s in specs)
+    print(f"{path}: ok; target {settings.target}; canaries: {names}")
+    return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())
