@@ -170,12 +170,15 @@ async def _serve(daemon: Any) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    failures: list[Exception] = []
     try:
         await daemon.run(stop)
     except* Exception as group:
+        failures.extend(group.exceptions)
+    if failures:
         from sentinel.telemetry.logging import get_logger
 
-        for exc in group.exceptions:
+        for exc in failures:
             get_logger("sentinel").error("sentinel_failed", error=repr(exc), exc_info=exc)
         return EXIT_UNHEALTHY
     return EXIT_OK

@@ -54,6 +54,7 @@ async def _poll(
 
 async def _demo(fast: bool, diagnostics_dir: Path | None) -> int:
     from chaos.sim.launch import SimProcess
+
     from sentinel.daemon import Daemon
     from sentinel.telemetry.logging import configure_logging
 
@@ -78,7 +79,8 @@ async def _demo(fast: bool, diagnostics_dir: Path | None) -> int:
         task = asyncio.create_task(daemon.run(stop))
         try:
             await asyncio.wait_for(daemon.started.wait(), 15)
-            assert daemon.http is not None and daemon.grpc is not None
+            assert daemon.http is not None
+            assert daemon.grpc is not None
             base = daemon.http.url
             tl.say(
                 f"sentinel listening: HTTP {base}, gRPC 127.0.0.1:{daemon.grpc.port}; "
