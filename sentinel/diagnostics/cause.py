@@ -1,0 +1,169 @@
+"""The one-line cause of a suspected hang, classified from what the kernel says.
+
+Owns the closed :class:`CauseClass` enum and the pure classifier
+:func:`classify`. The inputs are only scheduling state, CPU use over a short
+window and the kernel wait channel of each vLLM process. Stack frames are kept
+out on purpose: a classifier that recognised fault-injection frames would pass
+every chaos test and say nothing about a real hang.
+
+Rules, first match wins (the order goes from "no doubt" to "inferred"):
+
+1. *process gone*: no vLLM process is visible, or one is a zombie, dead or
+   vanished while the bundle was taken.
+2. *process stopped*: a process is stopped (SIGSTOP, or a tracer holds it).
+3. *uninterruptible wait*: a process sleeps in state D, typically inside a GPU
+   driver call or on I/O; the wait channel says where.
+4. *engine spinning* / *engine blocked*: the engine process decides. The
+   EngineCore (the scheduler loop) when it is visible, else the busiest
+   engine-side process, else the busiest process: high CPU with no progress is
+   spinning, low CPU is blocked (waiting on a lock, a queue, a pipe, a peer).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class CauseClass(StrEnum):
+    ENGINE_BLOCKED = "engine_blocked"
+    ENGINE_SPINNING = "engine_spinning"
+    PROCESS_STOPPED = "process_stopped"
+    UNINTERRUPTIBLE_WAIT = "uninterruptible_wait"
+    PROCESS_GONE = "process_gone"
+
+
+class ProcessRole(StrEnum):
+    """What a vLLM process is, told from its title or command line."""
+
+    API_SERVER = "api_server"
+    ENGINE_CORE = "engine_core"
+    WORKER = "worker"
+    OTHER = "other"
+
+
+class ProcessStatus(StrEnum):
+    """A process's scheduling state as the bundle reports it."""
+
+    RUNNING = "running"
+    SLEEPING = "sleeping"
+    IDLE = "idle"
+    STOPPED = "stopped"
+    DISK_WAIT = "disk-wait"
+    ZOMBIE = "zombie"
+    DEAD = "dead"
+    GONE = "gone"  # vanished between discovery and the snapshot
+    UNKNOWN = "unknown"  # unreadable (the reason is recorded beside it)
+
+
+# Percent of one core over the measurement window. A Python loop spinning on one
+# core shows 90-100 %; a process blocked on a queue shows well under 5 %. The
+# threshold sits low enough that a spinning process sharing an oversubscribed
+# core with a neighbour still counts as spinning.
+SPINNING_CPU_PERCENT = 50.0
+
+_GONE = frozenset({ProcessStatus.ZOMBIE, ProcessStatus.DEAD, ProcessStatus.GONE})
+_ENGINE_ROLES = (ProcessRole.ENGINE_CORE, ProcessRole.WORKER)
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessObservation:
+    """What the classifier may look at for one process."""
+
+    pid: int
+    title: str
+    role: ProcessRole
+    status: ProcessStatus
+    cpu_percent: float | None = None
+    wchan: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Cause:
+    cause: CauseClass
+    summary: str  # one line for humans, Events and logs
+    pid: int | None = None  # the process the cause was read from
+
+
+def classify(
+    processes: Sequence[ProcessObservation],
+    *,
+    spinning_cpu_percent: float = SPINNING_CPU_PERCENT,
+) -> Cause:
+    """Name the most likely cause of a hang from the state of the vLLM processes."""
+    if not processes:
+        return Cause(CauseClass.PROCESS_GONE, "process gone: no vLLM process is visible")
+
+    for proc in _by_role(processes):
+        if proc.status in _GONE:
+            return Cause(
+                CauseClass.PROCESS_GONE,
+                f"process gone: {_name(proc)} is {proc.status.value}",
+                proc.pid,
+            )
+    for proc in _by_role(processes):
+        if proc.status is ProcessStatus.STOPPED:
+            return Cause(
+                CauseClass.PROCESS_STOPPED,
+                f"process stopped: {_name(proc)} is stopped (SIGSTOP or a tracer); "
+                "it cannot make progress until it is continued",
+                proc.pid,
+            )
+    for proc in _by_role(processes):
+        if proc.status is ProcessStatus.DISK_WAIT:
+            return Cause(
+                CauseClass.UNINTERRUPTIBLE_WAIT,
+                f"uninterruptible wait: {_name(proc)} sleeps in state D"
+                f"{_in_wchan(proc)} (driver call or I/O)",
+                proc.pid,
+            )
+
+    engine = _deciding_process(processes)
+    cpu = engine.cpu_percent
+    if cpu is not None and cpu >= spinning_cpu_percent:
+        return Cause(
+            CauseClass.ENGINE_SPINNING,
+            f"engine spinning: {_name(engine)} uses {cpu:.0f}% CPU with no progress",
+            engine.pid,
+        )
+    cpu_text = "unknown CPU" if cpu is None else f"{cpu:.0f}% CPU"
+    return Cause(
+        CauseClass.ENGINE_BLOCKED,
+        f"engine blocked: {_name(engine)} is {engine.status.value} at {cpu_text}"
+        f"{_in_wchan(engine)}, waiting on something that does not come",
+        engine.pid,
+    )
+
+
+def _by_role(processes: Sequence[ProcessObservation]) -> list[ProcessObservation]:
+    """Engine processes first: a stopped worker explains more than a stopped helper."""
+    order = {
+        ProcessRole.ENGINE_CORE: 0,
+        ProcessRole.WORKER: 1,
+        ProcessRole.API_SERVER: 2,
+        ProcessRole.OTHER: 3,
+    }
+    return sorted(processes, key=lambda p: (order[p.role], p.pid))
+
+
+def _deciding_process(processes: Sequence[ProcessObservation]) -> ProcessObservation:
+    cores = [p for p in processes if p.role is ProcessRole.ENGINE_CORE]
+    if cores:
+        return max(cores, key=_cpu)
+    engine_side = [p for p in processes if p.role in _ENGINE_ROLES]
+    return max(engine_side or processes, key=_cpu)
+
+
+def _cpu(proc: ProcessObservation) -> float:
+    return -1.0 if proc.cpu_percent is None else proc.cpu_percent
+
+
+def _name(proc: ProcessObservation) -> str:
+    return f"{proc.title or proc.role.value} (pid {proc.pid})"
+
+
+def _in_wchan(proc: ProcessObservation) -> str:
+    if proc.wchan and proc.wchan != "0":
+        return f" in {proc.wchan}"
+    return ""

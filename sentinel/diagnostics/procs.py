@@ -1,0 +1,334 @@
+"""The process-tree section of a bundle: every vLLM process, as psutil sees it.
+
+Owns discovery of vLLM processes for diagnostics (by process title or command
+line, plus their descendants) and the per-process snapshot: pid, parent,
+title, status, CPU use over a short window, kernel wait channel, threads, RSS,
+open files, connections, start time and the (redacted) environment.
+
+Capture happens in two steps so that nothing else in the bundle can distort
+what is recorded here: :func:`discover` reads every status first and starts
+the CPU window, before any stack dump runs; :func:`describe` closes the window
+and reads the rest. Both block on ``/proc`` reads, so the collector runs them
+in a worker thread. An unreadable field or process is recorded with the reason
+(``access denied``, ``gone``) and never raises.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TypeVar
+
+import psutil
+
+from sentinel.diagnostics.cause import ProcessObservation, ProcessRole, ProcessStatus
+from sentinel.diagnostics.redact import (
+    SecretScrubber,
+    redact_argv,
+    redact_env,
+    secret_values_in_argv,
+    secret_values_in_env,
+)
+
+_T = TypeVar("_T")
+
+DEFAULT_TITLES = ("VLLM::EngineCore", "VLLM::Worker")
+DEFAULT_CMDLINES = ("vllm.entrypoints.openai.api_server", "vllm serve", "chaos.sim")
+MAX_PROCESSES = 64  # a runaway fork tree must not turn one bundle into thousands of dumps
+MAX_OPEN_FILES = 200
+MAX_TITLE = 240
+
+_STATUS = {
+    psutil.STATUS_RUNNING: ProcessStatus.RUNNING,
+    psutil.STATUS_WAKING: ProcessStatus.RUNNING,
+    psutil.STATUS_SLEEPING: ProcessStatus.SLEEPING,
+    psutil.STATUS_IDLE: ProcessStatus.IDLE,
+    psutil.STATUS_PARKED: ProcessStatus.IDLE,
+    psutil.STATUS_DISK_SLEEP: ProcessStatus.DISK_WAIT,
+    psutil.STATUS_STOPPED: ProcessStatus.STOPPED,
+    psutil.STATUS_TRACING_STOP: ProcessStatus.STOPPED,
+    psutil.STATUS_ZOMBIE: ProcessStatus.ZOMBIE,
+    psutil.STATUS_DEAD: ProcessStatus.DEAD,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessMatch:
+    """How vLLM processes are recognised in the shared PID namespace.
+
+    ``titles`` match the process title (vLLM sets ``VLLM::EngineCore``,
+    ``VLLM::Worker`` and suffixed variants) as a prefix of the command line or
+    of the kernel's 15-character ``comm``; ``cmdlines`` are substrings of the
+    space-joined command line (the API server keeps its ordinary argv).
+    """
+
+    titles: tuple[str, ...] = DEFAULT_TITLES
+    cmdlines: tuple[str, ...] = DEFAULT_CMDLINES
+    include_descendants: bool = True
+
+    def matches(self, name: str, cmdline: Sequence[str]) -> bool:
+        joined = " ".join(cmdline)
+        for title in self.titles:
+            if joined.startswith(title) or (name and title.startswith(name) and len(name) >= 15):
+                return True
+            if name == title:
+                return True
+        return any(pattern in joined for pattern in self.cmdlines)
+
+
+def role_of(name: str, cmdline: Sequence[str]) -> ProcessRole:
+    joined = " ".join(cmdline) or name
+    head = joined.split(" ", 1)[0]
+    if "EngineCore" in head or "EngineCor" in name:
+        return ProcessRole.ENGINE_CORE
+    if "Worker" in head and head.startswith("VLLM"):
+        return ProcessRole.WORKER
+    if any(pattern in joined for pattern in DEFAULT_CMDLINES):
+        return ProcessRole.API_SERVER
+    return ProcessRole.OTHER
+
+
+def status_of(raw: str | None) -> ProcessStatus:
+    if raw is None:
+        return ProcessStatus.UNKNOWN
+    return _STATUS.get(raw, ProcessStatus.UNKNOWN)
+
+
+@dataclass(slots=True)
+class Discovered:
+    """A process found by :func:`discover`, with the status read before any dump."""
+
+    process: psutil.Process
+    pid: int
+    ppid: int | None
+    name: str
+    cmdline: list[str]
+    status: ProcessStatus
+    raw_status: str | None
+    role: ProcessRole
+    discovered_at: float
+    errors: dict[str, str] = field(default_factory=dict)
+
+
+def discover(match: ProcessMatch, *, exclude: Iterable[int] = ()) -> list[Discovered]:
+    """Find vLLM processes, read each one's status first and start its CPU window."""
+    excluded = {os.getpid(), *exclude}
+    found: dict[int, psutil.Process] = {}
+    for proc in psutil.process_iter(["pid", "name", "cmdline"]):
+        info = proc.info
+        if info["pid"] in excluded:
+            continue
+        if match.matches(info.get("name") or "", info.get("cmdline") or []):
+            found[info["pid"]] = proc
+    if match.include_descendants:
+        for proc in list(found.values()):
+            try:
+                children = proc.children(recursive=True)
+            except (psutil.Error, OSError):
+                continue
+            for child in children:
+                if child.pid not in excluded:
+                    found.setdefault(child.pid, child)
+
+    result: list[Discovered] = []
+    for pid in sorted(found)[:MAX_PROCESSES]:
+        result.append(_discover_one(found[pid]))
+    return result
+
+
+def _discover_one(proc: psutil.Process) -> Discovered:
+    errors: dict[str, str] = {}
+    raw_status: str | None = None
+    try:
+        raw_status = proc.status()
+    except psutil.NoSuchProcess:
+        errors["status"] = "gone"
+    except (psutil.Error, OSError) as exc:
+        errors["status"] = _reason(exc)
+    status = ProcessStatus.GONE if errors.get("status") == "gone" else status_of(raw_status)
+    name = _try(errors, "name", proc.name) or ""
+    cmdline = _try(errors, "cmdline", proc.cmdline) or []
+    ppid = _try(errors, "ppid", proc.ppid)
+    # The first call only records the baseline; describe() reads the percentage.
+    _try(errors, "cpu_percent", lambda: proc.cpu_percent(None))
+    return Discovered(
+        process=proc,
+        pid=proc.pid,
+        ppid=ppid,
+        name=name,
+        cmdline=list(cmdline),
+        status=status,
+        raw_status=raw_status,
+        role=role_of(name, cmdline),
+        discovered_at=time.monotonic(),
+        errors=errors,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessSnapshot:
+    """One process in the bundle. Secrets in argv and environment are already redacted."""
+
+    pid: int
+    ppid: int | None
+    title: str
+    role: ProcessRole
+    status: ProcessStatus  # read before any stack dump ran
+    status_after: ProcessStatus | None  # read again at the end of the CPU window
+    cpu_percent: float | None
+    cpu_window_s: float
+    wchan: str | None
+    num_threads: int | None
+    rss_bytes: int | None
+    create_time: str | None
+    username: str | None
+    cmdline: list[str]
+    environ: dict[str, str] | None
+    omp_num_threads: str | None
+    cpu_affinity: list[int] | None
+    open_files: list[dict[str, Any]]
+    connections: list[dict[str, Any]]
+    errors: dict[str, str]
+
+    def observation(self) -> ProcessObservation:
+        # The status read before the dumps is authoritative, except that a
+        # process that died during the window is gone, whatever it was before.
+        status = self.status
+        if self.status_after in (ProcessStatus.GONE, ProcessStatus.ZOMBIE, ProcessStatus.DEAD):
+            status = self.status_after
+        return ProcessObservation(
+            pid=self.pid,
+            title=self.title,
+            role=self.role,
+            status=status,
+            cpu_percent=self.cpu_percent,
+            wchan=self.wchan,
+        )
+
+
+def describe(
+    discovered: Sequence[Discovered],
+    *,
+    proc_root: Path = Path("/proc"),
+    scrubber: SecretScrubber | None = None,
+) -> list[ProcessSnapshot]:
+    """Close the CPU window and read everything else about each discovered process."""
+    return [_describe_one(item, proc_root, scrubber) for item in discovered]
+
+
+def _describe_one(
+    item: Discovered, proc_root: Path, scrubber: SecretScrubber | None
+) -> ProcessSnapshot:
+    proc = item.process
+    errors = dict(item.errors)
+    window = max(time.monotonic() - item.discovered_at, 0.0)
+    cpu = _try(errors, "cpu_percent", lambda: proc.cpu_percent(None))
+    after_raw: str | None = None
+    try:
+        after_raw = proc.status()
+        status_after: ProcessStatus | None = status_of(after_raw)
+    except psutil.NoSuchProcess:
+        status_after = ProcessStatus.GONE
+    except (psutil.Error, OSError):
+        status_after = None
+
+    env = _try(errors, "environ", proc.environ)
+    if scrubber is not None:
+        scrubber.add_all(secret_values_in_argv(item.cmdline))
+        if env:
+            scrubber.add_all(secret_values_in_env(env))
+    open_files = _try(errors, "open_files", proc.open_files) or []
+    conns = _try(errors, "connections", lambda: proc.net_connections(kind="inet")) or []
+    memory = _try(errors, "memory_info", proc.memory_info)
+    created = _try(errors, "create_time", proc.create_time)
+    title = title_of(item.name, item.cmdline)
+    return ProcessSnapshot(
+        pid=item.pid,
+        ppid=item.ppid,
+        title=title,
+        role=item.role,
+        status=item.status,
+        status_after=status_after,
+        cpu_percent=None if cpu is None else round(float(cpu), 1),
+        cpu_window_s=round(window, 3),
+        wchan=_wchan(proc_root, item.pid, errors),
+        num_threads=_try(errors, "num_threads", proc.num_threads),
+        rss_bytes=None if memory is None else int(memory.rss),
+        create_time=None if created is None else _iso(created),
+        username=_try(errors, "username", proc.username),
+        cmdline=redact_argv(item.cmdline),
+        environ=None if env is None else redact_env(env),
+        omp_num_threads=None if env is None else env.get("OMP_NUM_THREADS"),
+        cpu_affinity=_try(errors, "cpu_affinity", proc.cpu_affinity),
+        open_files=[{"path": f.path, "fd": f.fd} for f in list(open_files)[:MAX_OPEN_FILES]],
+        connections=[_connection(c) for c in conns],
+        errors=errors,
+    )
+
+
+def title_of(name: str, cmdline: Sequence[str]) -> str:
+    """The process title: its (redacted) command line, as ``ps`` shows it.
+
+    setproctitle pads the argv area with spaces, so whitespace is collapsed.
+    """
+    joined = " ".join(" ".join(redact_argv(cmdline)).split())
+    return joined[:MAX_TITLE] or name
+
+
+def _connection(conn: Any) -> dict[str, Any]:
+    laddr = f"{conn.laddr.ip}:{conn.laddr.port}" if conn.laddr else None
+    raddr = f"{conn.raddr.ip}:{conn.raddr.port}" if conn.raddr else None
+    return {"fd": conn.fd, "status": conn.status, "local": laddr, "remote": raddr}
+
+
+def _wchan(proc_root: Path, pid: int, errors: dict[str, str]) -> str | None:
+    """The kernel function the process sleeps in (``0`` while it runs)."""
+    try:
+        return (proc_root / str(pid) / "wchan").read_text().strip() or None
+    except FileNotFoundError:
+        errors["wchan"] = "gone"
+    except PermissionError:
+        errors["wchan"] = "access denied"
+    except OSError as exc:
+        errors["wchan"] = _reason(exc)
+    return None
+
+
+def observations_from_discovery(discovered: Sequence[Discovered]) -> list[ProcessObservation]:
+    """Observations without CPU or wait channel, for when :func:`describe` did not finish."""
+    return [
+        ProcessObservation(
+            pid=d.pid, title=title_of(d.name, d.cmdline), role=d.role, status=d.status
+        )
+        for d in discovered
+    ]
+
+
+def snapshot_json(snapshot: ProcessSnapshot) -> dict[str, Any]:
+    from dataclasses import asdict
+
+    return asdict(snapshot)
+
+
+def _try(errors: dict[str, str], name: str, read: Callable[[], _T]) -> _T | None:
+    try:
+        return read()
+    except psutil.NoSuchProcess:
+        errors[name] = "gone"
+    except psutil.AccessDenied:
+        errors[name] = "access denied"
+    except (psutil.Error, OSError, ValueError) as exc:
+        errors[name] = _reason(exc)
+    return None
+
+
+def _reason(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}".strip().rstrip(":")
+
+
+def _iso(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, tz=UTC).isoformat()
