@@ -102,7 +102,11 @@ async def probe_targets(
     missing = [k.value for k in wanted if not catalog.of_kind(k)]
     if missing:
         raise ProbeUsageError(f"no enabled canary of kind {', '.join(missing)} in the catalog")
-    specs = [s for s in catalog.enabled() if s.kind in wanted]
+    # Text first: when a path canary then fails, the text control says the engine is fine.
+    order = list(CanaryKind)
+    specs = sorted(
+        (s for s in catalog.enabled() if s.kind in wanted), key=lambda s: order.index(s.kind)
+    )
     bases = [normalize_url(u) for u in urls]
     gate = asyncio.Semaphore(concurrency)
 
