@@ -1,0 +1,116 @@
+"""Config: precedence of sources, strictness, and errors that name the key and the source."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sentinel.config import ConfigError, Settings, load_settings, read_api_key, split_host_port
+from sentinel.verdict import Action
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "sentinel.yaml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_defaults_are_the_design_table() -> None:
+    s = Settings()
+    assert (s.target, s.listen, s.grpc_listen) == (
+        "http://127.0.0.1:8000",
+        "0.0.0.0:8471",
+        "0.0.0.0:8472",
+    )
+    assert (s.scrape_interval, s.idle_window, s.hang_window, s.path_misses) == (2.0, 5.0, 15.0, 2)
+    assert (s.ready_out_after, s.ready_back_after, s.brake_max_restarts) == (2, 3, 3)
+    assert s.enforce is True
+    assert s.policy().hang_window == 15.0
+
+
+def test_precedence_flags_over_env_over_file(tmp_path: Path) -> None:
+    path = write(tmp_path, "hang_window: 20\nidle_window: 7\nenforce: true\n")
+    env = {"SENTINEL_HANG_WINDOW": "25", "SENTINEL_ENFORCE": "false"}
+    s = load_settings(path, env, {"hang_window": 30.0, "target": None})
+    assert s.hang_window == 30.0  # flag
+    assert s.enforce is False  # env over file
+    assert s.idle_window == 7.0  # file
+    assert s.target == "http://127.0.0.1:8000"  # a flag left unset does not override
+
+
+def test_config_file_from_environment(tmp_path: Path) -> None:
+    path = write(tmp_path, "idle_window: 9\n")
+    assert load_settings(None, {"SENTINEL_CONFIG": str(path)}).idle_window == 9.0
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("hang_windw: 3\n", "hang_windw: unknown key"),
+        ("hang_window: soon\n", "hang_window: Input should be a valid number"),
+        ("target: ftp://x\n", "target: Value error, must be an http:// or https:// URL"),
+        ("listen: nowhere\n", "listen: Value error, expected HOST:PORT"),
+        ("engine_policy: reboot\n", "engine_policy: Input should be 'restart'"),
+        ("canaries: {text: {deadline: -1}}\n", "canaries.text.deadline"),
+        ("canaries: {text: {colour: red}}\n", "canaries.text.colour: unknown key"),
+        ("hang_window: 3\nscrape_interval: 2\n", "hang_window must exceed two scrape intervals"),
+        ("- a\n- b\n", "expected a mapping of settings"),
+        ("a: [\n", "not valid YAML"),
+    ],
+    ids=[
+        "typo",
+        "type",
+        "url",
+        "listen",
+        "enum",
+        "nested-range",
+        "nested-unknown",
+        "cross-field",
+        "not-mapping",
+        "bad-yaml",
+    ],
+)
+def test_file_errors_name_file_and_key(tmp_path: Path, text: str, expected: str) -> None:
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as info:
+        load_settings(path, {})
+    message = str(info.value)
+    assert str(path) in message
+    assert expected in message
+
+
+def test_env_error_names_the_variable() -> None:
+    with pytest.raises(ConfigError, match="environment variable SENTINEL_IDLE_WINDOW: idle_window"):
+        load_settings(None, {"SENTINEL_IDLE_WINDOW": "-3"})
+
+
+def test_missing_file_is_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_settings(tmp_path / "absent.yaml", {})
+
+
+def test_api_key_from_file_then_env(tmp_path: Path) -> None:
+    key = tmp_path / "key"
+    key.write_text("sk-from-file\n", encoding="utf-8")
+    assert read_api_key(Settings(api_key_file=key), {"SENTINEL_API_KEY": "x"}) == "sk-from-file"
+    assert read_api_key(Settings(), {"SENTINEL_API_KEY": "sk-env"}) == "sk-env"
+    assert read_api_key(Settings(), {}) is None
+    key.write_text("", encoding="utf-8")
+    with pytest.raises(ConfigError, match="is empty"):
+        read_api_key(Settings(api_key_file=key), {})
+
+
+def test_policies_map_onto_the_verdict() -> None:
+    s = load_settings(None, {}, {"engine_policy": "alert", "enforce": False})
+    policy = s.policy()
+    assert policy.engine_action is Action.ALERT
+    assert policy.enforce is False
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [("0.0.0.0:8471", ("0.0.0.0", 8471)), ("[::1]:0", ("::1", 0)), (":9", ("0.0.0.0", 9))],
+)
+def test_split_host_port(value: str, expected: tuple[str, int]) -> None:
+    assert split_host_port(value) == expected
