@@ -1,0 +1,124 @@
+"""The simulator's command line and the typed configuration both of its processes share.
+
+Defaults are chosen so tests run fast while the numbers stay plausible for a
+small model: 100 decode tokens/s per sequence (a 10 ms engine step), 16
+concurrent sequences (vLLM's CPU default is lower, GPU default 256), and a KV
+cache large enough (65,536 tokens) that preemption only happens when a test
+configures it small.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from chaos.sim.faults import FaultError, FaultSpec
+
+DEFAULT_MODEL = "sim-model"
+
+
+@dataclass(frozen=True, slots=True)
+class SimConfig:
+    """Everything that shapes the simulated server; frozen, passed to the engine as JSON."""
+
+    host: str = "127.0.0.1"
+    port: int = 8000
+    control_host: str = "127.0.0.1"
+    control_port: int = 8001
+    model: str = DEFAULT_MODEL
+    max_num_seqs: int = 16
+    kv_cache_tokens: int = 65536
+    block_size: int = 16
+    max_model_len: int = 4096
+    decode_tps: float = 100.0  # tokens per second per running sequence
+    prefill_tps: float = 20000.0  # prompt tokens per second per request
+    scheduling_policy: str = "fcfs"
+    text_only: bool = False
+    reply_tokens: int = 16  # natural length of an unconstrained reply, before end-of-sequence
+    startup_delay: float = 0.0  # simulated model loading before the OpenAI port opens
+    dead_exit_delay: float = 1.0  # how long /health answers 503 after the engine died
+    ready_file: str | None = None
+    faults: tuple[FaultSpec, ...] = field(default_factory=tuple)
+
+    def engine_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data.pop("faults")
+        return data
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m chaos.sim",
+        description="Simulated vLLM: OpenAI-compatible API + EngineCore child, fault injection.",
+    )
+    d = SimConfig()
+    parser.add_argument("--host", default=d.host)
+    parser.add_argument("--port", type=int, default=d.port, help="OpenAI port (0: any free port)")
+    parser.add_argument("--control-host", default=d.control_host)
+    parser.add_argument(
+        "--control-port", type=int, default=d.control_port, help="fault-control port (0: any)"
+    )
+    parser.add_argument("--model", "--served-model-name", dest="model", default=d.model)
+    parser.add_argument("--max-num-seqs", type=int, default=d.max_num_seqs)
+    parser.add_argument(
+        "--kv-cache-tokens", type=int, default=d.kv_cache_tokens, help="KV-cache capacity"
+    )
+    parser.add_argument("--block-size", type=int, default=d.block_size)
+    parser.add_argument("--max-model-len", type=int, default=d.max_model_len)
+    parser.add_argument(
+        "--decode-tps", type=float, default=d.decode_tps, help="decode tokens/s per sequence"
+    )
+    parser.add_argument(
+        "--prefill-tps", type=float, default=d.prefill_tps, help="prefill tokens/s per request"
+    )
+    parser.add_argument(
+        "--scheduling-policy", choices=("fcfs", "priority"), default=d.scheduling_policy
+    )
+    parser.add_argument(
+        "--text-only", action="store_true", help="refuse image input with vLLM's 400"
+    )
+    parser.add_argument("--reply-tokens", type=int, default=d.reply_tokens)
+    parser.add_argument("--startup-delay", type=float, default=d.startup_delay)
+    parser.add_argument("--dead-exit-delay", type=float, default=d.dead_exit_delay)
+    parser.add_argument("--ready-file", default=None, help="write the ready JSON line here too")
+    parser.add_argument(
+        "--fault",
+        action="append",
+        default=[],
+        metavar="NAME[:k=v,...]",
+        help="fault active from the start (repeatable); duration=S is one of the keys",
+    )
+    return parser
+
+
+def parse_args(argv: Sequence[str] | None = None) -> SimConfig:
+    parser = build_parser()
+    ns = parser.parse_args(argv)
+    try:
+        faults = tuple(FaultSpec.parse(text) for text in ns.fault)
+    except FaultError as exc:
+        parser.error(str(exc))
+    if ns.max_num_seqs < 1 or ns.kv_cache_tokens < ns.block_size or ns.decode_tps <= 0:
+        parser.error("max-num-seqs >= 1, kv-cache-tokens >= block-size and decode-tps > 0")
+    return SimConfig(
+        host=ns.host,
+        port=ns.port,
+        control_host=ns.control_host,
+        control_port=ns.control_port,
+        model=ns.model,
+        max_num_seqs=ns.max_num_seqs,
+        kv_cache_tokens=ns.kv_cache_tokens,
+        block_size=ns.block_size,
+        max_model_len=ns.max_model_len,
+        decode_tps=ns.decode_tps,
+        prefill_tps=ns.prefill_tps,
+        scheduling_policy=ns.scheduling_policy,
+        text_only=ns.text_only,
+        reply_tokens=ns.reply_tokens,
+        startup_delay=ns.startup_delay,
+        dead_exit_delay=ns.dead_exit_delay,
+        ready_file=ns.ready_file,
+        faults=faults,
+    )

@@ -1,0 +1,97 @@
+"""The simulated model's "weights": tokenization, chat template, image cost and replies.
+
+Token counts follow simple, stable rules so tests can reason about them:
+
+- text: one token per word or punctuation mark (leading whitespace attached);
+- chat: 4 tokens of template per message plus 3 for the assistant turn;
+- an image: ``1 + ceil(width / 14) * ceil(height / 14)`` tokens (14-pixel
+  patches plus a separator), so a bigger image always costs more and any image
+  costs at least 2. The image is really decoded with Pillow first, which is
+  what makes preprocessing a place where a hang can live.
+
+Replies are planned in the API process (as vLLM detokenizes there) and
+released token by token as the engine reports progress.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import io
+import math
+import re
+import zlib
+from dataclasses import dataclass
+
+from PIL import Image, UnidentifiedImageError
+
+_TOKEN = re.compile(r"\s*(?:\w+|[^\w\s])|\s+")
+CHAT_TOKENS_PER_MESSAGE = 4
+CHAT_TOKENS_ASSISTANT = 3
+IMAGE_PATCH = 14
+
+_WORDS = (
+    "the", "simulated", "model", "answers", "every", "request", "with", "a", "steady",
+    "stream", "of", "plausible", "words", "so", "that", "health", "checks", "see", "tokens",
+    "arrive", "at", "the", "configured", "rate", "while", "the", "scheduler", "decides",
+    "who", "runs", "next",
+)  # fmt: skip
+
+
+def split_tokens(text: str) -> list[str]:
+    return _TOKEN.findall(text)
+
+
+def count_tokens(text: str) -> int:
+    return len(_TOKEN.findall(text))
+
+
+class ImageError(ValueError):
+    """An image vLLM would refuse with 400 (undecodable, or not a data URL we can read)."""
+
+
+def image_tokens(url: str) -> int:
+    """Decode a ``data:`` URL with Pillow and return its token cost."""
+    if not url.startswith("data:"):
+        raise ImageError("only data: image URLs can be loaded here (no network access)")
+    header, sep, payload = url.partition(",")
+    if not sep or ";base64" not in header:
+        raise ImageError("image data URL must be base64-encoded")
+    try:
+        raw = base64.b64decode(payload, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise ImageError(f"invalid base64 image data: {exc}") from None
+    try:
+        with Image.open(io.BytesIO(raw)) as image:
+            image.load()
+            width, height = image.size
+    except (UnidentifiedImageError, OSError, ValueError) as exc:
+        raise ImageError(f"cannot identify image file: {exc}") from None
+    return 1 + math.ceil(width / IMAGE_PATCH) * math.ceil(height / IMAGE_PATCH)
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """The tokens a request will produce: a fixed text, or an endless word stream."""
+
+    fixed: tuple[str, ...] | None  # structured replies: exactly these tokens, then EOS
+    offset: int = 0  # where in the word cycle an unconstrained reply starts
+
+    def text(self, start: int, end: int) -> str:
+        if self.fixed is not None:
+            return "".join(self.fixed[start:end])
+        return "".join(
+            (" " if i else "") + _WORDS[(self.offset + i) % len(_WORDS)] for i in range(start, end)
+        )
+
+    @property
+    def natural_length(self) -> int | None:
+        return None if self.fixed is None else len(self.fixed)
+
+
+def unconstrained_reply(prompt_text: str) -> Reply:
+    return Reply(None, zlib.crc32(prompt_text.encode()) % len(_WORDS))
+
+
+def fixed_reply(text: str) -> Reply:
+    return Reply(tuple(split_tokens(text)))

@@ -1,0 +1,501 @@
+"""The OpenAI-compatible port, shaped like vLLM 0.32's: only what vLLM serves, nothing more.
+
+Routes: ``POST /v1/chat/completions``, ``POST /v1/completions``,
+``GET /v1/models``, ``GET /health``, ``GET /metrics``. Error bodies use vLLM's
+``ErrorResponse``: ``{"error": {"message", "type", "param", "code"}}`` with
+``code`` the HTTP status. Streaming answers are server-sent events, one
+``data: {json}`` chunk per engine step, ending with ``data: [DONE]``; usage
+appears in the stream only when ``stream_options.include_usage`` is set.
+
+A client that disconnects cancels its handler (aiohttp ``handler_cancellation``)
+and the request is aborted in the engine, as vLLM does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from http import HTTPStatus
+from typing import Any
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST
+
+from chaos.sim.model import (
+    CHAT_TOKENS_ASSISTANT,
+    CHAT_TOKENS_PER_MESSAGE,
+    ImageError,
+    Reply,
+    count_tokens,
+    fixed_reply,
+    image_tokens,
+    unconstrained_reply,
+)
+from chaos.sim.server import EngineDead, Pending, SimServer
+from chaos.sim.structured import Constraint, ConstraintError, constraint_of
+
+PRIORITY_HEADER = "X-Vllm-Priority"
+SSE_HEADERS = {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache"}
+_ERROR_TYPES = {
+    400: "BadRequestError",
+    404: "NotFoundError",
+    500: "InternalServerError",
+    501: "NotImplementedError",
+    503: "ServiceUnavailableError",
+}
+
+
+class RequestError(Exception):
+    """Becomes a vLLM-shaped error response."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def error_response(status: int, message: str) -> web.Response:
+    err_type = _ERROR_TYPES.get(status, HTTPStatus(status).phrase.replace(" ", "") + "Error")
+    body = {"error": {"message": message, "type": err_type, "param": None, "code": status}}
+    return web.json_response(body, status=status)
+
+
+@dataclass(slots=True)
+class Prepared:
+    """A validated generation request, ready for the engine."""
+
+    prompt_text: str
+    prompt_tokens: int
+    image_urls: list[str]
+    constraint: Constraint | None
+    max_tokens: int
+    min_tokens: int
+    ignore_eos: bool
+    priority: int
+    stream: bool
+    include_usage: bool
+    continuous_usage: bool
+
+
+def _chat_prompt(body: Mapping[str, Any]) -> tuple[str, int, list[str]]:
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise RequestError(400, "messages must be a non-empty list")
+    texts: list[str] = []
+    tokens = CHAT_TOKENS_ASSISTANT
+    images: list[str] = []
+    for message in messages:
+        if not isinstance(message, Mapping) or "role" not in message:
+            raise RequestError(400, "each message needs a role")
+        tokens += CHAT_TOKENS_PER_MESSAGE
+        content = message.get("content")
+        if content is None:
+            continue
+        if isinstance(content, str):
+            texts.append(content)
+            tokens += count_tokens(content)
+            continue
+        if not isinstance(content, list):
+            raise RequestError(400, "message content must be a string or a list of parts")
+        for part in content:
+            if not isinstance(part, Mapping):
+                raise RequestError(400, "content parts must be objects")
+            kind = part.get("type")
+            if kind == "text":
+                text = str(part.get("text", ""))
+                texts.append(text)
+                tokens += count_tokens(text)
+            elif kind == "image_url":
+                image = part.get("image_url")
+                url = image.get("url") if isinstance(image, Mapping) else image
+                if not isinstance(url, str):
+                    raise RequestError(400, "image_url.url must be a string")
+                images.append(url)
+            else:
+                raise RequestError(400, f"Unknown part type: {kind}")
+    return "\n".join(texts), tokens, images
+
+
+def _completion_prompt(body: Mapping[str, Any]) -> tuple[str, int]:
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+        prompt = prompt[0]
+    if isinstance(prompt, str):
+        return prompt, 1 + count_tokens(prompt)  # + BOS
+    if isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
+        return " ".join(map(str, prompt)), len(prompt)
+    raise RequestError(400, "prompt must be a string or a list of token ids")
+
+
+def _int_field(body: Mapping[str, Any], name: str, default: int | None) -> int | None:
+    value = body.get(name, default)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise RequestError(400, f"{name} must be an integer")
+    return value
+
+
+def _preprocess_images(urls: list[str], gate: threading.Event) -> int:
+    """Runs on the single preprocessing thread; ``multimodal_hang`` holds it at the gate."""
+    gate.wait()
+    return sum(image_tokens(url) for url in urls)
+
+
+class OpenAIApi:
+    """The handlers; one instance per server."""
+
+    def __init__(self, server: SimServer) -> None:
+        self.server = server
+        self.config = server.config
+        self.created = int(time.time())
+
+    # -- plain routes ----------------------------------------------------------
+
+    async def health(self, request: web.Request) -> web.Response:
+        return web.Response(status=503 if self.server.dead else 200)
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        return web.Response(
+            body=self.server.metrics.exposition(), headers={"Content-Type": CONTENT_TYPE_LATEST}
+        )
+
+    async def models(self, request: web.Request) -> web.Response:
+        model = self.config.model
+        card = {
+            "id": model,
+            "object": "model",
+            "created": self.created,
+            "owned_by": "vllm",
+            "root": model,
+            "parent": None,
+            "max_model_len": self.config.max_model_len,
+            "permission": [
+                {
+                    "id": "modelperm-" + uuid.uuid4().hex,
+                    "object": "model_permission",
+                    "created": self.created,
+                    "allow_create_engine": False,
+                    "allow_sampling": True,
+                    "allow_logprobs": True,
+                    "allow_search_indices": False,
+                    "allow_view": True,
+                    "allow_fine_tuning": False,
+                    "organization": "*",
+                    "group": None,
+                    "is_blocking": False,
+                }
+            ],
+        }
+        return web.json_response({"object": "list", "data": [card]})
+
+    # -- generation ------------------------------------------------------------
+
+    async def chat(self, request: web.Request) -> web.StreamResponse:
+        return await self._generate(request, chat=True)
+
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        return await self._generate(request, chat=False)
+
+    async def _generate(self, request: web.Request, *, chat: bool) -> web.StreamResponse:
+        arrival = time.monotonic()
+        try:
+            prepared = await self._prepare(request, chat=chat)
+            reply = self._plan(prepared)
+            natural = reply.natural_length
+            if natural is not None:
+                eos_at: int | None = natural
+            elif prepared.ignore_eos:
+                eos_at = None
+            else:
+                eos_at = max(self.config.reply_tokens, prepared.min_tokens, 1)
+            try:
+                pending = self.server.submit(
+                    reply,
+                    prompt_tokens=prepared.prompt_tokens,
+                    max_tokens=prepared.max_tokens,
+                    eos_at=eos_at,
+                    priority=prepared.priority,
+                    arrival=arrival,
+                    structured=prepared.constraint is not None,
+                )
+            except EngineDead as exc:
+                raise RequestError(500, str(exc)) from None
+        except RequestError as exc:
+            return error_response(exc.status, exc.message)
+        try:
+            if prepared.stream:
+                return await self._stream(request, pending, prepared, chat=chat)
+            return await self._complete(pending, prepared, chat=chat)
+        finally:
+            self.server.abort(pending)  # no-op unless the client left before the end
+
+    async def _prepare(self, request: web.Request, *, chat: bool) -> Prepared:
+        try:
+            body = json.loads(await request.read())
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise RequestError(400, f"Invalid JSON body: {exc}") from None
+        if not isinstance(body, Mapping):
+            raise RequestError(400, "request body must be a JSON object")
+        model = body.get("model")
+        if model is not None and model != self.config.model:
+            raise RequestError(404, f"The model `{model}` does not exist.")
+        status = self.server.should_fail_5xx()
+        if status is not None:
+            raise RequestError(status, "Injected server error (error_5xx fault).")
+        if self.server.dead:
+            raise RequestError(500, "EngineCore encountered an issue.")
+        if chat:
+            text, prompt_tokens, images = _chat_prompt(body)
+        else:
+            (text, prompt_tokens), images = _completion_prompt(body), []
+        if images:
+            if self.config.text_only:
+                raise RequestError(
+                    400,
+                    f"{self.config.model} is not a multimodal model: image input is not supported",
+                )
+            loop = asyncio.get_running_loop()
+            try:
+                prompt_tokens += await loop.run_in_executor(
+                    self.server.mm_executor, _preprocess_images, images, self.server.mm_gate
+                )
+            except ImageError as exc:
+                raise RequestError(400, f"Failed to load image: {exc}") from None
+        try:
+            constraint = constraint_of(body)
+        except ConstraintError as exc:
+            raise RequestError(400, str(exc)) from None
+        limit = self.config.max_model_len
+        if prompt_tokens >= limit:
+            raise RequestError(
+                400,
+                f"This model's maximum context length is {limit} tokens. However, your request "
+                f"has {prompt_tokens} input tokens. Please reduce the length of the input "
+                "messages.",
+            )
+        max_tokens = _int_field(body, "max_completion_tokens", None)
+        if max_tokens is None:
+            max_tokens = _int_field(body, "max_tokens", None)
+        if max_tokens is None:
+            max_tokens = limit - prompt_tokens
+        if max_tokens < 1:
+            raise RequestError(400, f"max_tokens must be at least 1, got {max_tokens}.")
+        if prompt_tokens + max_tokens > limit:
+            raise RequestError(
+                400,
+                f"This model's maximum context length is {limit} tokens. However, you requested "
+                f"{prompt_tokens + max_tokens} tokens ({prompt_tokens} in the messages, "
+                f"{max_tokens} in the completion). Please reduce the length of the messages or "
+                "completion.",
+            )
+        header = request.headers.get(PRIORITY_HEADER)
+        if header is not None:
+            try:
+                priority = int(header)
+            except ValueError:
+                raise RequestError(400, f"{PRIORITY_HEADER} must be an integer") from None
+        else:
+            priority = _int_field(body, "priority", 0) or 0
+        if self.config.scheduling_policy == "fcfs":
+            priority = 0  # accepted and silently ignored, as vLLM does
+        options = body.get("stream_options")
+        options = options if isinstance(options, Mapping) else {}
+        return Prepared(
+            prompt_text=text,
+            prompt_tokens=prompt_tokens,
+            image_urls=images,
+            constraint=constraint,
+            max_tokens=max_tokens,
+            min_tokens=_int_field(body, "min_tokens", 0) or 0,
+            ignore_eos=bool(body.get("ignore_eos", False)),
+            priority=priority,
+            stream=bool(body.get("stream", False)),
+            include_usage=bool(options.get("include_usage", False)),
+            continuous_usage=bool(options.get("continuous_usage_stats", False)),
+        )
+
+    def _plan(self, prepared: Prepared) -> Reply:
+        constraint = prepared.constraint
+        if constraint is None:
+            return unconstrained_reply(prepared.prompt_text)
+        if self.server.garbage_mode() == "schema_break":
+            return fixed_reply(constraint.broken_reply())
+        return fixed_reply(constraint.reply())
+
+    @staticmethod
+    def _usage(pending: Pending) -> dict[str, Any]:
+        return {
+            "prompt_tokens": pending.prompt_tokens,
+            "total_tokens": pending.prompt_tokens + pending.generated,
+            "completion_tokens": pending.generated,
+            "prompt_tokens_details": None,
+        }
+
+    async def _complete(
+        self, pending: Pending, prepared: Prepared, *, chat: bool
+    ) -> web.StreamResponse:
+        try:
+            while not pending.done:
+                await pending.wait_update()
+        except EngineDead as exc:
+            return error_response(500, str(exc))
+        text = pending.reply.text(0, pending.generated)
+        if self.server.garbage_mode() == "invalid_json":
+            broken = '{"id": "chatcmpl-garbage", "object": "chat.completion", "choices": [{"mess'
+            return web.Response(text=broken, content_type="application/json")
+        created = int(time.time())
+        if chat:
+            body: dict[str, Any] = {
+                "id": "chatcmpl-" + uuid.uuid4().hex,
+                "object": "chat.completion",
+                "created": created,
+                "model": self.config.model,
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": {
+                            "role": "assistant",
+                            "content": text,
+                            "refusal": None,
+                            "annotations": None,
+                            "audio": None,
+                            "function_call": None,
+                            "tool_calls": [],
+                            "reasoning_content": None,
+                        },
+                        "logprobs": None,
+                        "finish_reason": pending.finish,
+                        "stop_reason": None,
+                    }
+                ],
+                "service_tier": None,
+                "system_fingerprint": None,
+                "usage": self._usage(pending),
+                "prompt_logprobs": None,
+                "kv_transfer_params": None,
+            }
+        else:
+            body = {
+                "id": "cmpl-" + uuid.uuid4().hex,
+                "object": "text_completion",
+                "created": created,
+                "model": self.config.model,
+                "choices": [
+                    {
+                        "index": 0,
+                        "text": text,
+                        "logprobs": None,
+                        "finish_reason": pending.finish,
+                        "stop_reason": None,
+                        "prompt_logprobs": None,
+                    }
+                ],
+                "usage": self._usage(pending),
+                "kv_transfer_params": None,
+            }
+        return web.json_response(body)
+
+    async def _stream(
+        self, request: web.Request, pending: Pending, prepared: Prepared, *, chat: bool
+    ) -> web.StreamResponse:
+        response = web.StreamResponse(headers=SSE_HEADERS)
+        await response.prepare(request)
+        ident = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
+        created = int(time.time())
+        obj = "chat.completion.chunk" if chat else "text_completion"
+        model = self.config.model
+
+        async def send(payload: dict[str, Any]) -> None:
+            if self.server.garbage_mode() == "invalid_json":
+                data = json.dumps(payload)[: -max(2, len(json.dumps(payload)) // 3)]
+            else:
+                data = json.dumps(payload)
+            await response.write(b"data: " + data.encode() + b"\n\n")
+
+        def chunk(choice: dict[str, Any] | None) -> dict[str, Any]:
+            payload: dict[str, Any] = {
+                "id": ident,
+                "object": obj,
+                "created": created,
+                "model": model,
+                "choices": [] if choice is None else [choice],
+            }
+            if prepared.include_usage and prepared.continuous_usage:
+                payload["usage"] = self._usage(pending)
+            return payload
+
+        if chat:
+            await send(
+                chunk(
+                    {
+                        "index": 0,
+                        "delta": {"role": "assistant", "content": ""},
+                        "logprobs": None,
+                        "finish_reason": None,
+                    }
+                )
+            )
+        sent = 0
+        try:
+            while True:
+                if pending.generated > sent or pending.finish is not None:
+                    text = pending.reply.text(sent, pending.generated)
+                    sent = pending.generated
+                    choice: dict[str, Any]
+                    if chat:
+                        choice = {"index": 0, "delta": {"content": text}, "logprobs": None}
+                    else:
+                        choice = {"index": 0, "text": text, "logprobs": None}
+                    choice["finish_reason"] = pending.finish
+                    if pending.finish is not None or not chat:
+                        choice["stop_reason"] = None
+                    await send(chunk(choice))
+                    if pending.finish is not None:
+                        break
+                await pending.wait_update()
+        except EngineDead as exc:
+            error = {"error": {"message": str(exc), "type": "InternalServerError",
+                               "param": None, "code": 500}}  # fmt: skip
+            await response.write(b"data: " + json.dumps(error).encode() + b"\n\n")
+        else:
+            if prepared.include_usage:
+                payload = chunk(None)
+                payload["usage"] = self._usage(pending)
+                await send(payload)
+        await response.write(b"data: [DONE]\n\n")
+        await response.write_eof()
+        return response
+
+
+def build_openai_app(server: SimServer) -> web.Application:
+    api = OpenAIApi(server)
+
+    @web.middleware
+    async def blackhole(
+        request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> web.StreamResponse:
+        """The ``blackhole`` fault: the connection was accepted; nothing is read or answered."""
+        if not server.open_gate.is_set():
+            transport = request.transport
+            if transport is not None:
+                transport.pause_reading()
+            try:
+                await server.open_gate.wait()
+            finally:
+                if transport is not None and not transport.is_closing():
+                    transport.resume_reading()
+        return await handler(request)
+
+    app = web.Application(middlewares=[blackhole], client_max_size=64 * 1024 * 1024)
+    app.router.add_post("/v1/chat/completions", api.chat)
+    app.router.add_post("/v1/completions", api.completions)
+    app.router.add_get("/v1/models", api.models)
+    app.router.add_get("/health", api.health)
+    app.router.add_get("/metrics", api.metrics)
+    return app
