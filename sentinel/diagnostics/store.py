@@ -16,8 +16,8 @@ never sees half a bundle. Retention keeps at most ``max_count`` incidents and
 ``max_total_bytes`` on disk, removing the oldest first; the newest incident
 is always kept even when it alone exceeds the size limit.
 
-Default directory: ``$XDG_STATE_HOME/sentinel/diagnostics`` when that is set,
-else ``/tmp/sentinel-diagnostics``. In a pod, mount an emptyDir (it survives
+Default directory: ``/tmp/sentinel-diagnostics`` (writable in almost every
+image, and the same default as the daemon's settings). In a pod, mount an emptyDir (it survives
 container restarts of the pod, which is the point: the bundle outlives the
 vLLM restart it explains) and set ``--diagnostics-dir`` /
 ``SENTINEL_DIAGNOSTICS_DIR`` to it, e.g. ``/var/lib/sentinel/diagnostics``.
@@ -52,15 +52,13 @@ def default_diagnostics_dir(env: dict[str, str] | None = None) -> Path:
     values = os.environ if env is None else env
     if values.get("SENTINEL_DIAGNOSTICS_DIR"):
         return Path(values["SENTINEL_DIAGNOSTICS_DIR"])
-    if values.get("XDG_STATE_HOME"):
-        return Path(values["XDG_STATE_HOME"]) / "sentinel" / "diagnostics"
     return Path("/tmp/sentinel-diagnostics")
 
 
 @dataclass(frozen=True, slots=True)
 class RetentionPolicy:
     max_count: int = 20
-    max_total_bytes: int = 256 * 1024 * 1024
+    max_total_bytes: int = 200 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)

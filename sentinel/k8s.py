@@ -1,0 +1,247 @@
+"""Kubernetes: the only module that imports the ``kubernetes`` client.
+
+Owns the pod's identity (from the downward API) and posting ``core/v1``
+Events on the pod, so that ``kubectl describe pod`` and every event pipeline
+show why sentinel failed liveness (or, in observe-only mode, would have), with
+the diagnostics summary, before the restart wipes the evidence.
+
+Identity comes from the downward API environment the manifests set::
+
+    POD_NAME       metadata.name        (required)
+    POD_NAMESPACE  metadata.namespace   (required; else the service account's namespace file)
+    POD_UID        metadata.uid         (optional, pins the Event to this pod instance)
+    NODE_NAME      spec.nodeName        (optional, the Event's source host)
+
+Credentials are the pod's service account (in-cluster config); the role needs
+``create`` on ``events`` in the pod's namespace. Outside a cluster (no
+identity) sentinel logs one line and posts nothing. A failed post (RBAC, API
+down) is logged and returned, never raised: an Event is a courtesy, the
+verdict does not wait for it.
+
+The client is synchronous; :meth:`EventReporter.post` runs it in a worker
+thread with a request timeout so the event loop is never blocked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+import structlog
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+
+log = structlog.get_logger(__name__)
+
+COMPONENT = "sentinel"
+MESSAGE_LIMIT = 1024  # bytes; the API server's limit for an Event note
+NAME_LIMIT = 253
+REQUEST_TIMEOUT_S = 5.0
+SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+
+
+class EventReason(StrEnum):
+    """Event reasons (CamelCase, as Kubernetes convention asks)."""
+
+    HANG_DETECTED = "SentinelHangDetected"  # liveness failed: the kubelet will restart vLLM
+    WOULD_RESTART = "SentinelWouldRestart"  # observe-only mode: the same, not enforced
+    RESTART_BRAKE = "SentinelRestartBrake"  # too many hang restarts: unready and alerting instead
+    DIAGNOSTICS = "SentinelDiagnostics"  # a bundle was captured (suspected hang)
+
+
+@dataclass(frozen=True, slots=True)
+class PodIdentity:
+    name: str
+    namespace: str
+    uid: str | None = None
+    node: str | None = None
+
+
+def pod_identity(
+    env: Mapping[str, str] | None = None, namespace_file: Path = SERVICE_ACCOUNT_NAMESPACE
+) -> PodIdentity | None:
+    """The pod sentinel runs in, from the downward API; None outside a cluster."""
+    values = os.environ if env is None else env
+    name = values.get("POD_NAME", "").strip()
+    namespace = values.get("POD_NAMESPACE", "").strip()
+    if not namespace:
+        try:
+            namespace = namespace_file.read_text().strip()
+        except OSError:
+            namespace = ""
+    if not name or not namespace:
+        return None
+    return PodIdentity(
+        name=name,
+        namespace=namespace,
+        uid=values.get("POD_UID", "").strip() or None,
+        node=values.get("NODE_NAME", "").strip() or None,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class EventOutcome:
+    """What happened to one Event: posted (with its name) or why not."""
+
+    posted: bool
+    detail: str
+    name: str | None = None
+
+
+def build_event(
+    pod: PodIdentity,
+    reason: EventReason | str,
+    message: str,
+    *,
+    now: datetime,
+    first: datetime | None = None,
+    count: int = 1,
+    event_type: str = "Warning",
+) -> Any:
+    """The ``CoreV1Event`` for ``pod``, named like the kubelet names its own (``pod.<hex ns>``)."""
+    stamp = f"{int(now.timestamp() * 1e9):x}"
+    name = f"{pod.name[: NAME_LIMIT - len(stamp) - 1]}.{stamp}"
+    return client.CoreV1Event(
+        api_version="v1",
+        kind="Event",
+        metadata=client.V1ObjectMeta(name=name, namespace=pod.namespace),
+        involved_object=client.V1ObjectReference(
+            api_version="v1",
+            kind="Pod",
+            name=pod.name,
+            namespace=pod.namespace,
+            uid=pod.uid,
+        ),
+        reason=str(reason),
+        message=truncate_message(message),
+        type=event_type,
+        source=client.V1EventSource(component=COMPONENT, host=pod.node),
+        reporting_component=COMPONENT,
+        reporting_instance=pod.name[:128],
+        first_timestamp=first or now,
+        last_timestamp=now,
+        count=count,
+    )
+
+
+def truncate_message(message: str, limit: int = MESSAGE_LIMIT) -> str:
+    """Cut to ``limit`` UTF-8 bytes, marking the cut, without splitting a character."""
+    data = message.encode("utf-8")
+    if len(data) <= limit:
+        return message
+    marker = " [truncated]"
+    cut = data[: limit - len(marker.encode())]
+    return cut.decode("utf-8", "ignore") + marker
+
+
+class EventReporter:
+    """Posts Events on this pod; a no-op that logs once when there is no pod identity."""
+
+    def __init__(
+        self,
+        pod: PodIdentity | None,
+        api_client: Any | None = None,
+        *,
+        request_timeout_s: float = REQUEST_TIMEOUT_S,
+    ) -> None:
+        self.pod = pod
+        self._api = None if api_client is None else client.CoreV1Api(api_client)
+        self._timeout = request_timeout_s
+        self._said_disabled = False
+
+    @classmethod
+    def from_environment(cls, env: Mapping[str, str] | None = None) -> EventReporter:
+        """In a pod: the downward-API identity and the service account's credentials."""
+        pod = pod_identity(env)
+        if pod is None:
+            return cls(None)
+        configuration = client.Configuration()
+        try:
+            load_incluster: Any = config.load_incluster_config  # untyped in the client
+            load_incluster(client_configuration=configuration)
+        except config.ConfigException as exc:
+            log.warning("k8s.events_disabled", reason=f"no in-cluster credentials: {exc}")
+            return cls(None)
+        return cls(pod, client.ApiClient(configuration))
+
+    @classmethod
+    def for_host(
+        cls,
+        pod: PodIdentity,
+        host: str,
+        *,
+        token: str | None = None,
+        verify_ssl: bool = True,
+        ca_cert: str | None = None,
+    ) -> EventReporter:
+        """An explicit API server (tests, or running outside the pod with a token)."""
+        configuration = client.Configuration(host=host)
+        configuration.verify_ssl = verify_ssl
+        if ca_cert:
+            configuration.ssl_ca_cert = ca_cert
+        if token:
+            configuration.api_key = {"authorization": token}
+            configuration.api_key_prefix = {"authorization": "Bearer"}
+        return cls(pod, client.ApiClient(configuration))
+
+    @property
+    def enabled(self) -> bool:
+        return self.pod is not None and self._api is not None
+
+    async def post(
+        self,
+        reason: EventReason | str,
+        message: str,
+        *,
+        first: datetime | None = None,
+        count: int = 1,
+        event_type: str = "Warning",
+        now: datetime | None = None,
+    ) -> EventOutcome:
+        """Post one Event on the pod. Never raises."""
+        if self.pod is None or self._api is None:
+            if not self._said_disabled:
+                self._said_disabled = True
+                log.info(
+                    "k8s.event_skipped",
+                    reason=str(reason),
+                    why="not in a pod (POD_NAME/POD_NAMESPACE unset): no Kubernetes Event",
+                )
+            return EventOutcome(False, "not in a pod")
+        event = build_event(
+            self.pod,
+            reason,
+            message,
+            now=now or datetime.now(UTC),
+            first=first,
+            count=count,
+            event_type=event_type,
+        )
+        try:
+            created = await asyncio.to_thread(
+                self._api.create_namespaced_event,
+                self.pod.namespace,
+                event,
+                _request_timeout=self._timeout,
+            )
+        except ApiException as exc:
+            detail = f"API answered {exc.status} {exc.reason}"
+            log.warning("k8s.event_failed", reason=str(reason), detail=detail)
+            return EventOutcome(False, detail)
+        except Exception as exc:  # urllib3 connection errors, timeouts, bad config
+            detail = f"{type(exc).__name__}: {exc}"
+            log.warning("k8s.event_failed", reason=str(reason), detail=detail)
+            return EventOutcome(False, detail)
+        name = getattr(getattr(created, "metadata", None), "name", None) or event.metadata.name
+        log.info("k8s.event_posted", reason=str(reason), event_name=name, pod=self.pod.name)
+        return EventOutcome(True, "created", name)
+
+    def close(self) -> None:
+        if self._api is not None:
+            self._api.api_client.close()
