@@ -66,6 +66,9 @@ def process_state(status: str | None) -> ProcessState:
     return _STATES.get(status, ProcessState.SLEEPING)
 
 
+COMM_LENGTH = 15  # Linux TASK_COMM_LEN minus the terminating NUL
+
+
 @dataclass(frozen=True, slots=True)
 class ProcessPatterns:
     """How vLLM's processes are recognised.
@@ -90,7 +93,9 @@ class ProcessPatterns:
             (ProcessRole.ENGINE, self.engine),
             (ProcessRole.WORKER, self.worker),
         ):
-            if any(p in name or p in title for p in patterns):
+            # The kernel keeps only COMM_LENGTH characters of a name, and a
+            # zombie has no command line left to recover the rest from.
+            if any(p in title or p[:COMM_LENGTH] in name for p in patterns):
                 return role
         joined = " ".join(cmdline)
         if any(p in joined for p in self.api):
@@ -240,7 +245,14 @@ class ProcessWatcher:
         rows = _read_table(self.exclude_pids)
         at = self.clock()
         parents = {row.pid: row.ppid for row in rows}
-        roles = {row.pid: self.patterns.classify(row.name, row.cmdline) for row in rows}
+        # A process keeps the role it was first seen with: a zombie's name and
+        # command line may no longer say what it was.
+        known = {key: info.role for key, info in self._seen.items()}
+        roles = {
+            row.pid: known.get((row.pid, row.create_time))
+            or self.patterns.classify(row.name, row.cmdline)
+            for row in rows
+        }
 
         # The API server is the top-most match: a fork of it (before its child
         # sets a title) or a process it spawns may match the same pattern.
@@ -253,10 +265,21 @@ class ProcessWatcher:
         api_row = min(apis, key=lambda r: (r.create_time, r.pid), default=None)
         api = None if api_row is None else api_row.info(ProcessRole.API)
 
+        identity = None if api is None else (api.pid, api.create_time)
+        if identity != self._identity:
+            self._identity = identity
+            self._seen = {}
+
         def belongs(row: _Row) -> bool:
             # Behind a known API server, only its own descendants count; this
-            # keeps unrelated vLLM processes (another pod's, a test's) out.
-            return api_row is None or _is_descendant(row.pid, api_row.pid, parents)
+            # keeps unrelated vLLM processes (another pod's, a test's) out. A
+            # process seen behind it earlier keeps counting once orphaned (a
+            # worker whose engine died is reparented but still matters).
+            return (
+                api_row is None
+                or (row.pid, row.create_time) in self._seen
+                or _is_descendant(row.pid, api_row.pid, parents)
+            )
 
         engines = [
             row.info(ProcessRole.ENGINE)
@@ -269,10 +292,6 @@ class ProcessWatcher:
             if roles[row.pid] is ProcessRole.WORKER and belongs(row)
         ]
 
-        identity = None if api is None else (api.pid, api.create_time)
-        if identity != self._identity:
-            self._identity = identity
-            self._seen = {}
         present = {(p.pid, p.create_time) for p in engines + workers}
         vanished = [
             replace(p, state=ProcessState.GONE, cpu_seconds=None)

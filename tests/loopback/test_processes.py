@@ -1,0 +1,236 @@
+"""The process watcher against real processes titled like vLLM's, and its pure parts."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from collections.abc import Callable, Iterator
+
+import psutil
+import pytest
+
+from sentinel.evidence.processes import (
+    ProcessPatterns,
+    ProcessRole,
+    ProcessSnapshot,
+    ProcessState,
+    ProcessWatcher,
+    SchedulingPolicy,
+    process_state,
+    scheduling_policy,
+)
+
+DEADLINE = 15.0
+API_MODULE = "vllm.entrypoints.openai.api_server"
+
+# The engine sets its title like vLLM's EngineCore and starts a worker titled
+# like vLLM's; the API-like parent reaps the engine only when told (SIGUSR1),
+# so a killed engine is first a zombie, then gone.
+WORKER_SRC = """
+import setproctitle, time
+setproctitle.setproctitle("VLLM::Worker")
+while True:
+    time.sleep(1)
+"""
+ENGINE_SRC = f"""
+import setproctitle, subprocess, sys, time
+setproctitle.setproctitle("VLLM::EngineCore")
+subprocess.Popen([sys.executable, "-c", {WORKER_SRC!r}])
+while True:
+    time.sleep(1)
+"""
+API_SRC = f"""
+import signal, subprocess, sys, time
+engine = subprocess.Popen([sys.executable, "-c", {ENGINE_SRC!r}])
+signal.signal(signal.SIGUSR1, lambda *_: engine.wait())
+print(engine.pid, flush=True)
+while True:
+    time.sleep(1)
+"""
+
+
+def kill_tree(pid: int) -> None:
+    try:
+        root = psutil.Process(pid)
+        family = [*root.children(recursive=True), root]
+    except psutil.NoSuchProcess:
+        return
+    for proc in family:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            proc.kill()
+    psutil.wait_procs(family, timeout=5)
+
+
+class FakeVllm:
+    """An API-like process with an engine child and a worker grandchild."""
+
+    def __init__(self, *extra_args: str) -> None:
+        self.marker = f"sentinel-test-api-{uuid.uuid4().hex}"
+        self.api = subprocess.Popen(
+            [sys.executable, "-c", API_SRC, "-m", API_MODULE, self.marker, *extra_args],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert self.api.stdout is not None
+        self.engine_pid = int(self.api.stdout.readline())
+        self.worker_pids: list[int] = []
+
+    def watcher(self) -> ProcessWatcher:
+        # Defaults for the engine and worker titles; the API server is matched
+        # on this run's marker so no other vLLM-like process on the machine
+        # can be picked instead.
+        return ProcessWatcher(clock=lambda: 0.0, patterns=ProcessPatterns(api=(self.marker,)))
+
+    def close(self) -> None:
+        kill_tree(self.api.pid)
+        for pid in [self.engine_pid, *self.worker_pids]:
+            kill_tree(pid)
+        self.api.wait(timeout=5)
+        if self.api.stdout is not None:
+            self.api.stdout.close()
+
+
+@pytest.fixture
+def fake_vllm() -> Iterator[FakeVllm]:
+    fake = FakeVllm("--scheduling-policy=priority")
+    try:
+        yield fake
+    finally:
+        fake.close()
+
+
+async def eventually(
+    watcher: ProcessWatcher, predicate: Callable[[ProcessSnapshot], bool]
+) -> ProcessSnapshot:
+    loop = asyncio.get_running_loop()
+    end = loop.time() + DEADLINE
+    snapshot = await watcher.sample_async()
+    while not predicate(snapshot):
+        if loop.time() > end:
+            pytest.fail(f"process table never matched; last snapshot: {snapshot}")
+        await asyncio.sleep(0.05)
+        snapshot = await watcher.sample_async()
+    return snapshot
+
+
+def engine_state(snapshot: ProcessSnapshot) -> ProcessState | None:
+    return snapshot.engines[0].state if len(snapshot.engines) == 1 else None
+
+
+async def test_engine_stop_kill_and_reap_are_seen(fake_vllm: FakeVllm) -> None:
+    watcher = fake_vllm.watcher()
+    snap = await eventually(watcher, lambda s: len(s.engines) == 1 and len(s.workers) == 1)
+    fake_vllm.worker_pids = [w.pid for w in snap.workers]
+
+    assert snap.api is not None
+    assert snap.api.pid == fake_vllm.api.pid
+    assert snap.api_identity == (fake_vllm.api.pid, psutil.Process(fake_vllm.api.pid).create_time())
+    assert snap.scheduling_policy is SchedulingPolicy.PRIORITY
+    (engine,) = snap.engines
+    assert engine.pid == fake_vllm.engine_pid
+    assert engine.role is ProcessRole.ENGINE
+    assert engine.name.startswith("VLLM::EngineCor")
+    assert snap.workers[0].role is ProcessRole.WORKER
+    assert engine.state in {ProcessState.SLEEPING, ProcessState.RUNNING}
+
+    os.kill(fake_vllm.engine_pid, signal.SIGSTOP)
+    await eventually(watcher, lambda s: engine_state(s) is ProcessState.STOPPED)
+    os.kill(fake_vllm.engine_pid, signal.SIGCONT)
+    await eventually(
+        watcher, lambda s: engine_state(s) in {ProcessState.SLEEPING, ProcessState.RUNNING}
+    )
+
+    os.kill(fake_vllm.engine_pid, signal.SIGKILL)
+    await eventually(watcher, lambda s: engine_state(s) is ProcessState.ZOMBIE)
+    # The orphaned worker still counts: it was seen behind this API server.
+    snap = await watcher.sample_async()
+    assert [w.pid for w in snap.workers] == fake_vllm.worker_pids
+    assert snap.workers[0].state is not ProcessState.GONE
+
+    os.kill(fake_vllm.api.pid, signal.SIGUSR1)  # the parent reaps its engine
+    snap = await eventually(watcher, lambda s: engine_state(s) is ProcessState.GONE)
+    assert snap.engines[0].pid == fake_vllm.engine_pid
+    assert snap.api is not None
+
+
+async def test_api_server_restart_and_absence(fake_vllm: FakeVllm) -> None:
+    watcher = fake_vllm.watcher()
+    first = await eventually(watcher, lambda s: s.api is not None and len(s.engines) == 1)
+    fake_vllm.worker_pids = [w.pid for w in first.workers]
+
+    kill_tree(fake_vllm.api.pid)
+    gone = await eventually(watcher, lambda s: s.api is None)
+    assert gone.scheduling_policy is None  # nothing visible: unknown, not fcfs
+    assert gone.engines == ()
+
+    restarted = FakeVllm()  # no --scheduling-policy: vLLM's default
+    try:
+        watcher.patterns = ProcessPatterns(api=(fake_vllm.marker, restarted.marker))
+        snap = await eventually(watcher, lambda s: s.api is not None and len(s.engines) == 1)
+        restarted.worker_pids = [w.pid for w in snap.workers]
+        assert snap.api_identity != first.api_identity
+        assert snap.engines[0].pid == restarted.engine_pid
+        assert snap.scheduling_policy is SchedulingPolicy.FCFS
+    finally:
+        restarted.close()
+
+
+async def test_this_process_is_never_the_api_server() -> None:
+    # pytest's own command line would otherwise match a pattern built from it.
+    patterns = ProcessPatterns(api=(sys.argv[0],))
+    snap = await ProcessWatcher(clock=lambda: 7.0, patterns=patterns).sample_async()
+    assert snap.at == 7.0
+    assert snap.api is None or snap.api.pid != os.getpid()
+
+
+@pytest.mark.parametrize(
+    ("cmdline", "expected"),
+    [
+        (
+            ["python", "-m", "vllm.entrypoints.openai.api_server", "--model", "m"],
+            SchedulingPolicy.FCFS,
+        ),
+        (["vllm", "serve", "m", "--scheduling-policy", "priority"], SchedulingPolicy.PRIORITY),
+        (["vllm", "serve", "m", "--scheduling-policy=priority"], SchedulingPolicy.PRIORITY),
+        (["vllm", "serve", "m", "--scheduling_policy", "fcfs"], SchedulingPolicy.FCFS),
+        (["sh", "-c", "vllm serve m --scheduling-policy priority"], SchedulingPolicy.PRIORITY),
+        (["vllm", "serve", "m", "--scheduling-policy"], None),
+    ],
+)
+def test_scheduling_policy_from_a_command_line(
+    cmdline: list[str], expected: SchedulingPolicy | None
+) -> None:
+    found = scheduling_policy(cmdline)
+    # An API server without the flag runs vLLM's default; the watcher applies it.
+    assert (found or SchedulingPolicy.FCFS if "--model" in cmdline else found) is expected
+
+
+@pytest.mark.parametrize(
+    ("name", "cmdline", "role"),
+    [
+        ("python", ["python", "-m", "vllm.entrypoints.openai.api_server"], ProcessRole.API),
+        ("vllm", ["/usr/bin/python", "/usr/bin/vllm", "serve", "tiny"], ProcessRole.API),
+        ("python", ["python", "-m", "chaos.sim", "--port", "0"], ProcessRole.API),
+        ("VLLM::EngineCor", ["VLLM::EngineCore_DP0"], ProcessRole.ENGINE),
+        ("VLLM::Worker_TP", ["VLLM::Worker_TP1"], ProcessRole.WORKER),
+        ("python", ["python", "-m", "http.server"], None),
+    ],
+)
+def test_default_patterns_classify_vllm_processes(
+    name: str, cmdline: list[str], role: ProcessRole | None
+) -> None:
+    assert ProcessPatterns().classify(name, cmdline) is role
+
+
+def test_process_states_map_to_the_closed_set() -> None:
+    assert process_state(psutil.STATUS_STOPPED) is ProcessState.STOPPED
+    assert process_state(psutil.STATUS_TRACING_STOP) is ProcessState.STOPPED
+    assert process_state(psutil.STATUS_ZOMBIE) is ProcessState.ZOMBIE
+    assert process_state(psutil.STATUS_DISK_SLEEP) is ProcessState.DISK_SLEEP
+    assert process_state(psutil.STATUS_IDLE) is ProcessState.SLEEPING
+    assert process_state(None) is ProcessState.GONE
