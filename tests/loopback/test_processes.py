@@ -191,23 +191,20 @@ async def test_this_process_is_never_the_api_server() -> None:
 @pytest.mark.parametrize(
     ("cmdline", "expected"),
     [
-        (
-            ["python", "-m", "vllm.entrypoints.openai.api_server", "--model", "m"],
-            SchedulingPolicy.FCFS,
-        ),
+        # No flag: None here; the watcher then applies vLLM's default, fcfs.
+        (["python", "-m", "vllm.entrypoints.openai.api_server", "--model", "m"], None),
         (["vllm", "serve", "m", "--scheduling-policy", "priority"], SchedulingPolicy.PRIORITY),
         (["vllm", "serve", "m", "--scheduling-policy=priority"], SchedulingPolicy.PRIORITY),
         (["vllm", "serve", "m", "--scheduling_policy", "fcfs"], SchedulingPolicy.FCFS),
         (["sh", "-c", "vllm serve m --scheduling-policy priority"], SchedulingPolicy.PRIORITY),
         (["vllm", "serve", "m", "--scheduling-policy"], None),
+        (["vllm", "serve", "m", "--scheduling-policy", "lottery"], None),
     ],
 )
 def test_scheduling_policy_from_a_command_line(
     cmdline: list[str], expected: SchedulingPolicy | None
 ) -> None:
-    found = scheduling_policy(cmdline)
-    # An API server without the flag runs vLLM's default; the watcher applies it.
-    assert (found or SchedulingPolicy.FCFS if "--model" in cmdline else found) is expected
+    assert scheduling_policy(cmdline) is expected
 
 
 @pytest.mark.parametrize(
