@@ -1,0 +1,144 @@
+"""The ``sentinel diagnose`` and ``sentinel doctor`` subcommands (arguments and entry points).
+
+Owns only the command-line surface; the work is :func:`bundle.capture`,
+:class:`store.IncidentStore` and :func:`doctor.run_doctor`. Settings (target,
+diagnostics directory, retention, windows) come from the same sources as
+``sentinel run``: ``--config``, ``SENTINEL_*`` variables, then these flags.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import time
+from pathlib import Path
+
+from sentinel import __version__
+from sentinel.config import ConfigError, Settings, effective_config, load_settings
+from sentinel.diagnostics import cgroup, procs
+from sentinel.diagnostics.bundle import DEFAULT_BUDGET_S, DiagnosticsContext, Trigger, capture
+from sentinel.diagnostics.doctor import ProbeTimings, fetch_metrics, render_report, run_doctor
+from sentinel.diagnostics.store import IncidentStore, RetentionPolicy
+
+EXIT_USAGE = 2
+
+
+def _add_common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--target", help="vLLM base URL whose /metrics is read (SENTINEL_TARGET)")
+    parser.add_argument("--config", type=Path, help="YAML settings file (as for sentinel run)")
+    parser.add_argument(
+        "--cgroup-root",
+        type=Path,
+        default=cgroup.DEFAULT_CGROUP_ROOT,
+        help=f"cgroup v2 directory with cpu.max (default {cgroup.DEFAULT_CGROUP_ROOT})",
+    )
+    parser.add_argument(
+        "--process-title",
+        action="append",
+        metavar="TITLE",
+        help="process title prefix of a vLLM process (repeatable; default "
+        + ", ".join(procs.DEFAULT_TITLES)
+        + ")",
+    )
+    parser.add_argument(
+        "--process-cmdline",
+        action="append",
+        metavar="TEXT",
+        help="command-line substring of a vLLM process (repeatable; default "
+        + ", ".join(repr(c) for c in procs.DEFAULT_CMDLINES)
+        + ")",
+    )
+
+
+def add_diagnose_arguments(parser: argparse.ArgumentParser) -> None:
+    _add_common(parser)
+    parser.add_argument(
+        "--diagnostics-dir", type=Path, help="where the bundle goes (SENTINEL_DIAGNOSTICS_DIR)"
+    )
+    parser.add_argument(
+        "--budget",
+        type=float,
+        default=DEFAULT_BUDGET_S,
+        help=f"overall capture time limit in seconds (default {DEFAULT_BUDGET_S:g})",
+    )
+    parser.add_argument("--reason", default="requested with sentinel diagnose")
+
+
+def add_doctor_arguments(parser: argparse.ArgumentParser) -> None:
+    _add_common(parser)
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    flags = {
+        "target": getattr(args, "target", None),
+        "diagnostics_dir": getattr(args, "diagnostics_dir", None),
+    }
+    return load_settings(getattr(args, "config", None), os.environ, flags)
+
+
+def _match(args: argparse.Namespace) -> procs.ProcessMatch:
+    titles = tuple(args.process_title or procs.DEFAULT_TITLES)
+    cmdlines = tuple(args.process_cmdline or procs.DEFAULT_CMDLINES)
+    return procs.ProcessMatch(titles=titles, cmdlines=cmdlines)
+
+
+def diagnose_main(args: argparse.Namespace) -> int:
+    """Capture a bundle now (local processes, the target's /metrics), store it, print the path."""
+    try:
+        settings = _settings(args)
+    except ConfigError as exc:
+        print(f"sentinel diagnose: configuration error:\n{exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+    async def run() -> int:
+        text, error = await fetch_metrics(settings.target)
+        scrapes = [(time.time(), text)] if text is not None else []
+        context = DiagnosticsContext(
+            trigger=Trigger("on-demand", args.reason),
+            process_match=_match(args),
+            metrics_text=scrapes,
+            config=effective_config(settings),
+            version=__version__,
+            budget_s=args.budget,
+            cgroup_root=args.cgroup_root,
+        )
+        incident = await capture(context)
+        store = IncidentStore(
+            settings.diagnostics_dir,
+            RetentionPolicy(settings.diagnostics_max_incidents, settings.diagnostics_max_bytes),
+        )
+        record = await store.write_async(incident)
+        if error is not None:
+            print(f"note: {settings.target}/metrics not scraped: {error}", file=sys.stderr)
+        print(incident.cause_line)
+        print(f"captured in {incident.duration_s:.2f} s")
+        print(f"{record.path}/summary.txt")
+        return 0
+
+    return asyncio.run(run())
+
+
+def doctor_main(args: argparse.Namespace) -> int:
+    """Run every check, print the table, exit 0 (no problems) or 1."""
+    try:
+        settings = _settings(args)
+    except ConfigError as exc:
+        print(f"sentinel doctor: configuration error:\n{exc}", file=sys.stderr)
+        return EXIT_USAGE
+    timings = ProbeTimings(
+        scrape_interval_s=settings.scrape_interval,
+        idle_window_s=settings.idle_window,
+        hang_window_s=settings.hang_window,
+    )
+    report = asyncio.run(
+        run_doctor(
+            settings.target,
+            process_match=_match(args),
+            cgroup_root=args.cgroup_root,
+            timings=timings,
+        )
+    )
+    render_report(report)
+    return report.exit_code

@@ -1,0 +1,337 @@
+"""``sentinel doctor``: the pod setup pitfalls that make hangs (or false restarts) likely.
+
+Owns the checks and the report. Each check is a function of numbers or text,
+so it is tested without a pod; :func:`run_doctor` only gathers the inputs:
+
+- *CPU*: the cgroup CPU quota against each vLLM process's ``OMP_NUM_THREADS``
+  (or OpenMP's default, the CPUs in its affinity mask) and thread count. An
+  unset ``OMP_NUM_THREADS`` on a 192-CPU host with a 12-CPU quota starts 192
+  OpenMP threads that throttle the container.
+- *Priority*: canaries jump the queue only when vLLM runs
+  ``--scheduling-policy priority``; vLLM silently ignores ``priority`` otherwise.
+- *Metrics*: sentinel's progress evidence comes from vLLM's ``/metrics``
+  (``vllm:generation_tokens_total``, ``vllm:iteration_tokens_total``); without
+  them hangs are confirmed on canaries alone, more slowly.
+- *Probe timing*: sentinel's windows and the kubelet's probe settings against
+  each other (a hang must be confirmable before the kubelet gives up, and a
+  sentinel restart must not look like a hang).
+
+Exit code: 0 when nothing is a problem (warnings allowed), 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+from rich.console import Console
+from rich.table import Table
+
+from sentinel.diagnostics import cgroup, procs
+from sentinel.diagnostics.cause import ProcessRole
+
+PROGRESS_COUNTERS = ("vllm:generation_tokens_total", "vllm:iteration_tokens_total")
+
+
+class Severity(StrEnum):
+    OK = "ok"
+    WARN = "warn"
+    PROBLEM = "problem"
+    SKIPPED = "skipped"
+
+
+@dataclass(frozen=True, slots=True)
+class DoctorCheck:
+    area: str
+    severity: Severity
+    summary: str
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class DoctorReport:
+    checks: tuple[DoctorCheck, ...]
+
+    @property
+    def problems(self) -> list[DoctorCheck]:
+        return [c for c in self.checks if c.severity is Severity.PROBLEM]
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if self.problems else 0
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeTimings:
+    """sentinel's windows and the kubelet's liveness settings, in seconds (DESIGN defaults)."""
+
+    scrape_interval_s: float = 2.0
+    idle_window_s: float = 5.0
+    text_interval_s: float = 5.0
+    text_deadline_s: float = 8.0
+    path_deadline_s: float = 10.0
+    hang_window_s: float = 15.0
+    diagnostics_budget_s: float = 8.0
+    liveness_period_s: float = 5.0
+    liveness_timeout_s: float = 3.0
+    liveness_failure_threshold: int = 4
+    liveness_grace_s: float = 10.0
+    sentinel_restart_s: float = 15.0  # how long a sentinel restart may take unnoticed
+
+
+# The design's budget from hang to restart is under 60 s; past this it is a problem.
+MAX_HANG_TO_RESTART_S = 120.0
+
+
+def check_probe_timings(t: ProbeTimings) -> list[DoctorCheck]:
+    """Pure: do the numbers fit together? One check per rule, named after it."""
+    out: list[DoctorCheck] = []
+
+    def rule(ok: bool, summary: str, detail: str, bad: Severity = Severity.PROBLEM) -> None:
+        out.append(DoctorCheck("timing", Severity.OK if ok else bad, summary, detail))
+
+    rule(
+        t.scrape_interval_s * 3 <= t.hang_window_s,
+        f"scrape interval {t.scrape_interval_s:g} s gives >= 3 scrapes per "
+        f"{t.hang_window_s:g} s hang window",
+        "progress can only be called flat after several scrapes",
+    )
+    rule(
+        t.idle_window_s >= t.scrape_interval_s,
+        f"idle window {t.idle_window_s:g} s >= scrape interval {t.scrape_interval_s:g} s",
+        "otherwise idle gating cannot see recent completions",
+        Severity.WARN,
+    )
+    rule(
+        max(t.text_deadline_s, t.path_deadline_s) < t.hang_window_s,
+        f"canary deadlines ({t.text_deadline_s:g} s, {t.path_deadline_s:g} s) "
+        f"< hang window {t.hang_window_s:g} s",
+        "a canary must be able to miss its deadline inside the confirmation window",
+    )
+    rule(
+        t.diagnostics_budget_s < t.hang_window_s,
+        f"diagnostics budget {t.diagnostics_budget_s:g} s < hang window {t.hang_window_s:g} s",
+        "the bundle, started at the first missed deadline, lands before liveness turns red",
+    )
+    rule(
+        t.liveness_timeout_s < t.liveness_period_s,
+        f"liveness timeout {t.liveness_timeout_s:g} s < period {t.liveness_period_s:g} s",
+        "overlapping probes make the kubelet's count meaningless",
+        Severity.WARN,
+    )
+    tolerated = t.liveness_period_s * (t.liveness_failure_threshold - 1)
+    rule(
+        tolerated >= t.sentinel_restart_s,
+        f"liveness tolerates {tolerated:g} s of sentinel outage "
+        f"(>= {t.sentinel_restart_s:g} s for a sentinel restart)",
+        "a sentinel restart must never restart vLLM",
+    )
+    to_restart = (
+        t.hang_window_s
+        + t.text_interval_s
+        + t.liveness_period_s * t.liveness_failure_threshold
+        + t.liveness_grace_s
+    )
+    rule(
+        to_restart <= MAX_HANG_TO_RESTART_S,
+        f"worst case from hang to restart about {to_restart:g} s",
+        f"hang window + canary interval + kubelet failures + grace; over "
+        f"{MAX_HANG_TO_RESTART_S:g} s a hung server holds requests too long",
+        Severity.WARN,
+    )
+    return out
+
+
+def check_cpu(section: cgroup.CgroupSection) -> list[DoctorCheck]:
+    """Pure: the quota and each process's OpenMP and thread counts against it."""
+    root = section.root
+    if root.error and not section.per_process:
+        quota = DoctorCheck("cpu", Severity.SKIPPED, f"CPU quota unknown: {root.error}", root.path)
+    elif root.cpus is None and not section.per_process:
+        quota = DoctorCheck("cpu", Severity.OK, "no CPU quota (unlimited)", root.path)
+    else:
+        throttled = root.throttling.get("nr_throttled", 0)
+        periods = root.throttling.get("nr_periods", 0)
+        share = f"{throttled}/{periods} periods throttled" if periods else "no throttling data"
+        quota = DoctorCheck(
+            "cpu",
+            Severity.WARN if periods and throttled / periods > 0.2 else Severity.OK,
+            f"CPU quota {root.cpus if root.cpus is not None else 'unlimited'} CPUs; {share}",
+            root.path,
+        )
+    out = [quota]
+    if not section.checks:
+        out.append(DoctorCheck("cpu", Severity.SKIPPED, "no vLLM process visible for OMP checks"))
+    for check in section.checks:
+        if check.omp_oversubscribed:
+            out.append(
+                DoctorCheck(
+                    "cpu",
+                    Severity.PROBLEM,
+                    f"pid {check.pid}: OpenMP oversubscribed ({check.omp_effective} threads "
+                    f"on {check.quota_cpus:g} CPUs); set OMP_NUM_THREADS to the quota",
+                    "; ".join(check.notes),
+                )
+            )
+        elif check.threads_exceed_quota:
+            out.append(
+                DoctorCheck(
+                    "cpu",
+                    Severity.WARN,
+                    f"pid {check.pid}: {check.num_threads} threads on {check.quota_cpus:g} CPUs",
+                    "; ".join(check.notes),
+                )
+            )
+        else:
+            out.append(
+                DoctorCheck(
+                    "cpu",
+                    Severity.OK,
+                    f"pid {check.pid}: OMP_NUM_THREADS={check.omp_num_threads or 'unset'}, "
+                    f"{check.num_threads} threads",
+                    "; ".join(check.notes),
+                )
+            )
+    return out
+
+
+def scheduling_policy(argv: Sequence[str]) -> str | None:
+    """The ``--scheduling-policy`` value of a vLLM command line, None when not given."""
+    for index, arg in enumerate(argv):
+        if arg.startswith("--scheduling-policy="):
+            return arg.split("=", 1)[1]
+        if arg == "--scheduling-policy" and index + 1 < len(argv):
+            return argv[index + 1]
+    return None
+
+
+def check_scheduling_policy(api_cmdlines: Sequence[Sequence[str]]) -> DoctorCheck:
+    """Pure: is canary priority honoured by every visible API server?"""
+    if not api_cmdlines:
+        return DoctorCheck(
+            "priority",
+            Severity.SKIPPED,
+            "no vLLM API server visible (shareProcessNamespace?); cannot tell the policy",
+        )
+    policies = [scheduling_policy(argv) or "fcfs" for argv in api_cmdlines]
+    if all(p == "priority" for p in policies):
+        return DoctorCheck("priority", Severity.OK, "--scheduling-policy priority: effective")
+    return DoctorCheck(
+        "priority",
+        Severity.WARN,
+        f"scheduling policy {', '.join(sorted(set(policies)))}: canary priority is ignored",
+        "start vLLM with --scheduling-policy priority so canaries jump the queue under load "
+        "(a policy set in a --config file is not seen here)",
+    )
+
+
+def check_metrics(text: str | None, error: str | None = None) -> DoctorCheck:
+    """Pure: does vLLM's ``/metrics`` carry the progress counters sentinel relies on?"""
+    if text is None:
+        return DoctorCheck(
+            "metrics", Severity.PROBLEM, f"vLLM /metrics unreachable: {error or 'no answer'}"
+        )
+    try:
+        names = {
+            sample.name
+            for family in text_string_to_metric_families(text)
+            for sample in family.samples
+        }
+    except ValueError as exc:
+        return DoctorCheck("metrics", Severity.PROBLEM, f"vLLM /metrics unparsable: {exc}")
+    missing = [
+        counter
+        for counter in PROGRESS_COUNTERS
+        if counter not in names and f"{counter}_count" not in names
+    ]
+    if missing:
+        return DoctorCheck(
+            "metrics",
+            Severity.PROBLEM,
+            f"progress counters missing: {', '.join(missing)}",
+            "metrics disabled or renamed: hangs are confirmed on canaries alone, more slowly",
+        )
+    return DoctorCheck("metrics", Severity.OK, "vLLM metrics enabled with progress counters")
+
+
+async def fetch_metrics(
+    target_url: str, *, timeout_s: float = 3.0, transport: httpx.AsyncBaseTransport | None = None
+) -> tuple[str | None, str | None]:
+    """One ``/metrics`` scrape: (text, None) or (None, why not)."""
+    url = target_url.rstrip("/") + "/metrics"
+    try:
+        async with httpx.AsyncClient(timeout=timeout_s, transport=transport) as http:
+            response = await http.get(url)
+    except httpx.HTTPError as exc:
+        return None, f"{type(exc).__name__}: {exc}"
+    if response.status_code != 200:
+        return None, f"HTTP {response.status_code} from {url}"
+    return response.text, None
+
+
+async def run_doctor(
+    target_url: str,
+    *,
+    process_match: procs.ProcessMatch | None = None,
+    cgroup_root: Path = cgroup.DEFAULT_CGROUP_ROOT,
+    timings: ProbeTimings | None = None,
+    transport: httpx.AsyncBaseTransport | None = None,
+) -> DoctorReport:
+    """Gather the inputs (processes, cgroup, one /metrics scrape) and run every check."""
+    match = process_match or procs.ProcessMatch()
+
+    def local() -> tuple[list[procs.ProcessSnapshot], cgroup.CgroupSection]:
+        snaps = procs.describe(procs.discover(match))
+        threads = [
+            cgroup.threads_from_snapshot(s.pid, s.title, s.environ, s.cpu_affinity, s.num_threads)
+            for s in snaps
+            if s.role is not ProcessRole.OTHER
+        ]
+        return snaps, cgroup.snapshot(threads, root=cgroup_root)
+
+    (snaps, section), (text, error) = await asyncio.gather(
+        asyncio.to_thread(local), fetch_metrics(target_url, transport=transport)
+    )
+    api = [s for s in snaps if s.role is ProcessRole.API_SERVER]
+    checks = [
+        *check_cpu(section),
+        check_scheduling_policy([s.cmdline for s in api]),
+        check_metrics(text, error),
+        *check_probe_timings(timings or ProbeTimings()),
+    ]
+    return DoctorReport(tuple(checks))
+
+
+_STYLE = {
+    Severity.OK: "green",
+    Severity.WARN: "yellow",
+    Severity.PROBLEM: "bold red",
+    Severity.SKIPPED: "dim",
+}
+
+
+def render_report(report: DoctorReport, console: Console | None = None) -> None:
+    """A readable table, worst first within each area, and a one-line verdict."""
+    out = console or Console()
+    table = Table(title="sentinel doctor", show_lines=False)
+    table.add_column("area")
+    table.add_column("result")
+    table.add_column("finding", overflow="fold")
+    table.add_column("why", overflow="fold", style="dim")
+    for check in report.checks:
+        table.add_row(
+            check.area,
+            f"[{_STYLE[check.severity]}]{check.severity.value}[/]",
+            check.summary,
+            check.detail,
+        )
+    out.print(table)
+    problems = len(report.problems)
+    warnings = sum(1 for c in report.checks if c.severity is Severity.WARN)
+    verdict = "no problems found" if not problems else f"{problems} problem(s) found"
+    out.print(f"{verdict}, {warnings} warning(s)")
