@@ -78,7 +78,11 @@ CONTRACT_METRICS = {
 # DESIGN.md, "Interfaces": what the kubelet may ask sentinel.
 HTTP_PATHS = {"liveness": "/livez", "readiness": "/readyz", "startup": "/startupz"}
 GRPC_SERVICES = {"liveness": "liveness", "readiness": "readiness", "startup": "startup"}
-PROBE_FIELDS = {"liveness": "livenessProbe", "readiness": "readinessProbe", "startup": "startupProbe"}
+PROBE_FIELDS = {
+    "liveness": "livenessProbe",
+    "readiness": "readinessProbe",
+    "startup": "startupProbe",
+}
 SIDECAR_HEALTH_PATH = "/healthz"
 # What sentinel may do with the API server: nothing beyond these.
 ALLOWED_RULES = {("", "events", "create"), ("", "pods", "get")}
@@ -150,7 +154,9 @@ def pod_spec(deployment: Obj) -> Obj:
 
 def container(deployment: Obj, name: str) -> Obj:
     spec = pod_spec(deployment)
-    found = [c for c in spec.get("containers", []) + spec.get("initContainers", []) if c["name"] == name]
+    found: list[Obj] = [
+        c for c in spec.get("containers", []) + spec.get("initContainers", []) if c["name"] == name
+    ]
     assert len(found) == 1, f"expected one container {name}"
     return found[0]
 
@@ -318,7 +324,11 @@ def test_sentinel_env_names_are_settings_and_settings_are_valid() -> None:
     settings = sentinel_settings(deployment)
     assert settings.enforce is True
     # Downward API: the pod's identity for Events.
-    refs = {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in sidecar["env"] if "valueFrom" in e}
+    refs = {
+        e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"]
+        for e in sidecar["env"]
+        if "valueFrom" in e
+    }
     assert refs == {"POD_NAME": "metadata.name", "POD_NAMESPACE": "metadata.namespace"}
 
 
@@ -345,7 +355,9 @@ def test_only_sentinel_gets_an_api_token() -> None:
     assert spec["automountServiceAccountToken"] is False
     token_dir = "/var/run/secrets/kubernetes.io/serviceaccount"
     assert token_dir in {m["mountPath"] for m in container(deployment, "sentinel")["volumeMounts"]}
-    assert token_dir not in {m["mountPath"] for m in container(deployment, "vllm").get("volumeMounts", [])}
+    assert token_dir not in {
+        m["mountPath"] for m in container(deployment, "vllm").get("volumeMounts", [])
+    }
 
 
 def test_rbac_grants_only_events_create_and_pods_get() -> None:
@@ -390,7 +402,9 @@ def test_sentinel_is_never_cpu_throttled_into_answering_late() -> None:
     assert quantity_bytes(resources["requests"]["memory"]) > 0
     cpu_limit = resources.get("limits", {}).get("cpu")
     assert cpu_limit is None or quantity_cores(cpu_limit) >= 1.0
-    assert quantity_bytes(resources["limits"]["memory"]) >= quantity_bytes(resources["requests"]["memory"])
+    assert quantity_bytes(resources["limits"]["memory"]) >= quantity_bytes(
+        resources["requests"]["memory"]
+    )
 
 
 def test_sentinel_runs_unprivileged() -> None:
@@ -411,7 +425,8 @@ def test_stack_dump_variant_adds_only_ptrace(tmp_path: Path) -> None:
     assert security["capabilities"] == {"drop": ["ALL"], "add": ["SYS_PTRACE"]}
     # File capabilities take effect only without no_new_privs.
     assert security["allowPrivilegeEscalation"] is True
-    assert security["runAsNonRoot"] is True and security["readOnlyRootFilesystem"] is True
+    assert security["runAsNonRoot"] is True
+    assert security["readOnlyRootFilesystem"] is True
     first_on_path = env_of(sidecar)["PATH"].split(":")[0]
     assert first_on_path == PTRACE_PY_SPY_DIR
     assert f"setcap cap_sys_ptrace+ep {PTRACE_PY_SPY_DIR}/py-spy" in final_stage_text()
@@ -587,7 +602,11 @@ def dashboard_expressions() -> list[tuple[str, str]]:
     found = [(p["title"], t["expr"]) for p in board["panels"] for t in p.get("targets", [])]
     for variable in board["templating"]["list"]:
         if variable["type"] == "query":
-            query = variable["query"]["query"] if isinstance(variable["query"], dict) else variable["query"]
+            query = (
+                variable["query"]["query"]
+                if isinstance(variable["query"], dict)
+                else variable["query"]
+            )
             match = re.fullmatch(r"label_values\((.+),\s*\w+\)", query)
             assert match, f"variable {variable['name']}: unexpected query {query}"
             found.append((f"variable {variable['name']}", match[1]))
@@ -652,14 +671,17 @@ def contract_series() -> set[str]:
 
 def test_every_expression_parses_and_uses_contract_metrics() -> None:
     referenced = all_referenced_metrics()
-    unknown = {name: sorted(where) for name, where in referenced.items() if name not in contract_series()}
+    unknown = {
+        name: sorted(where) for name, where in referenced.items() if name not in contract_series()
+    }
     assert not unknown, f"not in DESIGN.md's metric contract: {unknown}"
 
 
 def test_every_contract_metric_is_on_the_dashboard() -> None:
     shown = set(all_referenced_metrics())
     missing = [
-        name for name, kind in CONTRACT_METRICS.items()
+        name
+        for name, kind in CONTRACT_METRICS.items()
         if not series_names(name.removesuffix("_total"), kind) & shown
     ]
     assert not missing
@@ -678,7 +700,9 @@ def test_the_alerts_the_issue_asks_for_exist() -> None:
 
 def test_dashboard_shape() -> None:
     board = dashboard()
-    assert board["uid"] and board["title"] and board["schemaVersion"] >= 36
+    assert board["uid"]
+    assert board["title"]
+    assert board["schemaVersion"] >= 36
     ids = [p["id"] for p in board["panels"]]
     assert len(ids) == len(set(ids))
     for panel in board["panels"]:
@@ -702,7 +726,11 @@ def test_metric_names_exist_in_sentinel_exposition() -> None:
     registry = CollectorRegistry()
     SentinelMetrics(registry, state)
     exposed = exposed_names(generate_latest(registry).decode())
-    missing = {name: sorted(where) for name, where in all_referenced_metrics().items() if name not in exposed}
+    missing = {
+        name: sorted(where)
+        for name, where in all_referenced_metrics().items()
+        if name not in exposed
+    }
     assert not missing, f"named by dashboard or rules but not exported: {missing}"
 
 
@@ -737,7 +765,8 @@ def render_configmap() -> str:
     binary: dict[str, str] = {}
     for relative, content in catalog_files().items():
         key = configmap_key(relative)
-        assert key not in data and key not in binary, f"two catalog files named {key}"
+        assert key not in data, f"two catalog files named {key}"
+        assert key not in binary, f"two catalog files named {key}"
         try:
             data[key] = content.decode("utf-8")
         except UnicodeDecodeError:
@@ -747,7 +776,10 @@ def render_configmap() -> str:
         "kind": "ConfigMap",
         "metadata": {
             "name": "sentinel-probes",
-            "labels": {"app.kubernetes.io/name": "sentinel", "app.kubernetes.io/component": "canaries"},
+            "labels": {
+                "app.kubernetes.io/name": "sentinel",
+                "app.kubernetes.io/component": "canaries",
+            },
         },
         "data": data,
     }
@@ -777,10 +809,14 @@ def test_configmap_carries_the_shipped_catalog() -> None:
 def test_probe_volume_restores_the_catalog_layout() -> None:
     configmap = load_docs(CONFIGMAP_FILE)[0]
     keys = set(configmap.get("data", {})) | set(configmap.get("binaryData", {}))
-    volume = next(v for v in pod_spec(find(base_objects(), "Deployment"))["volumes"] if v["name"] == "probes")
+    volume = next(
+        v for v in pod_spec(find(base_objects(), "Deployment"))["volumes"] if v["name"] == "probes"
+    )
     items = {item["key"]: item["path"] for item in volume["configMap"]["items"]}
     assert set(items) == keys, "every ConfigMap key must be projected"
-    assert set(items.values()) == set(catalog_files()), "the mounted tree must equal sentinel/probes/"
+    assert set(items.values()) == set(catalog_files()), (
+        "the mounted tree must equal sentinel/probes/"
+    )
     contents = {k: v.encode() for k, v in configmap.get("data", {}).items()}
     contents |= {k: base64.b64decode(v) for k, v in configmap.get("binaryData", {}).items()}
     for key, path in items.items():
@@ -886,13 +922,15 @@ def test_dockerfile_is_multi_stage_with_a_pinned_slim_base() -> None:
         if image == "builder":
             continue
         name, _, tag = image.partition(":")
-        assert name == "python" and re.fullmatch(r"3\.11\.\d+-slim(-\w+)?", tag), image
+        assert name == "python", image
+        assert re.fullmatch(r"3\.11\.\d+-slim(-\w+)?", tag), image
 
 
 def test_dockerfile_final_stage_is_non_root_and_tool_free() -> None:
     final = stages()[-1]
     users = [i["value"] for i in final if i["instruction"] == "USER"]
-    assert users and users[-1].split(":")[0] not in ("0", "root")
+    assert users
+    assert users[-1].split(":")[0] not in ("0", "root")
     for instruction in final:
         if instruction["instruction"] == "RUN":
             installs = re.findall(r"apt-get install[^&;]*", instruction["value"])
@@ -902,9 +940,11 @@ def test_dockerfile_final_stage_is_non_root_and_tool_free() -> None:
             if "libcap2-bin" in " ".join(installs):
                 assert re.search(r"apt-get (purge|remove)[^&;]*libcap2-bin", instruction["value"])
     copies = [i["value"] for i in final if i["instruction"] == "COPY"]
-    assert copies and all(c.startswith("--from=builder") for c in copies)
+    assert copies
+    assert all(c.startswith("--from=builder") for c in copies)
     entrypoint = [i["value"] for i in final if i["instruction"] == "ENTRYPOINT"]
-    assert entrypoint and json.loads(entrypoint[-1]) == ["sentinel"]
+    assert entrypoint
+    assert json.loads(entrypoint[-1]) == ["sentinel"]
     assert f"setcap cap_sys_ptrace+ep {PTRACE_PY_SPY_DIR}/py-spy" in final_stage_text()
 
 
@@ -952,10 +992,13 @@ def test_constraints_pin_every_runtime_dependency() -> None:
     for line in CONSTRAINTS.read_text(encoding="utf-8").splitlines():
         if line and not line.startswith("#"):
             name, sep, version = line.partition("==")
-            assert sep and re.fullmatch(r"[\w.!+]+", version), f"not an exact pin: {line}"
+            assert sep, f"not an exact pin: {line}"
+            assert re.fullmatch(r"[\w.!+]+", version), f"not an exact pin: {line}"
             pins[canonical(name)] = version
     missing = set(runtime_closure()) - set(pins)
-    assert not missing, "regenerate constraints.txt (see its header): missing " + ", ".join(sorted(missing))
+    assert not missing, "regenerate constraints.txt (see its header): missing " + ", ".join(
+        sorted(missing)
+    )
 
 
 # --------------------------------------------------------------------------- main
