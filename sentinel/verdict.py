@@ -213,7 +213,7 @@ def evaluate(
         liveness = ProbeAnswer(True, "no hang confirmed")
 
     # Readiness hysteresis over canary results newer than the last judged one.
-    degraded, bad, good, judged = _hysteresis(state, enabled, policy)
+    degraded, bad, good, judged = _hysteresis(state, enabled, policy, evidence.epoch_started)
     unready_hangs = [h for h in hangs if h.action in (Action.RESTART, Action.UNREADY)]
     if not startup_passed:
         readiness = ProbeAnswer(False, "startup has not passed")
@@ -341,7 +341,7 @@ def _dead(evidence: Evidence, policy: Policy, now: float) -> Hang | None:
 
 
 def _hysteresis(
-    state: VerdictState, enabled: list[KindEvidence], policy: Policy
+    state: VerdictState, enabled: list[KindEvidence], policy: Policy, epoch_started: float
 ) -> tuple[bool, int, int, float]:
     """Feed each new result into the out-after-N-bad / back-after-M-good counter."""
     fresh = sorted(
@@ -349,7 +349,9 @@ def _hysteresis(
             (r.finished, _bad(r, k.latency_slo))
             for k in enabled
             for r in k.results
-            if r.finished > state.judged_until and r.reason is not Reason.UNSUPPORTED
+            if r.finished > state.judged_until
+            and r.started >= epoch_started
+            and r.reason is not Reason.UNSUPPORTED
         ),
         key=lambda item: item[0],
     )

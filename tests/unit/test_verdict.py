@@ -801,10 +801,6 @@ def test_new_epoch_ignores_path_misses_of_the_previous_server() -> None:
     assert verdict.liveness.ok
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="readiness hysteresis re-judges results from before epoch_started after a restart",
-)
 def test_new_epoch_readiness_does_not_inherit_failures_of_the_previous_server() -> None:
     """DESIGN.md: on a server restart "all verdict state resets".
 
