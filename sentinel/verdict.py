@@ -20,7 +20,7 @@ Rules, in the order they are applied:
 * Liveness fails only for confirmed hangs whose action is ``restart``, when
   enforcing, and unless the restart-loop brake is engaged.
 * Readiness fails before startup, on any confirmed ``restart``/``unready``
-  hang, while the brake is engaged, and when recent canaries fail or run over
+  hang (unless observe-only), while the brake is engaged, and when recent canaries fail or run over
   their latency SLO (out after ``ready_out_after`` bad results, back after
   ``ready_back_after`` good ones).
 """
@@ -214,7 +214,10 @@ def evaluate(
 
     # Readiness hysteresis over canary results newer than the last judged one.
     degraded, bad, good, judged = _hysteresis(state, enabled, policy, evidence.epoch_started)
-    unready_hangs = [h for h in hangs if h.action in (Action.RESTART, Action.UNREADY)]
+    # Observe-only mode changes no kubelet answer because of a hang: it reports.
+    unready_hangs = [
+        h for h in hangs if h.action in (Action.RESTART, Action.UNREADY) and policy.enforce
+    ]
     if not startup_passed:
         readiness = ProbeAnswer(False, "startup has not passed")
     elif braked:

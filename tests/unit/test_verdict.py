@@ -853,3 +853,13 @@ def test_a_second_kind_confirmed_later_is_the_only_new_hang() -> None:
     verdict = sidecar.at(125.0, both)
     assert {h.kind for h in verdict.hangs} == {HangKind.DEAD, HangKind.ENGINE}
     assert [h.kind for h in verdict.new_hangs] == [HangKind.ENGINE]
+
+
+def test_observe_only_leaves_readiness_to_startup_and_degradation() -> None:
+    """Observe-only changes no kubelet answer because of a hang; it only reports."""
+    policy = Policy(enforce=False)
+    ev = evidence(text(ok(1.0), timeout(100.0)), progress_at=50.0)
+    _, verdict = evaluate(VerdictState(), ev, policy, 116.0)
+    assert verdict.would_restart
+    assert verdict.liveness.ok
+    assert verdict.readiness.ok, verdict.readiness.reason
