@@ -86,6 +86,11 @@ PROBE_FIELDS = {
 SIDECAR_HEALTH_PATH = "/healthz"
 # What sentinel may do with the API server: nothing beyond these.
 ALLOWED_RULES = {("", "events", "create"), ("", "pods", "get")}
+# The Kubernetes client calls sentinel.k8s may make, and the grant each needs.
+CLIENT_CALLS = {
+    "create_namespaced_event": ("", "events", "create"),
+    "read_namespaced_pod": ("", "pods", "get"),
+}
 # The budget DESIGN.md promises.
 MAX_HANG_TO_KILL = 60.0
 TOLERATED_SENTINEL_OUTAGE = 15.0
@@ -329,7 +334,12 @@ def test_sentinel_env_names_are_settings_and_settings_are_valid() -> None:
         for e in sidecar["env"]
         if "valueFrom" in e
     }
-    assert refs == {"POD_NAME": "metadata.name", "POD_NAMESPACE": "metadata.namespace"}
+    assert refs == {
+        "POD_NAME": "metadata.name",
+        "POD_NAMESPACE": "metadata.namespace",
+        "POD_UID": "metadata.uid",
+        "NODE_NAME": "spec.nodeName",
+    }
 
 
 def test_volumes_land_where_sentinel_reads_them() -> None:
@@ -360,7 +370,7 @@ def test_only_sentinel_gets_an_api_token() -> None:
     }
 
 
-def test_rbac_grants_only_events_create_and_pods_get() -> None:
+def test_rbac_grants_only_what_sentinel_calls() -> None:
     objs = base_objects()
     assert not [o for o in objs if o["kind"] in ("ClusterRole", "ClusterRoleBinding")]
     role = find(objs, "Role")
@@ -372,7 +382,12 @@ def test_rbac_grants_only_events_create_and_pods_get() -> None:
             for resource in rule["resources"]:
                 for verb in rule["verbs"]:
                     granted.add((group, resource, verb))
-    assert granted == ALLOWED_RULES
+    assert granted <= ALLOWED_RULES
+    # Exactly what sentinel's Kubernetes adapter calls: no unused grant, no missing one.
+    source = (REPO / "sentinel" / "k8s.py").read_text(encoding="utf-8")
+    needed = {grant for call, grant in CLIENT_CALLS.items() if re.search(rf"\b{call}\b", source)}
+    assert ("", "events", "create") in needed
+    assert granted == needed
     binding = find(objs, "RoleBinding")
     assert binding["roleRef"] == {
         "apiGroup": "rbac.authorization.k8s.io",
