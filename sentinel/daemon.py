@@ -138,7 +138,11 @@ class Daemon:
                 evidence_client, settings.target, self.clock, timeout=settings.scrape_interval
             )
             health = VllmHealthPoller(evidence_client, settings.target, self.clock)
-            watcher = ProcessWatcher(self.clock) if settings.watch_processes else None
+            watcher = (
+                ProcessWatcher(self.clock, listen_port=httpx.URL(settings.target).port)
+                if settings.watch_processes
+                else None
+            )
             await self.http.start()
             try:
                 await self.grpc.start()

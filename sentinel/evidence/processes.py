@@ -221,6 +221,16 @@ def _ancestors(pid: int, parents: dict[int, int | None]) -> list[int]:
     return chain
 
 
+def _listens_on(pid: int, port: int) -> bool:
+    try:
+        connections = psutil.Process(pid).net_connections(kind="tcp")
+    except (psutil.Error, OSError):
+        return False
+    return any(
+        c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port for c in connections
+    )
+
+
 def _is_descendant(pid: int, ancestor: int, parents: dict[int, int | None]) -> bool:
     return ancestor in _ancestors(pid, parents)
 
@@ -237,6 +247,10 @@ class ProcessWatcher:
     clock: Callable[[], float]
     patterns: ProcessPatterns = field(default_factory=ProcessPatterns)
     exclude_pids: frozenset[int] = field(default_factory=lambda: frozenset({os.getpid()}))
+    # The target's port: when several API servers match (a shared host, tests),
+    # the one listening on it wins. Reading another user's sockets needs
+    # privileges; without them the oldest match is taken, as in a pod.
+    listen_port: int | None = None
     _identity: tuple[int, float] | None = None
     _seen: dict[tuple[int, float], ProcessInfo] = field(default_factory=dict)
 
@@ -262,6 +276,8 @@ class ProcessWatcher:
             if roles[row.pid] is ProcessRole.API
             and not any(roles.get(a) is ProcessRole.API for a in _ancestors(row.pid, parents))
         ]
+        if len(apis) > 1 and self.listen_port is not None:
+            apis = [row for row in apis if _listens_on(row.pid, self.listen_port)] or apis
         api_row = min(apis, key=lambda r: (r.create_time, r.pid), default=None)
         api = None if api_row is None else api_row.info(ProcessRole.API)
 
