@@ -1,0 +1,81 @@
+"""The simulator's processes behave like vLLM's under real signals, and the launcher cleans up."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import httpx
+import psutil
+import pytest
+
+from chaos.sim.launch import PROCESS_TITLE, SimProcess, SimStartError
+
+
+def _chat(max_tokens: int = 2) -> dict[str, object]:
+    return {"messages": [{"role": "user", "content": "hi"}], "max_tokens": max_tokens}
+
+
+def _vllm_lines(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith("vllm:")]
+
+
+def test_engine_child_is_titled_like_vllm() -> None:
+    with SimProcess(scheduling_policy="priority") as sim:
+        api = psutil.Process(sim.api_pid)
+        titled = [p for p in api.children() if p.name() == PROCESS_TITLE]
+        assert [p.pid for p in titled] == [sim.engine_pid]
+        assert "--scheduling-policy" in api.cmdline()
+        assert api.cmdline()[api.cmdline().index("--scheduling-policy") + 1] == "priority"
+
+
+def test_sigstop_engine_freezes_generation_not_health() -> None:
+    with SimProcess(decode_tps=200) as sim, httpx.Client(base_url=sim.base_url, timeout=10) as http:
+        assert http.post("/v1/chat/completions", json=_chat()).status_code == 200
+        sim.control.stop_engine()  # a real SIGSTOP, sent by the API process
+        assert sim.engine_process().status() == psutil.STATUS_STOPPED
+        frozen = _vllm_lines(http.get("/metrics").text)
+        with pytest.raises(httpx.ReadTimeout):
+            http.post("/v1/chat/completions", json=_chat(), timeout=1.0)
+        assert http.get("/health").status_code == 200
+        assert _vllm_lines(http.get("/metrics").text) == frozen
+        sim.control.resume_engine()
+        assert http.post("/v1/chat/completions", json=_chat()).status_code == 200
+
+
+def test_sigkill_engine_turns_health_503_and_the_api_exits() -> None:
+    with SimProcess(dead_exit_delay=1.0) as sim:
+        with httpx.Client(base_url=sim.base_url, timeout=2) as http:
+            assert http.get("/health").status_code == 200
+            os.kill(sim.engine_pid, signal.SIGKILL)
+            deadline = time.monotonic() + 10
+            while http.get("/health").status_code != 503:
+                assert time.monotonic() < deadline, "/health never turned 503"
+                time.sleep(0.01)  # polling with a deadline
+            response = http.post("/v1/chat/completions", json=_chat())
+            assert response.status_code == 500
+            assert response.json()["error"]["type"] == "InternalServerError"
+        assert sim.wait_exit(timeout=10) == 1
+
+
+def test_launcher_stops_everything_even_with_a_stopped_engine(tmp_path: Path) -> None:
+    ready_file = tmp_path / "ready.json"
+    sim = SimProcess(extra_args=["--ready-file", str(ready_file)])
+    with sim:
+        ready = json.loads(ready_file.read_text())
+        assert ready["port"] == sim.port
+        assert ready["engine_pid"] == sim.engine_pid
+        sim.signal_engine(signal.SIGSTOP)
+        api, engine = psutil.Process(sim.api_pid), sim.engine_process()
+    for process in (api, engine):
+        if process.is_running():
+            assert process.status() == psutil.STATUS_ZOMBIE
+    assert sim.returncode() == 0
+
+
+def test_start_failure_reports_the_log() -> None:
+    with pytest.raises(SimStartError, match="max-num-seqs"):
+        SimProcess(max_num_seqs=0, startup_timeout=10).start()
