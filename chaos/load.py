@@ -34,11 +34,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
+import jsonschema
 from PIL import Image
 from rich.console import Console
 from rich.table import Table
 
 KINDS = ("text", "structured", "multimodal")
+STRUCTURED_MIN_TOKENS = 48
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,6 +169,8 @@ class _Workload:
                 "json_schema": {"name": "load", "schema": schema},
             }
             body.pop("ignore_eos", None)
+            # room for the whole JSON reply, or every structured reply is cut short
+            body["max_tokens"] = max(config.max_tokens, STRUCTURED_MIN_TOKENS)
         elif kind == "multimodal":
             content = [
                 {"type": "text", "text": self.prompt},
@@ -174,6 +178,14 @@ class _Workload:
             ]
         body["messages"] = [{"role": "user", "content": content}]
         return kind, "/v1/chat/completions", body, schema
+
+
+def _valid(content: str | None, schema: dict[str, Any]) -> bool:
+    try:
+        jsonschema.validate(json.loads(content or ""), schema)
+    except (ValueError, jsonschema.ValidationError):
+        return False
+    return True
 
 
 async def _discover_model(session: aiohttp.ClientSession, target: str) -> str:
@@ -227,19 +239,16 @@ async def _one(
                     tokens = int(reply["usage"]["completion_tokens"])
                     choice = reply["choices"][0]
                     content = (choice.get("message") or {}).get("content") or choice.get("text")
-        if schema is not None:
-            import jsonschema
-
-            jsonschema.validate(json.loads(content or ""), schema)
+        if schema is not None and not _valid(content, schema):
+            return Sample(kind, False, time.monotonic() - start, error="schema")
     except TimeoutError:
         return Sample(kind, False, time.monotonic() - start, error="timeout")
     except aiohttp.ClientConnectionError:
         return Sample(kind, False, time.monotonic() - start, error="connect")
     except (ValueError, KeyError, TypeError, IndexError):
         return Sample(kind, False, time.monotonic() - start, error="bad_body")
-    except Exception as exc:  # jsonschema.ValidationError and anything unforeseen
-        name = type(exc).__name__
-        return Sample(kind, False, time.monotonic() - start, error=name)
+    except aiohttp.ClientError as exc:
+        return Sample(kind, False, time.monotonic() - start, error=type(exc).__name__)
     return Sample(kind, True, time.monotonic() - start, ttft, tokens)
 
 
