@@ -121,10 +121,12 @@ async def capture(context: DiagnosticsContext) -> Incident:
         return await asyncio.to_thread(procs.describe, discovered, scrubber=scrubber)
 
     async def stack_dumps() -> dict[int, stacks.StackDump]:
+        # Each dump ends before the section does, so a slow one is recorded as
+        # timed out instead of taking every other dump down with the section.
         return await stacks.dump_stacks(
             [d.pid for d in discovered],
             py_spy=context.py_spy,
-            timeout_s=min(context.stack_timeout_s, remaining()),
+            timeout_s=max(min(context.stack_timeout_s, remaining() - 0.3), 0.1),
         )
 
     async def gpu_state() -> gpu.GpuSection:

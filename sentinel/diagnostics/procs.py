@@ -41,6 +41,7 @@ DEFAULT_CMDLINES = ("vllm.entrypoints.openai.api_server", "vllm serve", "chaos.s
 MAX_PROCESSES = 64  # a runaway fork tree must not turn one bundle into thousands of dumps
 MAX_OPEN_FILES = 200
 MAX_TITLE = 240
+MAX_ENV_ANCESTORS = 3
 
 _STATUS = {
     psutil.STATUS_RUNNING: ProcessStatus.RUNNING,
@@ -72,11 +73,12 @@ class ProcessMatch:
 
     def matches(self, name: str, cmdline: Sequence[str]) -> bool:
         joined = " ".join(cmdline)
-        for title in self.titles:
-            if joined.startswith(title) or (name and title.startswith(name) and len(name) >= 15):
-                return True
-            if name == title:
-                return True
+        if not joined:
+            # Command line unreadable (or a kernel thread): only the 15-character
+            # comm is left, so a title matches on its truncated prefix.
+            return bool(name) and any(title[:15] == name[:15] for title in self.titles)
+        if any(joined.startswith(title) for title in self.titles):
+            return True
         return any(pattern in joined for pattern in self.cmdlines)
 
 
@@ -188,6 +190,7 @@ class ProcessSnapshot:
     username: str | None
     cmdline: list[str]
     environ: dict[str, str] | None
+    environ_source: str  # "own", "inherited from pid N (...)", or why it is unknown
     omp_num_threads: str | None
     cpu_affinity: list[int] | None
     open_files: list[dict[str, Any]]
@@ -237,6 +240,9 @@ def _describe_one(
         status_after = None
 
     env = _try(errors, "environ", proc.environ)
+    environ_source = "own" if env else "unreadable"
+    if env == {}:
+        env, environ_source = _inherited_environ(proc)
     if scrubber is not None:
         scrubber.add_all(secret_values_in_argv(item.cmdline))
         if env:
@@ -262,6 +268,7 @@ def _describe_one(
         username=_try(errors, "username", proc.username),
         cmdline=redact_argv(item.cmdline),
         environ=None if env is None else redact_env(env),
+        environ_source=environ_source,
         omp_num_threads=None if env is None else env.get("OMP_NUM_THREADS"),
         cpu_affinity=_try(errors, "cpu_affinity", proc.cpu_affinity),
         open_files=[{"path": f.path, "fd": f.fd} for f in list(open_files)[:MAX_OPEN_FILES]],
@@ -277,6 +284,32 @@ def title_of(name: str, cmdline: Sequence[str]) -> str:
     """
     joined = " ".join(" ".join(redact_argv(cmdline)).split())
     return joined[:MAX_TITLE] or name
+
+
+def _inherited_environ(proc: psutil.Process) -> tuple[dict[str, str] | None, str]:
+    """The environment of the nearest ancestor that still shows one.
+
+    setproctitle (which vLLM uses for ``VLLM::EngineCore`` and ``VLLM::Worker``)
+    reuses the memory behind ``/proc/PID/environ`` for the longer title, so a
+    titled process shows an empty environment. Its variables were inherited
+    from the API server that spawned it (unless the process changed them), so
+    the nearest readable ancestor is the best evidence left.
+    """
+    try:
+        ancestors = proc.parents()[:MAX_ENV_ANCESTORS]
+    except (psutil.Error, OSError):
+        ancestors = []
+    for ancestor in ancestors:
+        try:
+            env = ancestor.environ()
+        except (psutil.Error, OSError):
+            continue
+        if env:
+            return env, (
+                f"inherited from pid {ancestor.pid} "
+                "(the process title overwrote this process's own environment)"
+            )
+    return None, "unknown (the process title overwrote it and no ancestor shows one)"
 
 
 def _connection(conn: Any) -> dict[str, Any]:
