@@ -36,5 +36,8 @@ test: $(STAMP)
 	$(MAKE) lint typecheck
 	$(PY) -m pytest -q -m "not slow" tests
 
+bench-sim: $(STAMP)
+	$(PY) -m tests.bench.bench_sim_capacity
+
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

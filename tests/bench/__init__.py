@@ -1,0 +1,1 @@
+"""Benchmarks that print figures; not collected by pytest."""
