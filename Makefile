@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: all install demo test lint typecheck unit loopback engine engine-env chaos bench clean
+.PHONY: all install demo test lint typecheck unit loopback engine engine-env chaos bench bench-sim clean
 
 all: test
 
