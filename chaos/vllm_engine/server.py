@@ -1,0 +1,308 @@
+"""Start, watch, signal and stop a real vLLM OpenAI server from the engine environment.
+
+The server runs ``python -m vllm.entrypoints.openai.api_server`` (the ``vllm``
+console script of the CPU build looks up a distribution named ``vllm`` and
+fails) with ``--scheduling-policy priority`` and ``-O0`` (no torch.compile:
+ready in half the time), on a port picked free on 127.0.0.1, with no model hub
+and the chaos plugin's fault directory in its environment.
+
+vLLM runs three kinds of process, found by their titles: the API server (the
+process started here), ``VLLM::EngineCore`` (its child) and ``VLLM::Worker``
+(the engine's child). :meth:`VllmServer.stop` always ends all of them: stopped
+ones are continued first, the session (process group) started here is killed,
+and every descendant seen is killed as well.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import httpx
+import psutil
+
+from chaos.vllm_engine.faults import FAULT_DIR_ENV, FaultSwitch
+
+ENGINE_TITLE = "VLLM::EngineCore"
+WORKER_TITLE = "VLLM::Worker"
+STOP_GRACE = 10.0
+_PR_SET_PDEATHSIG = 1
+
+
+class ServerError(RuntimeError):
+    """The server exited or missed its deadline; the message carries its log's tail."""
+
+
+def _die_with_parent() -> None:
+    """Runs in the child before exec: the kernel kills it if its parent dies."""
+    ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class VllmServer:
+    """One real vLLM server process tree; a context manager that always cleans up."""
+
+    def __init__(
+        self,
+        python: Path,
+        model: Path,
+        *,
+        served_model_name: str,
+        fault_dir: Path,
+        log_path: Path,
+        scheduling_policy: str = "priority",
+        extra_args: Sequence[str] = (),
+        kv_cache_gib: int = 1,
+    ) -> None:
+        self.python = python
+        self.model = model
+        self.served_model_name = served_model_name
+        self.faults = FaultSwitch(fault_dir)
+        self.log_path = log_path
+        self.scheduling_policy = scheduling_policy
+        self.extra_args = tuple(extra_args)
+        self.kv_cache_gib = kv_cache_gib
+        self.port = 0
+        self._process: subprocess.Popen[bytes] | None = None
+        self._seen: dict[int, psutil.Process] = {}
+
+    # -- lifecycle -----------------------------------------------------------------
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def api_pid(self) -> int:
+        if self._process is None:
+            raise ServerError("server not started")
+        return self._process.pid
+
+    def command(self) -> list[str]:
+        return [
+            str(self.python),
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            str(self.model),
+            "--served-model-name",
+            self.served_model_name,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--scheduling-policy",
+            self.scheduling_policy,
+            "-O0",
+            "--seed",
+            "0",
+            *self.extra_args,
+        ]
+
+    def start(self) -> None:
+        if self._process is not None:
+            raise ServerError("server already started")
+        self.port = free_port()
+        env = dict(os.environ)
+        env.update(
+            {
+                "HF_HUB_OFFLINE": "1",
+                "TRANSFORMERS_OFFLINE": "1",
+                "VLLM_CPU_KVCACHE_SPACE": str(self.kv_cache_gib),
+                "VLLM_NO_USAGE_STATS": "1",
+                "DO_NOT_TRACK": "1",
+                FAULT_DIR_ENV: str(self.faults.directory),
+            }
+        )
+        env.pop("PYTHONPATH", None)  # nothing of the project's own environment leaks in
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with self.log_path.open("ab") as log:
+            log.write(f"\n$ {' '.join(self.command())}\n".encode())
+            log.flush()
+            self._process = subprocess.Popen(
+                self.command(),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                cwd=self.log_path.parent,
+                start_new_session=True,
+                preexec_fn=_die_with_parent,  # no orphaned server if the caller is killed
+            )
+
+    def wait_ready(self, deadline_s: float = 240.0) -> float:
+        """Poll ``/v1/models``, then get one completion; return seconds since called."""
+        started = time.monotonic()
+        deadline = started + deadline_s
+        with httpx.Client(base_url=self.base_url, timeout=5.0) as client:
+            while True:
+                self._check_alive()
+                self._remember_tree()
+                try:
+                    if client.get("/v1/models").status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise ServerError(f"no /v1/models within {deadline_s} s{self.log_tail()}")
+                time.sleep(0.25)  # polling the server's port with a deadline
+            self._remember_tree()
+            reply = self.complete(client, timeout=max(deadline - time.monotonic(), 1.0))
+            if reply is None:
+                raise ServerError(f"first completion failed{self.log_tail()}")
+        return time.monotonic() - started
+
+    def complete(self, client: httpx.Client, timeout: float = 10.0) -> dict[str, Any] | None:
+        """One small top-priority chat completion; the reply, or ``None`` on any failure."""
+        body = {
+            "model": self.served_model_name,
+            "messages": [{"role": "user", "content": "Say hello."}],
+            "max_tokens": 2,
+            "priority": -100,
+        }
+        try:
+            response = client.post("/v1/chat/completions", json=body, timeout=timeout)
+        except httpx.HTTPError:
+            return None
+        if response.status_code != 200:
+            return None
+        reply: dict[str, Any] = response.json()
+        return reply
+
+    def stop(self) -> None:
+        """End the whole process tree (continue, kill, reap); safe to call repeatedly."""
+        process = self._process
+        if process is None:
+            return
+        self._remember_tree()
+        tree = list(self._seen.values())
+        for member in tree:
+            with contextlib.suppress(psutil.Error):
+                member.send_signal(signal.SIGCONT)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signal.SIGCONT)
+        if process.poll() is None:
+            process.terminate()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(timeout=STOP_GRACE)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signal.SIGKILL)
+        for member in tree:
+            with contextlib.suppress(psutil.Error):
+                member.kill()
+        psutil.wait_procs(tree, timeout=STOP_GRACE)
+        if process.poll() is None:
+            process.kill()
+        process.wait(timeout=STOP_GRACE)
+        self._process = None
+        self._seen.clear()
+
+    def restart(self, deadline_s: float = 240.0) -> float:
+        self.stop()
+        self.start()
+        return self.wait_ready(deadline_s)
+
+    def __enter__(self) -> VllmServer:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    # -- processes -----------------------------------------------------------------------
+
+    def alive(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
+    def descendants(self) -> list[psutil.Process]:
+        try:
+            return psutil.Process(self.api_pid).children(recursive=True)
+        except psutil.NoSuchProcess:
+            return []
+
+    def processes(self, title: str) -> list[psutil.Process]:
+        """Descendants of the API server whose process title is ``title``."""
+        found = []
+        for child in self.descendants():
+            with contextlib.suppress(psutil.Error):
+                if child.name() == title[:15] or " ".join(child.cmdline()).startswith(title):
+                    found.append(child)
+        return found
+
+    def engine_core(self) -> psutil.Process:
+        return self._one(ENGINE_TITLE)
+
+    def worker(self) -> psutil.Process:
+        return self._one(WORKER_TITLE)
+
+    def signal(self, title: str, signum: signal.Signals) -> list[int]:
+        """Send ``signum`` to every process titled ``title``; return their pids."""
+        processes = self.processes(title)
+        if not processes:
+            raise ServerError(f"no {title} process under API server {self.api_pid}")
+        for process in processes:
+            process.send_signal(signum)
+        return [p.pid for p in processes]
+
+    def resume_all(self) -> list[int]:
+        """SIGCONT every stopped process of the tree; return their pids."""
+        resumed = []
+        for process in [psutil.Process(self.api_pid), *self.descendants()]:
+            with contextlib.suppress(psutil.Error):
+                if process.status() == psutil.STATUS_STOPPED:
+                    process.send_signal(signal.SIGCONT)
+                    resumed.append(process.pid)
+        return resumed
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace").splitlines()[-lines:]
+        except OSError:
+            return ""
+        return f"\n--- {self.log_path} (last {lines} lines) ---\n" + "\n".join(text)
+
+    def _one(self, title: str) -> psutil.Process:
+        found = self.processes(title)
+        if len(found) != 1:
+            raise ServerError(f"expected one {title} process, found {len(found)}")
+        return found[0]
+
+    def _check_alive(self) -> None:
+        if self._process is not None and self._process.poll() is not None:
+            code = self._process.returncode
+            raise ServerError(f"vLLM exited with {code} before it was ready{self.log_tail()}")
+
+    def _remember_tree(self) -> None:
+        """Record descendants so that :meth:`stop` can kill even reparented ones."""
+        for child in self.descendants():
+            self._seen.setdefault(child.pid, child)
+
+
+@contextlib.contextmanager
+def running_server(server: VllmServer, deadline_s: float = 240.0) -> Iterator[VllmServer]:
+    """Start ``server``, wait until it answers, and always stop it."""
+    try:
+        server.start()
+        server.wait_ready(deadline_s)
+        yield server
+    finally:
+        server.stop()

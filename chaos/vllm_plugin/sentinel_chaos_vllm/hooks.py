@@ -1,0 +1,118 @@
+"""Where each fault acts inside vLLM 0.32, patched at class level in every process.
+
+- EngineCore busy loop, ``EngineCoreProc._process_engine_step`` (one schedule +
+  execute + output round; the loop looks it up on every pass, so patching the
+  class works whenever the plugin loads): ``engine_hang`` blocks before the
+  step, ``stream_stall`` blocks once a running request has ``after`` output
+  tokens (those tokens were already sent), ``slow_decode`` sleeps after the
+  step so it takes ``factor`` times as long.
+- Grammar compilation, ``StructuredOutputManager._create_grammar`` (run on
+  EngineCore's grammar thread pool for every backend, xgrammar included):
+  ``structured_hang`` blocks it, so structured requests wait while others run.
+- Image preprocessing, ``InputProcessingContext.call_hf_processor`` (the HF
+  processor call on the API server's single-thread multimodal executor, on a
+  multimodal cache miss): ``multimodal_hang`` blocks it when media is present,
+  so image requests queue while text requests run.
+
+Faults are silent: the hooks log nothing and never raise into vLLM. A vLLM
+whose internals moved leaves the hook uninstalled, which the engine tests
+notice (the fault then has no effect).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import os
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from .faults import FAULT_DIR_ENV, PAUSE, FaultBoard
+
+#: Floor for the step time ``slow_decode`` multiplies: a tiny model's steps take
+#: about a millisecond, which no factor would make visible.
+MIN_STEP_SECONDS = 0.01
+_MARK = "__sentinel_chaos__"
+_MEDIA_KEYS = frozenset({"images", "videos", "audios", "audio"})
+
+Hook = Callable[[FaultBoard, Callable[..., Any]], Callable[..., Any]]
+
+
+def _engine_step(board: FaultBoard, original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def step(self: Any, *args: Any, **kwargs: Any) -> Any:
+        board.wait_while("engine_hang")
+        stall = board.get("stream_stall")
+        while stall is not None and _has_streamed(self, int(stall.get("after", 1))):
+            time.sleep(PAUSE)
+            stall = board.get("stream_stall")
+        started = time.monotonic()
+        result = original(self, *args, **kwargs)
+        slow = board.get("slow_decode")
+        if slow is not None:
+            elapsed = max(time.monotonic() - started, MIN_STEP_SECONDS)
+            time.sleep(max(float(slow.get("factor", 10.0)) - 1.0, 0.0) * elapsed)
+        return result
+
+    return step
+
+
+def _has_streamed(engine: Any, after: int) -> bool:
+    """Whether any running request already has ``after`` output tokens."""
+    scheduler = getattr(engine, "scheduler", None)
+    for request in list(getattr(scheduler, "running", ()) or ()):
+        if int(getattr(request, "num_output_tokens", 0)) >= after:
+            return True
+    return False
+
+
+def _grammar(board: FaultBoard, original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def create_grammar(self: Any, *args: Any, **kwargs: Any) -> Any:
+        board.wait_while("structured_hang")
+        return original(self, *args, **kwargs)
+
+    return create_grammar
+
+
+def _media(board: FaultBoard, original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def call_hf_processor(self: Any, hf_processor: Any, data: Any, *args: Any, **kw: Any) -> Any:
+        if isinstance(data, Mapping) and _MEDIA_KEYS.intersection(data):
+            board.wait_while("multimodal_hang")
+        return original(self, hf_processor, data, *args, **kw)
+
+    return call_hf_processor
+
+
+#: (module, class, method, hook)
+HOOKS: tuple[tuple[str, str, str, Hook], ...] = (
+    ("vllm.v1.engine.core", "EngineCoreProc", "_process_engine_step", _engine_step),
+    ("vllm.v1.structured_output", "StructuredOutputManager", "_create_grammar", _grammar),
+    ("vllm.multimodal.processing.context", "InputProcessingContext", "call_hf_processor", _media),
+)
+
+
+def install(directory: str | None = None) -> list[str]:
+    """Patch every hook point once in this process; return the ones patched."""
+    directory = directory if directory is not None else os.environ.get(FAULT_DIR_ENV)
+    if not directory:
+        return []
+    board = FaultBoard(Path(directory))
+    patched: list[str] = []
+    for module_name, class_name, method, hook in HOOKS:
+        try:
+            owner = getattr(importlib.import_module(module_name), class_name)
+            original = owner.__dict__[method]
+        except (ImportError, AttributeError, KeyError):
+            continue
+        if getattr(original, _MARK, False):
+            patched.append(f"{class_name}.{method}")
+            continue
+        wrapped = hook(board, original)
+        setattr(wrapped, _MARK, True)
+        setattr(owner, method, wrapped)
+        patched.append(f"{class_name}.{method}")
+    return patched

@@ -1,0 +1,31 @@
+"""Fixtures for tests against a real vLLM (CPU build, tiny generated model).
+
+``engine`` is the session's :class:`~tests.engine.session.EngineServer`: base URL,
+model name, API pid, the fault switch of the chaos plugin and psutil helpers
+for the EngineCore and worker processes. After every test marked ``engine``
+every fault is cleared, stopped processes are continued, and a canary must
+succeed; otherwise the server is restarted and the test that broke it fails.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from tests.engine.session import EngineServer, healthy_between_tests, shared_server
+
+
+@pytest.fixture(scope="session")
+def engine(pytestconfig: pytest.Config) -> EngineServer:
+    return shared_server(pytestconfig)
+
+
+@pytest.fixture(autouse=True)
+def _engine_healthy_after(request: pytest.FixtureRequest) -> Iterator[None]:
+    if request.node.get_closest_marker("engine") is None:
+        yield
+        return
+    engine: EngineServer = request.getfixturevalue("engine")
+    with healthy_between_tests(engine):
+        yield
