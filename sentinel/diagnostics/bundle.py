@@ -160,34 +160,53 @@ async def capture(context: DiagnosticsContext) -> Incident:
     if "discovery" in sections:  # discovery itself failed: we do not know
         cause = Cause(cause.cause, f"{cause.summary} (process discovery failed)", cause.pid)
 
-    duration = round(time.monotonic() - started, 3)
     incident_id = incident_id_for(started_wall, context.trigger.kind)
-    bundle: dict[str, Any] = {
-        "id": incident_id,
-        "started_at": started_wall.isoformat(),
-        "duration_s": duration,
-        "trigger": asdict(context.trigger),
-        "cause": {"class": cause.cause.value, "summary": cause.summary, "pid": cause.pid},
-        "sentinel": {"version": context.version, "config": dict(context.config)},
-        "processes": [asdict(s) for s in snapshots] or [_discovered_json(d) for d in discovered],
-        "stacks": {str(pid): asdict(d) for pid, d in (dumps or {}).items()},
-        "gpu": gpus.to_json() if gpus is not None else None,
-        "cgroup": _cgroup_json(cpu_section),
-        "metrics": [
-            {"at": _iso(at), "text": text}
-            for at, text in context.metrics_text[-MAX_METRICS_SCRAPES:]
-        ],
-        "canary_history": {
-            kind: [_canary_json(r) for r in results]
-            for kind, results in context.canary_history.items()
-        },
-        "section_errors": sections,
-        "section_durations_s": timings,
-    }
-    for item in discovered:
-        scrubber.add_all(secret_values_in_argv(item.cmdline))
-    safe: dict[str, Any] = scrubber.scrub(bundle)
-    summary = scrubber.scrub_text(render_summary(safe))
+
+    def assemble() -> tuple[dict[str, Any], str]:
+        # Plain CPU work over a few hundred kB of text: done off the event loop.
+        bundle: dict[str, Any] = {
+            "id": incident_id,
+            "started_at": started_wall.isoformat(),
+            "duration_s": duration,
+            "trigger": asdict(context.trigger),
+            "cause": {"class": cause.cause.value, "summary": cause.summary, "pid": cause.pid},
+            "sentinel": {"version": context.version, "config": dict(context.config)},
+            "processes": [asdict(s) for s in snapshots]
+            or [_discovered_json(d) for d in discovered],
+            "stacks": {str(pid): asdict(d) for pid, d in (dumps or {}).items()},
+            "gpu": gpus.to_json() if gpus is not None else None,
+            "cgroup": _cgroup_json(cpu_section),
+            "metrics": [
+                {"at": _iso(at), "text": text}
+                for at, text in context.metrics_text[-MAX_METRICS_SCRAPES:]
+            ],
+            "canary_history": {
+                kind: [_canary_json(r) for r in results]
+                for kind, results in context.canary_history.items()
+            },
+            "section_errors": sections,
+            "section_durations_s": timings,
+        }
+        for item in discovered:
+            scrubber.add_all(secret_values_in_argv(item.cmdline))
+        safe: dict[str, Any] = scrubber.scrub(bundle)
+        return safe, scrubber.scrub_text(render_summary(safe))
+
+    duration = round(time.monotonic() - started, 3)
+    try:
+        safe, summary = await asyncio.to_thread(assemble)
+    except Exception as exc:  # a bug here must still leave a (small) bundle behind
+        sections["assemble"] = f"{type(exc).__name__}: {exc}"
+        safe = {
+            "id": incident_id,
+            "started_at": started_wall.isoformat(),
+            "duration_s": duration,
+            "trigger": asdict(context.trigger),
+            "cause": {"class": cause.cause.value, "summary": cause.summary, "pid": cause.pid},
+            "section_errors": sections,
+        }
+        safe = scrubber.scrub(safe)
+        summary = safe["cause"]["summary"] + "\n"
     log.warning(
         "diagnostics.captured",
         incident=incident_id,

@@ -29,6 +29,11 @@ from dataclasses import asdict, dataclass, field
 from functools import partial
 from typing import Any, TypeVar
 
+try:  # imported once at start-up, not on the first capture (an import stalls other threads)
+    import pynvml as _pynvml
+except ImportError:  # pragma: no cover - nvidia-ml-py is a dependency
+    _pynvml = None
+
 _T = TypeVar("_T")
 
 
@@ -93,10 +98,9 @@ class GpuSection:
 
 def snapshot(*, xid_window_s: float = 0.2) -> GpuSection:
     """Read every visible GPU once. Blocking (NVML calls): run it in a worker thread."""
-    try:
-        import pynvml
-    except ImportError as exc:
-        return GpuSection(False, f"no GPU visible: nvidia-ml-py not importable ({exc})")
+    pynvml: Any = _pynvml
+    if pynvml is None:
+        return GpuSection(False, "no GPU visible: nvidia-ml-py is not installed")
     try:
         pynvml.nvmlInit()
     except pynvml.NVMLError as exc:

@@ -1,8 +1,9 @@
 """Python stacks of vLLM processes, taken with py-spy: the only module that runs py-spy.
 
-Each dump is ``py-spy dump --pid N --nonblocking --json`` in its own asyncio
-subprocess under its own time limit, all pids concurrently (bounded), so one
-wedged target cannot hold up the others or the event loop. ``--nonblocking``
+Each dump is ``py-spy dump --pid N --nonblocking --json``, a subprocess
+under its own time limit, started and awaited from a small thread pool of its
+own (all pids concurrently, bounded), so one wedged target cannot hold up the
+others and the event loop never waits on a fork or an exec. ``--nonblocking``
 reads the target's memory without pausing it: a dump never stops a process,
 never makes it look stopped, and works on one that is already stopped.
 
@@ -19,13 +20,14 @@ See the package docstring of :mod:`sentinel.diagnostics` for the image setup.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
 import shutil
+import subprocess
 import sys
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -83,39 +85,41 @@ async def dump_stacks(
 async def dump_one(
     pid: int, *, py_spy: str, timeout_s: float = DEFAULT_DUMP_TIMEOUT_S, native: bool = False
 ) -> StackDump:
-    started = time.monotonic()
+    """One dump, run from a worker thread.
+
+    Starting a child from the event loop blocks it until the child has
+    exec'd (several milliseconds on a busy node), which would show on
+    ``/livez``'s latency; a worker thread waits instead, and the
+    subprocess's own timeout kills a dump that does not finish.
+    """
     argv = [py_spy, "dump", "--pid", str(pid), "--nonblocking", "--json"]
     if native:
         argv.append("--native")
+    loop = asyncio.get_running_loop()
+    return await loop.run_in_executor(_executor(), _run_dump, pid, argv, timeout_s)
+
+
+def _run_dump(pid: int, argv: list[str], timeout_s: float) -> StackDump:
+    started = time.monotonic()
     try:
-        proc = await asyncio.create_subprocess_exec(
-            *argv,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
+        done = subprocess.run(
+            argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout_s, check=False
         )
-    except OSError as exc:
-        return StackDump(pid, False, "", None, f"cannot run py-spy: {exc}", 0.0)
-    try:
-        async with asyncio.timeout(timeout_s):
-            stdout, stderr = await proc.communicate()
-    except TimeoutError:
-        await _kill(proc)
+    except subprocess.TimeoutExpired:
         return StackDump(
             pid, False, "", None, f"py-spy timed out after {timeout_s:g} s", _since(started)
         )
-    except asyncio.CancelledError:
-        await _kill(proc)
-        raise
-    out = stdout[:MAX_OUTPUT_BYTES].decode("utf-8", "replace")
-    if proc.returncode != 0:
-        err = stderr.decode("utf-8", "replace").strip() or out.strip()
+    except OSError as exc:
+        return StackDump(pid, False, "", None, f"cannot run py-spy: {exc}", _since(started))
+    out = done.stdout[:MAX_OUTPUT_BYTES].decode("utf-8", "replace")
+    if done.returncode != 0:
+        err = done.stderr.decode("utf-8", "replace").strip() or out.strip()
         return StackDump(
             pid,
             False,
             "",
             None,
-            f"py-spy exited {proc.returncode}: {_last_lines(err)}",
+            f"py-spy exited {done.returncode}: {_last_lines(err)}",
             _since(started),
         )
     try:
@@ -125,6 +129,17 @@ async def dump_one(
     if not isinstance(threads, list):
         return StackDump(pid, True, out, None, None, _since(started))
     return StackDump(pid, True, render_text(pid, threads), threads, None, _since(started))
+
+
+_EXECUTOR: ThreadPoolExecutor | None = None
+
+
+def _executor() -> ThreadPoolExecutor:
+    """Threads of our own, so dumps never queue behind the loop's default executor."""
+    global _EXECUTOR
+    if _EXECUTOR is None:
+        _EXECUTOR = ThreadPoolExecutor(max_workers=DEFAULT_CONCURRENCY, thread_name_prefix="py-spy")
+    return _EXECUTOR
 
 
 def render_text(pid: int, threads: list[Any]) -> str:
@@ -142,13 +157,6 @@ def render_text(pid: int, threads: list[Any]) -> str:
             where = frame.get("short_filename") or frame.get("filename") or "?"
             lines.append(f"    {frame.get('name', '?')} ({where}:{frame.get('line', '?')})")
     return "\n".join(lines)
-
-
-async def _kill(proc: asyncio.subprocess.Process) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        proc.kill()
-    with contextlib.suppress(Exception):
-        await asyncio.wait_for(proc.wait(), 2.0)
 
 
 def _since(started: float) -> float:
