@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: all install demo test lint typecheck unit loopback engine engine-env chaos bench bench-sim clean
+.PHONY: all install demo test lint typecheck unit loopback engine engine-env engine-env-bg chaos bench bench-sim clean
 
 all: test
 
@@ -35,6 +35,19 @@ loopback: $(STAMP)
 test: $(STAMP)
 	$(MAKE) lint typecheck
 	$(PY) -m pytest -q -m "not slow" tests
+
+# Real-vLLM tier: a cached engine environment (.cache/vllm-env-<pins hash>/) and tiny models.
+engine-env: $(STAMP)
+	$(PY) -m chaos.vllm_engine.env
+
+# The same build, started in the background (output in .cache/engine-env.out); the
+# first engine test waits for it on its lock, so lint and the fast tiers overlap it.
+engine-env-bg: $(STAMP)
+	@mkdir -p .cache
+	@($(PY) -m chaos.vllm_engine.env > .cache/engine-env.out 2>&1 &)
+
+engine: engine-env
+	$(PY) -m pytest -q -m engine tests/engine tests/contract
 
 bench-sim: $(STAMP)
 	$(PY) -m tests.bench.bench_sim_capacity

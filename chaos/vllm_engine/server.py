@@ -230,6 +230,12 @@ class VllmServer:
 
     # -- processes -----------------------------------------------------------------------
 
+    def wait(self) -> int:
+        """Block until the API server exits; its exit code."""
+        if self._process is None:
+            raise ServerError("server not started")
+        return self._process.wait()
+
     def alive(self) -> bool:
         return self._process is not None and self._process.poll() is None
 
@@ -306,3 +312,50 @@ def running_server(server: VllmServer, deadline_s: float = 240.0) -> Iterator[Vl
         yield server
     finally:
         server.stop()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Build what is missing, start a server, report start-to-first-answer, then stop it
+    (or keep serving until interrupted with ``--serve``)."""
+    import argparse
+    import json
+    import tempfile
+
+    from chaos.vllm_engine import env as engine_env
+
+    parser = argparse.ArgumentParser(description="Run a real vLLM on a tiny generated model.")
+    parser.add_argument("--model", choices=engine_env.MODEL_KINDS, default="vision")
+    parser.add_argument("--scheduling-policy", choices=("priority", "fcfs"), default="priority")
+    parser.add_argument("--serve", action="store_true", help="keep serving until Ctrl-C")
+    args, extra = parser.parse_known_args(argv)
+    env = engine_env.ensure_env()
+    model = engine_env.ensure_model(env, args.model)
+    work = Path(tempfile.mkdtemp(prefix="sentinel-vllm-"))
+    server = VllmServer(
+        env.python,
+        model,
+        served_model_name=f"tiny-{args.model}",
+        fault_dir=work / "faults",
+        log_path=work / "vllm.log",
+        scheduling_policy=args.scheduling_policy,
+        extra_args=extra,
+    )
+    with server:
+        seconds = server.wait_ready()
+        report = {
+            "base_url": server.base_url,
+            "model": server.served_model_name,
+            "api_pid": server.api_pid,
+            "fault_dir": str(server.faults.directory),
+            "log": str(server.log_path),
+            "start_to_first_answer_s": round(seconds, 1),
+        }
+        print(json.dumps(report), flush=True)
+        if args.serve:
+            with contextlib.suppress(KeyboardInterrupt):
+                server.wait()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,7 +1,7 @@
 """The simulator as a contract target, once per scheduling policy.
 
-A real-vLLM target joins by adding a parameter to ``contract_target`` (marked
-``engine``) that yields another :class:`~tests.contract.target.ContractTarget`.
+The ``vllm`` parameter (marked ``engine``) runs the same module against the
+session's real vLLM from ``tests/engine``.
 """
 
 from __future__ import annotations
@@ -44,9 +44,18 @@ class SimTarget:
 
 @pytest.fixture(
     scope="session",
-    params=[pytest.param("fcfs", id="sim-fcfs"), pytest.param("priority", id="sim-priority")],
+    params=[
+        pytest.param("fcfs", id="sim-fcfs"),
+        pytest.param("priority", id="sim-priority"),
+        pytest.param("vllm", id="vllm", marks=pytest.mark.engine),
+    ],
 )
 def contract_target(request: pytest.FixtureRequest) -> Iterator[ContractTarget]:
     policy = str(request.param)
+    if policy == "vllm":  # the session's real vLLM (tests/engine), shared with the engine tests
+        from tests.engine.session import shared_server
+
+        yield shared_server(request.config).contract_target()
+        return
     with SimProcess(scheduling_policy=policy, decode_tps=200.0) as sim:
         yield SimTarget(sim)

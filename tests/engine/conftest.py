@@ -29,3 +29,17 @@ def _engine_healthy_after(request: pytest.FixtureRequest) -> Iterator[None]:
     engine: EngineServer = request.getfixturevalue("engine")
     with healthy_between_tests(engine):
         yield
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Run tests marked ``engine`` last, keeping their order.
+
+    The real-vLLM environment may still be building in the background (``make
+    engine-env-bg``) while the pure and loopback tiers run; the first engine
+    test waits for that build on its lock.
+    """
+    engine = [item for item in items if item.get_closest_marker("engine") is not None]
+    if engine:
+        others = [item for item in items if item.get_closest_marker("engine") is None]
+        items[:] = others + engine
