@@ -216,7 +216,15 @@ class Daemon:
                 if scraper.last_text is not None:
                     self.status.metrics_texts.append((time.time(), scraper.last_text))
                 moving = self.ledger.last_canary_activity > previous_at
-                update = self.ledger.progress.observe(sample, canaries_moving=moving)
+                update = self.ledger.progress.observe(
+                    sample,
+                    canaries_moving=moving,
+                    # A canary sent just before the previous sample may show its
+                    # first work in this interval: look back one more interval.
+                    sent_budget=self.ledger.budget_sent_between(
+                        previous_at - interval, sample.at
+                    ),
+                )
                 previous_at = sample.at
                 if update.restarted:
                     self.ledger.new_epoch("a vLLM counter went down", self.clock())

@@ -54,7 +54,6 @@ async def _poll(
 
 async def _demo(fast: bool, diagnostics_dir: Path | None) -> int:
     from chaos.sim.launch import SimProcess
-
     from sentinel.daemon import Daemon
     from sentinel.telemetry.logging import configure_logging
 

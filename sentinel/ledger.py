@@ -13,7 +13,7 @@ new API server PID or start time, or a vLLM counter going down — opens a new
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from sentinel.canary.result import CanaryKind, CanaryResult
@@ -68,6 +68,7 @@ class Ledger:
         self.engine_down_since: float | None = None
         self.engine_down_detail = ""
         self.last_canary_activity = float("-inf")
+        self.sends: deque[tuple[float, Mapping[str, float]]] = deque(maxlen=256)
         self.startup_passed = False
         self.metrics_failing_since: float | None = None
         self._token = 0
@@ -98,11 +99,25 @@ class Ledger:
         self.reachable = True
 
     # -- canaries -----------------------------------------------------------
-    def canary_sent(self, kind: CanaryKind, now: float) -> int:
+    def canary_sent(
+        self, kind: CanaryKind, now: float, budget: Mapping[str, float] | None = None
+    ) -> int:
+        """Note a canary leaving; ``budget`` is the most work it can cause per counter."""
         self._token += 1
         self.records[kind].outstanding[self._token] = now
         self.last_canary_activity = now
+        if budget:
+            self.sends.append((now, budget))
         return self._token
+
+    def budget_sent_between(self, start: float, end: float) -> dict[str, float]:
+        """The summed work budget of canaries sent in ``(start, end]``."""
+        total: dict[str, float] = {}
+        for at, budget in self.sends:
+            if start < at <= end:
+                for key, value in budget.items():
+                    total[key] = total.get(key, 0.0) + value
+        return total
 
     def canary_done(
         self,

@@ -7,9 +7,12 @@ counter went down (the server restarted).
 
 What sentinel's own canaries caused is subtracted: their completion and token
 counts, reported in their usage, are removed from the next sample's deltas, so
-idle gating is not fooled by sentinel's own traffic. A canary's partial work
-(a stream that stalled after a few tokens) is not known and stays in; that
-only ever delays a confirmation, never causes a false one.
+idle gating is not fooled by sentinel's own traffic. A canary still in flight
+has no usage yet, so for the interval in which canaries were *sent*, the most
+work they could have caused (their ``max_tokens``, an estimate of their prompt,
+one engine step per token) is discounted too: a stream that stalls after its
+first token must not look like progress, while a busy server's deltas dwarf
+that budget and a slowly decoding one produces its tokens in later intervals.
 """
 
 from __future__ import annotations
@@ -69,11 +72,19 @@ class ProgressTracker:
         if result.prompt_tokens:
             own["prompt_tokens"] = own.get("prompt_tokens", 0.0) + result.prompt_tokens
 
-    def observe(self, sample: MetricsSample, *, canaries_moving: bool = False) -> ProgressUpdate:
+    def observe(
+        self,
+        sample: MetricsSample,
+        *,
+        canaries_moving: bool = False,
+        sent_budget: Mapping[str, float] | None = None,
+    ) -> ProgressUpdate:
         """Compare ``sample`` with the previous one.
 
         ``canaries_moving`` says a canary was sent or finished between the two
         samples, so gauge changes may be sentinel's own doing and do not count.
+        ``sent_budget`` is the most work (per counter) the canaries sent between
+        the two samples could have caused; it is discounted from the deltas.
         """
         previous, self._previous = self._previous, sample
         self.last_sample_at = sample.at
@@ -91,7 +102,8 @@ class ProgressTracker:
 
         deltas = _deltas(previous.counters, sample.counters)
         own, self._own = self._own, {}
-        real = {k: d - own.get(k, 0.0) for k, d in deltas.items()}
+        budget = sent_budget or {}
+        real = {k: d - own.get(k, 0.0) - budget.get(k, 0.0) for k, d in deltas.items()}
         changed = [k for k, d in real.items() if d > 0]
         if not canaries_moving:
             changed += [
@@ -99,7 +111,9 @@ class ProgressTracker:
                 for k, v in sample.gauges.items()
                 if k in previous.gauges and previous.gauges[k] != v
             ]
-        real_completions = max(real.get("completions", 0.0), 0.0)
+        # A canary sent in this interval cannot have completed unseen: its usage
+        # is subtracted exactly, so completions carry no budget.
+        real_completions = max(deltas.get("completions", 0.0) - own.get("completions", 0.0), 0.0)
         if changed:
             self.last_progress_at = sample.at
         if real_completions > 0:

@@ -28,6 +28,9 @@ log = get_logger("sentinel.scheduler")
 
 ResultHook = Callable[[CanaryResult], None]
 
+DEFAULT_MAX_TOKENS = 16
+DEFAULT_PROMPT_ESTIMATE = 2048.0  # before a canary of the kind succeeded (images cost many)
+
 
 def apply_overrides(
     specs: tuple[CanarySpec, ...], overrides: dict[str, CanaryOverride]
@@ -133,7 +136,7 @@ class Scheduler:
             # priority; the control is recorded as soon as it ends, the pair
             # once both have.
             control_spec = replace(self.control_spec, priority=spec.priority)
-            token = ledger.canary_sent(spec.kind, self.clock())
+            token = ledger.canary_sent(spec.kind, self.clock(), self._budget(spec))
             try:
                 result, control = await asyncio.gather(
                     self.runner.run(spec, model=model, deadline=spec.deadline),
@@ -152,7 +155,7 @@ class Scheduler:
 
     async def _send_recorded(self, spec: CanarySpec, model: str, epoch: int) -> CanaryResult:
         ledger = self.ledger
-        token = ledger.canary_sent(spec.kind, self.clock())
+        token = ledger.canary_sent(spec.kind, self.clock(), self._budget(spec))
         try:
             result = await self.runner.run(spec, model=model, deadline=spec.deadline)
         finally:
@@ -161,6 +164,19 @@ class Scheduler:
         ledger.canary_done(spec.kind, token, result, self.clock(), epoch=epoch)
         self._observe(result)
         return result
+
+    def _budget(self, spec: CanarySpec) -> dict[str, float]:
+        """The most work one canary of ``spec`` can cause, per progress counter."""
+        max_tokens = float(spec.request.get("max_tokens") or DEFAULT_MAX_TOKENS)
+        record = self.ledger.records[spec.kind]
+        prompts = [r.prompt_tokens for r in record.results if r.ok and r.prompt_tokens]
+        prompt = float(max(prompts[-5:])) if prompts else DEFAULT_PROMPT_ESTIMATE
+        return {
+            "generation_tokens": max_tokens,
+            "prompt_tokens": prompt,
+            # One step per decoded token, plus prefill chunks.
+            "engine_steps": max_tokens + 2,
+        }
 
     def _observe(self, result: CanaryResult) -> None:
         if result.reason is Reason.CONNECT:

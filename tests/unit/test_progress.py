@@ -98,3 +98,18 @@ def test_absent_counter_is_no_evidence() -> None:
     t.observe(sample(1.0))
     assert not t.available
     assert not t.observe(sample(3.0)).progressed
+
+
+def test_first_tokens_of_a_canary_sent_in_the_interval_are_not_progress() -> None:
+    """A stream that stalls after its first token must not read as engine progress."""
+    t = ProgressTracker()
+    t.observe(sample(1.0, generation_tokens=10, prompt_tokens=50, engine_steps=20))
+    budget = {"generation_tokens": 2.0, "prompt_tokens": 8.0, "engine_steps": 4.0}
+    update = t.observe(
+        sample(3.0, generation_tokens=11, prompt_tokens=58, engine_steps=22), sent_budget=budget
+    )
+    assert not update.progressed
+    busy = t.observe(
+        sample(5.0, generation_tokens=300, prompt_tokens=900, engine_steps=180), sent_budget=budget
+    )
+    assert busy.progressed

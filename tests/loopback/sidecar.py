@@ -1,0 +1,101 @@
+"""Test support: a sentinel daemon in-process on loopback ports, with shortened timings.
+
+The daemon runs exactly as ``sentinel run`` does (real HTTP and gRPC servers,
+real canaries over sockets); only the timings are shortened so a hang is
+confirmed in seconds. Everything started is stopped on exit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import grpc
+import httpx
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from sentinel.config import load_settings
+from sentinel.daemon import Daemon
+
+FAST: dict[str, Any] = {
+    "listen": "127.0.0.1:0",
+    "grpc_listen": "127.0.0.1:0",
+    "scrape_interval": 0.5,
+    "health_interval": 0.5,
+    "process_interval": 0.5,
+    "eval_interval": 0.25,
+    "idle_window": 2.0,
+    "hang_window": 4.0,
+    "no_evidence_window": 6.0,
+    "dead_grace": 1.5,
+    "canaries": {
+        "text": {"interval": 1.0, "deadline": 2.0, "jitter": 0.0},
+        "structured": {"interval": 1.0, "deadline": 2.0},
+        "multimodal": {"interval": 1.0, "deadline": 2.0},
+    },
+}
+
+
+@dataclass
+class Sidecar:
+    daemon: Daemon
+    url: str
+    grpc_port: int
+    client: httpx.AsyncClient
+    channel: grpc.aio.Channel
+
+    async def code(self, path: str) -> int:
+        return (await self.client.get(self.url + path)).status_code
+
+    async def json(self, path: str) -> Any:
+        return (await self.client.get(self.url + path)).json()
+
+    async def grpc_status(self, service: str) -> str:
+        stub = health_pb2_grpc.HealthStub(self.channel)
+        reply = await stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=3)
+        return str(health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status))
+
+    async def green(self) -> bool:
+        return [await self.code(p) for p in ("/startupz", "/readyz", "/livez")] == [200] * 3
+
+
+async def eventually(
+    check: Callable[[], Awaitable[bool]], deadline: float, what: str, interval: float = 0.1
+) -> float:
+    """Poll ``check`` until true; return the seconds it took, fail after ``deadline``."""
+    start = time.monotonic()
+    while True:
+        if await check():
+            return time.monotonic() - start
+        if time.monotonic() - start > deadline:
+            raise AssertionError(f"not within {deadline:.0f}s: {what}")
+        await asyncio.sleep(interval)
+
+
+@asynccontextmanager
+async def running_sidecar(target: str, **overrides: Any) -> AsyncIterator[Sidecar]:
+    flags = {**FAST, "target": target, **overrides}
+    if "diagnostics_dir" not in flags:
+        flags["diagnostics"] = False
+        flags["diagnostics_dir"] = Path("/nonexistent")
+    settings = load_settings(None, env={}, flags=flags)
+    daemon = Daemon(settings)
+    stop = asyncio.Event()
+    task = asyncio.create_task(daemon.run(stop))
+    try:
+        await asyncio.wait_for(daemon.started.wait(), 15)
+        assert daemon.http is not None
+        assert daemon.grpc is not None
+        async with (
+            httpx.AsyncClient(timeout=3.0) as client,
+            grpc.aio.insecure_channel(f"127.0.0.1:{daemon.grpc.port}") as channel,
+        ):
+            yield Sidecar(daemon, daemon.http.url, daemon.grpc.port, client, channel)
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 20)

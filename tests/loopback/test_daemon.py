@@ -1,0 +1,275 @@
+"""The sidecar against the simulated vLLM over real sockets: hangs caught, busy servers spared.
+
+Timings are shortened (hang window 4 s, canary interval 1 s); the shipped
+defaults are exercised by the demo and the benchmarks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import signal
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
+
+from chaos.load import LoadConfig, run_load
+from chaos.sim.launch import SimProcess
+from sentinel.catalog import default_directory
+from tests.loopback.sidecar import Sidecar, eventually, running_sidecar
+
+pytestmark = pytest.mark.timeout(180)
+
+
+@pytest.fixture
+def sim() -> Iterator[SimProcess]:
+    with SimProcess(scheduling_policy="priority") as process:
+        yield process
+
+
+async def _wait_green(sidecar: Sidecar) -> None:
+    await eventually(sidecar.green, 20, "startup, readiness and liveness all 200")
+
+
+async def _wait_red(sidecar: Sidecar, deadline: float = 20) -> dict[str, object]:
+    async def red() -> bool:
+        return await sidecar.code("/livez") == 503
+
+    await eventually(red, deadline, "/livez 503")
+    body: dict[str, object] = await sidecar.json("/livez")
+    return body
+
+
+async def test_engine_hang_via_control_api_turns_liveness_red_then_green(sim: SimProcess) -> None:
+    async with running_sidecar(sim.base_url) as sidecar:
+        await _wait_green(sidecar)
+        assert await sidecar.grpc_status("liveness") == "SERVING"
+        sim.control.set_fault("engine_hang")
+        body = await _wait_red(sidecar)
+        assert "engine hang" in str(body["reason"])
+        assert await sidecar.grpc_status("liveness") == "NOT_SERVING"
+        assert await sidecar.code("/readyz") == 503
+        status = await sidecar.json("/status")
+        assert status["server"]["vllm_health_status"] == 200  # vLLM's own /health is fooled
+        sim.control.clear_all()
+        await _wait_green(sidecar)
+        assert await sidecar.grpc_status("liveness") == "SERVING"
+        assert status["server"]["epoch"] == (await sidecar.json("/status"))["server"]["epoch"]
+
+
+async def test_sigstop_of_engine_child_is_caught_and_sigcont_recovers(sim: SimProcess) -> None:
+    async with running_sidecar(sim.base_url) as sidecar:
+        await _wait_green(sidecar)
+        os.kill(sim.engine_pid, signal.SIGSTOP)
+        try:
+            body = await _wait_red(sidecar)
+            assert "stopped" in str(body["reason"]) or "engine hang" in str(body["reason"])
+            assert await sidecar.grpc_status("liveness") == "NOT_SERVING"
+            assert await sidecar.code("/readyz") == 503
+        finally:
+            os.kill(sim.engine_pid, signal.SIGCONT)
+        await _wait_green(sidecar)
+
+
+@pytest.mark.parametrize(
+    ("fault", "kind"), [("structured_hang", "structured"), ("multimodal_hang", "multimodal")]
+)
+async def test_path_hang_names_its_kind_while_text_passes(
+    sim: SimProcess, fault: str, kind: str
+) -> None:
+    async with running_sidecar(sim.base_url) as sidecar:
+        await _wait_green(sidecar)
+        sim.control.set_fault(fault)
+        body = await _wait_red(sidecar, deadline=30)
+        assert f"{kind} path hang" in str(body["reason"])
+        status = await sidecar.json("/status")
+        assert status["canaries"]["text"]["passing"] is True
+        assert [h["kind"] for h in status["verdict"]["hangs"]] == [kind]
+        sim.control.clear_all()
+        await _wait_green(sidecar)
+
+
+async def test_mid_stream_stall_of_a_streaming_canary_is_detected(
+    sim: SimProcess, tmp_path: Path
+) -> None:
+    probes = tmp_path / "probes"
+    shutil.copytree(str(default_directory()), probes, ignore=shutil.ignore_patterns("*.py"))
+    text = yaml.safe_load((probes / "text.yaml").read_text())
+    text["stream"] = True
+    text["request"]["max_tokens"] = 8
+    (probes / "text.yaml").write_text(yaml.safe_dump(text))
+    for other in ("structured.yaml", "multimodal.yaml"):
+        (probes / other).unlink()
+    fast_text = {"text": {"interval": 1.0, "deadline": 2.0, "jitter": 0.0}}
+    async with running_sidecar(sim.base_url, probes=probes, canaries=fast_text) as sidecar:
+        await _wait_green(sidecar)
+        sim.control.set_fault("stream_stall")
+        body = await _wait_red(sidecar, deadline=40)
+        assert "engine hang" in str(body["reason"])
+        last = (await sidecar.json("/status"))["canaries"]["text"]["last"]
+        assert "timeout" in [r["reason"] for r in last]
+
+
+async def test_slow_decode_with_rising_counters_is_never_killed(sim: SimProcess) -> None:
+    """Every canary misses its deadline, yet tokens keep flowing: liveness stays 200."""
+    async with running_sidecar(sim.base_url) as sidecar:
+        await _wait_green(sidecar)
+        # 100 tok/s / 400 = 0.25 tok/s per sequence: a 2-token canary needs ~8 s,
+        # far past its 2 s deadline, while 12 background streams keep tokens rising.
+        sim.control.set_fault("slow_decode", factor=400)
+        load = asyncio.create_task(
+            run_load(
+                LoadConfig(
+                    target=sim.base_url, concurrency=12, duration=25, max_tokens=64, timeout=60
+                )
+            )
+        )
+        livez: list[int] = []
+        loop = asyncio.get_running_loop()
+        end = loop.time() + 20
+        while loop.time() < end:
+            livez.append(await sidecar.code("/livez"))
+            await asyncio.sleep(0.2)
+        load.cancel()
+        await asyncio.gather(load, return_exceptions=True)
+        metrics = await sidecar.client.get(sidecar.url + "/metrics")
+        timeouts = _sample(metrics.text, "sentinel_canary_total", reason="timeout")
+        assert timeouts >= 5, f"only {timeouts} canary timeouts: the test did not slow decode"
+        assert set(livez) == {200}, f"liveness failed on a busy server: {livez.count(503)} x 503"
+
+
+@pytest.mark.parametrize("policy", ["priority", "fcfs"])
+async def test_saturation_never_fails_liveness(policy: str) -> None:
+    with SimProcess(scheduling_policy=policy, max_num_seqs=4) as sim:
+        async with running_sidecar(sim.base_url) as sidecar:
+            await _wait_green(sidecar)
+            load = asyncio.create_task(
+                run_load(
+                    LoadConfig(
+                        target=sim.base_url,
+                        concurrency=200,
+                        duration=20,
+                        max_tokens=256,
+                        timeout=60,
+                    )
+                )
+            )
+            livez: list[int] = []
+            loop = asyncio.get_running_loop()
+            end = loop.time() + 18
+            while loop.time() < end:
+                livez.append(await sidecar.code("/livez"))
+                await asyncio.sleep(0.2)
+            result = await load
+            status = await sidecar.json("/status")
+        assert result.summary()["completed"] > 0
+        assert set(livez) == {200}, f"{livez.count(503)} liveness failures under saturation"
+        assert status["priority"]["effective"] is (policy == "priority")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+async def test_server_restart_re_evaluates_startup_without_stale_red() -> None:
+    port = _free_port()
+    with SimProcess(scheduling_policy="priority", extra_args=["--port", str(port)]) as first:
+        url = first.base_url
+        async with running_sidecar(url) as sidecar:
+            await _wait_green(sidecar)
+            first.control.set_fault("engine_hang")
+            await _wait_red(sidecar)
+            epoch = (await sidecar.json("/status"))["server"]["epoch"]
+            first.stop()
+
+            async def restarted() -> bool:
+                return int((await sidecar.json("/status"))["server"]["epoch"]) > epoch
+
+            await eventually(restarted, 15, "a new server epoch after the restart")
+            assert await sidecar.code("/livez") == 200  # no stale red verdict
+            assert await sidecar.code("/startupz") == 503
+            with SimProcess(scheduling_policy="priority", extra_args=["--port", str(port)]):
+                await _wait_green(sidecar)
+                status = await sidecar.json("/status")
+                assert status["verdict"]["hangs"] == []
+                metrics = await sidecar.client.get(sidecar.url + "/metrics")
+                assert _sample(metrics.text, "sentinel_server_restarts_total") >= 1
+
+
+async def test_observe_only_reports_but_keeps_liveness(sim: SimProcess) -> None:
+    async with running_sidecar(sim.base_url, enforce=False) as sidecar:
+        await _wait_green(sidecar)
+        sim.control.set_fault("engine_hang")
+
+        async def confirmed() -> bool:
+            return bool((await sidecar.json("/status"))["verdict"]["would_restart"])
+
+        await eventually(confirmed, 20, "a would-restart verdict")
+        assert await sidecar.code("/livez") == 200
+        assert "would restart" in str((await sidecar.json("/livez"))["reason"])
+        metrics = (await sidecar.client.get(sidecar.url + "/metrics")).text
+        assert _sample(metrics, "sentinel_hang_detections_total", kind="engine") >= 1
+        assert _sample(metrics, "sentinel_enforce") == 0
+
+
+async def test_restart_loop_brake_turns_a_repeat_hang_into_unready(sim: SimProcess) -> None:
+    async with running_sidecar(sim.base_url, brake_max_restarts=1) as sidecar:
+        await _wait_green(sidecar)
+        sim.control.set_fault("engine_hang")
+        await _wait_red(sidecar)
+        sim.control.clear_all()
+        await _wait_green(sidecar)
+        sim.control.set_fault("engine_hang")
+
+        async def braked() -> bool:
+            return bool((await sidecar.json("/status"))["verdict"]["brake_engaged"])
+
+        await eventually(braked, 20, "the restart-loop brake")
+        assert await sidecar.code("/livez") == 200
+        assert await sidecar.code("/readyz") == 503
+        assert "brake" in str((await sidecar.json("/readyz"))["reason"])
+
+
+async def test_text_only_model_disables_multimodal_without_blocking_startup() -> None:
+    with SimProcess(text_only=True) as sim:
+        async with running_sidecar(sim.base_url) as sidecar:
+            await _wait_green(sidecar)
+            status = await sidecar.json("/status")
+            assert status["canaries"]["multimodal"]["enabled"] is False
+            assert status["canaries"]["multimodal"]["disabled_reason"]
+
+
+async def test_sidecar_healthz_fails_when_a_loop_stops_ticking(sim: SimProcess) -> None:
+    async with running_sidecar(sim.base_url) as sidecar:
+        await _wait_green(sidecar)
+        assert await sidecar.code("/healthz") == 200
+        # Stop the evaluation loop as a wedge would: nothing publishes any more,
+        # so the last (green) verdict would be served forever without /healthz.
+        (evaluate,) = [t for t in asyncio.all_tasks() if t.get_name() == "evaluate"]
+        evaluate.cancel()
+
+        async def sidecar_failing() -> bool:
+            return await sidecar.code("/healthz") == 503
+
+        await eventually(sidecar_failing, 15, "/healthz 503 after the loop stopped")
+        assert "evaluate" in str((await sidecar.json("/healthz"))["reason"])
+        assert await sidecar.grpc_status("") == "NOT_SERVING"
+
+
+def _sample(text: str, name: str, **labels: str) -> float:
+    total = 0.0
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if s.name in (name, name + "_total") and all(
+                s.labels.get(k) == v for k, v in labels.items()
+            ):
+                total += s.value
+    return total
