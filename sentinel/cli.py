@@ -144,9 +144,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _configure_logging(settings: Settings) -> None:
+    from sentinel.diagnostics.redact import structlog_processor
     from sentinel.telemetry.logging import configure_logging
 
-    configure_logging(settings.log_level, renderer=settings.log_format)
+    configure_logging(
+        settings.log_level, renderer=settings.log_format, redactors=[structlog_processor]
+    )
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -27,18 +27,20 @@ from sentinel.canary.result import CanaryKind, CanaryResult, Reason
 from sentinel.canary.runner import CanaryRunner
 from sentinel.catalog import Catalog, load_catalog
 from sentinel.config import Settings, effective_config, read_api_key, split_host_port
+from sentinel.diagnostics.bundle import DiagnosticsContext, Trigger
 from sentinel.evidence.failure import EvidenceFailure
 from sentinel.evidence.metrics import MetricsScraper, ScrapeError
 from sentinel.evidence.processes import ProcessWatcher, SchedulingPolicy
 from sentinel.evidence.vllm_health import VllmHealthPoller
 from sentinel.health import HealthSnapshot, HealthState
+from sentinel.incidents import IncidentRecorder
 from sentinel.ledger import Ledger
 from sentinel.scheduler import Scheduler, apply_overrides
 from sentinel.serve.grpc import GrpcHealthServer
 from sentinel.serve.http import HttpServer
 from sentinel.telemetry.logging import get_logger
 from sentinel.telemetry.metrics import SentinelMetrics
-from sentinel.verdict import Action, Hang, Verdict, VerdictState, evaluate
+from sentinel.verdict import Action, Evidence, Hang, Verdict, VerdictState, evaluate
 
 log = get_logger("sentinel.daemon")
 
@@ -96,6 +98,14 @@ class Daemon:
         self.grpc: GrpcHealthServer | None = None
         self.runner: CanaryRunner | None = None
         self._seen_epoch = self.ledger.epoch
+        self.incidents = IncidentRecorder.build(
+            settings.diagnostics_dir,
+            enabled=settings.diagnostics,
+            max_incidents=settings.diagnostics_max_incidents,
+            max_bytes=settings.diagnostics_max_bytes,
+            metrics=self.metrics,
+            context=self._diagnostics_context,
+        )
 
     def _kinds(self) -> list[tuple[CanaryKind, Action, float | None]]:
         kinds: dict[CanaryKind, tuple[CanaryKind, Action, float | None]] = {}
@@ -110,7 +120,12 @@ class Daemon:
         settings = self.settings
         host, port = split_host_port(settings.listen)
         self.http = HttpServer(
-            self.state, self.registry, host, port, shutdown_timeout=settings.shutdown_timeout
+            self.state,
+            self.registry,
+            host,
+            port,
+            extra_routes=self.incidents.routes(),
+            shutdown_timeout=settings.shutdown_timeout,
         )
         self.grpc = GrpcHealthServer(self.state, settings.grpc_listen)
         timeout = httpx.Timeout(10.0, connect=2.0)
@@ -167,6 +182,7 @@ class Daemon:
                         group.create_task(self._health_loop(health), name="vllm-health"),
                         group.create_task(self._evaluate_loop(), name="evaluate"),
                         group.create_task(self.grpc.publish(), name="grpc-publish"),
+                        group.create_task(self.incidents.run(), name="incidents"),
                     ]
                     if watcher is not None:
                         loops.append(
@@ -179,6 +195,7 @@ class Daemon:
                         task.cancel()
             finally:
                 await self._shutdown()
+                self.incidents.close()
 
     async def _shutdown(self) -> None:
         """Ordered, bounded: gRPC NOT_SERVING and closed, then the HTTP listener."""
@@ -221,9 +238,7 @@ class Daemon:
                     canaries_moving=moving,
                     # A canary sent just before the previous sample may show its
                     # first work in this interval: look back one more interval.
-                    sent_budget=self.ledger.budget_sent_between(
-                        previous_at - interval, sample.at
-                    ),
+                    sent_budget=self.ledger.budget_sent_between(previous_at - interval, sample.at),
                 )
                 previous_at = sample.at
                 if update.restarted:
@@ -276,6 +291,11 @@ class Daemon:
         ledger.startup_passed = verdict.startup.ok
         for hang in verdict.new_hangs:
             self._hang_confirmed(hang, verdict)
+        suspicion = _suspicion(evidence, verdict)
+        if suspicion is not None:
+            self.incidents.suspect(*suspicion)
+        elif not verdict.hangs:
+            self.incidents.all_clear()
         self._log_transitions(previous, verdict, now)
         self._update_priority()
         await self.state.publish(self._snapshot(verdict, now))
@@ -294,6 +314,9 @@ class Daemon:
                 Action.UNREADY: "readiness failing",
                 Action.ALERT: "alert only",
             }[hang.action]
+        self.incidents.hang_confirmed(
+            hang, enforce=self.settings.enforce, braked=verdict.brake_engaged
+        )
         log.warning(
             "hang_confirmed",
             kind=hang.kind.value,
@@ -352,6 +375,16 @@ class Daemon:
             log.info("canary", **fields)
         else:
             log.warning("canary", **fields)
+
+    def _diagnostics_context(self, trigger: Trigger) -> DiagnosticsContext:
+        return DiagnosticsContext(
+            trigger=trigger,
+            metrics_text=tuple(self.status.metrics_texts),
+            canary_history={
+                kind.value: tuple(record.results) for kind, record in self.ledger.records.items()
+            },
+            config=effective_config(self.settings),
+        )
 
     # -- the view -----------------------------------------------------------
     def _snapshot(self, verdict: Verdict, now: float) -> HealthSnapshot:
@@ -440,12 +473,40 @@ class Daemon:
                     [t for t in self.verdict_state.episodes if now - t < self.policy.brake_window]
                 ),
             },
+            "incidents": {
+                "open": None
+                if self.incidents.current is None
+                else {
+                    "trigger": self.incidents.current.trigger.kind,
+                    "reason": self.incidents.current.trigger.reason,
+                    "for": age(self.incidents.current.opened),
+                    "bundle": None
+                    if self.incidents.current.record is None
+                    else self.incidents.current.record.path,
+                },
+                "recent": [r.to_json() for r in self.incidents.recent[:5]],
+            },
             "history": [
                 {"ago": age(t.at), "probe": t.probe, "ok": t.ok, "reason": t.reason}
                 for t in self.status.transitions
             ],
             "config": effective_config(self.settings),
         }
+
+
+def _suspicion(evidence: Evidence, verdict: Verdict) -> tuple[str, str] | None:
+    """Why a hang is suspected now (a trigger for diagnostics), or None."""
+    if verdict.hangs:
+        hang = verdict.hangs[0]
+        return f"{hang.kind.value}-hang", hang.reason
+    if evidence.engine_down_since is not None:
+        return "engine-down", evidence.engine_down_detail or "engine process down"
+    if evidence.health_failing_since is not None:
+        return "vllm-health-failing", "vLLM /health is failing"
+    for kind in evidence.kinds.values():
+        if kind.enabled and kind.results and kind.results[-1].reason is Reason.TIMEOUT:
+            return "missed-deadline", f"a {kind.kind.value} canary missed its deadline"
+    return None
 
 
 def _result_json(result: CanaryResult, now: float) -> dict[str, Any]:
