@@ -32,9 +32,12 @@ unit: $(STAMP)
 loopback: $(STAMP)
 	$(PY) -m pytest -q tests/loopback tests/contract -m "not engine"
 
+# The whole suite. The real-vLLM environment builds in the background while lint,
+# types and the fast tiers run; the engine tests (ordered last) wait for it.
 test: $(STAMP)
+	$(MAKE) engine-env-bg
 	$(MAKE) lint typecheck
-	$(PY) -m pytest -q -m "not slow" tests
+	$(PY) -m pytest -q -m "not slow" -p no:cacheprovider tests
 
 # Real-vLLM tier: a cached engine environment (.cache/vllm-env-<pins hash>/) and tiny models.
 engine-env: $(STAMP)
