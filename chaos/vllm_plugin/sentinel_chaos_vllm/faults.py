@@ -41,19 +41,7 @@ class FaultBoard:
 
     def get(self, name: str) -> Mapping[str, Any] | None:
         """The parameters of fault ``name`` if it is on, else ``None``."""
-        now = time.monotonic()
-        try:
-            mtime = os.stat(self.directory).st_mtime_ns
-        except OSError:
-            mtime = -1
-        stale = now >= self._next_scan or mtime != self._seen_mtime
-        if stale and self._lock.acquire(blocking=False):
-            try:
-                self._scan()
-                self._seen_mtime = mtime
-                self._next_scan = now + self.interval
-            finally:
-                self._lock.release()
+        self._refresh()
         params = self._faults.get(name)
         if params is None:
             return None
@@ -61,6 +49,23 @@ class FaultBoard:
         if expires is not None and time.time() >= expires:
             return None
         return params
+
+    def _refresh(self) -> None:
+        now = time.monotonic()
+        try:
+            mtime = os.stat(self.directory).st_mtime_ns
+        except OSError:
+            mtime = -1
+        if now < self._next_scan and mtime == self._seen_mtime:
+            return
+        # Every thread that saw a change waits for a fresh view: a hook that read
+        # the stale one while another thread was scanning would miss its fault.
+        with self._lock:
+            if now < self._next_scan and mtime == self._seen_mtime:
+                return  # another thread scanned meanwhile
+            self._scan()
+            self._seen_mtime = mtime
+            self._next_scan = now + self.interval
 
     def wait_while(self, name: str) -> None:
         """Block the calling thread while fault ``name`` is on."""
