@@ -239,6 +239,7 @@ class Daemon:
                     # A canary sent just before the previous sample may show its
                     # first work in this interval: look back one more interval.
                     sent_budget=self.ledger.budget_sent_between(previous_at - interval, sample.at),
+                    own_in_flight=self.ledger.in_flight(),
                 )
                 previous_at = sample.at
                 if update.restarted:

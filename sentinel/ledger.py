@@ -110,6 +110,10 @@ class Ledger:
             self.sends.append((now, budget))
         return self._token
 
+    def in_flight(self) -> int:
+        """Canaries outstanding right now, all kinds."""
+        return sum(len(record.outstanding) for record in self.records.values())
+
     def budget_sent_between(self, start: float, end: float) -> dict[str, float]:
         """The summed work budget of canaries sent in ``(start, end]``."""
         total: dict[str, float] = {}

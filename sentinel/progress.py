@@ -7,12 +7,15 @@ counter went down (the server restarted).
 
 What sentinel's own canaries caused is subtracted: their completion and token
 counts, reported in their usage, are removed from the next sample's deltas, so
-idle gating is not fooled by sentinel's own traffic. A canary still in flight
-has no usage yet, so for the interval in which canaries were *sent*, the most
-work they could have caused (their ``max_tokens``, an estimate of their prompt,
-one engine step per token) is discounted too: a stream that stalls after its
-first token must not look like progress, while a busy server's deltas dwarf
-that budget and a slowly decoding one produces its tokens in later intervals.
+idle gating is not fooled by sentinel's own traffic.
+
+A canary still in flight has no usage yet. When the engine serves nothing but
+sentinel's own canaries (vLLM's running + waiting gauges do not exceed the
+canaries in flight), the work the canaries sent in the interval could have
+caused (their usual reply length, their prompt, a step per token) is
+discounted as well: a stream that stalls after its first token must not look
+like progress. Whenever anyone else is being served, nothing is discounted, so
+a busy server's progress is never explained away.
 """
 
 from __future__ import annotations
@@ -78,13 +81,15 @@ class ProgressTracker:
         *,
         canaries_moving: bool = False,
         sent_budget: Mapping[str, float] | None = None,
+        own_in_flight: int = 0,
     ) -> ProgressUpdate:
         """Compare ``sample`` with the previous one.
 
         ``canaries_moving`` says a canary was sent or finished between the two
         samples, so gauge changes may be sentinel's own doing and do not count.
         ``sent_budget`` is the most work (per counter) the canaries sent between
-        the two samples could have caused; it is discounted from the deltas.
+        the two samples could have caused; it is discounted from the deltas
+        only while the engine serves no more requests than ``own_in_flight``.
         """
         previous, self._previous = self._previous, sample
         self.last_sample_at = sample.at
@@ -102,7 +107,7 @@ class ProgressTracker:
 
         deltas = _deltas(previous.counters, sample.counters)
         own, self._own = self._own, {}
-        budget = sent_budget or {}
+        budget = sent_budget if sent_budget and _only_own(sample, own_in_flight) else {}
         real = {k: d - own.get(k, 0.0) - budget.get(k, 0.0) for k, d in deltas.items()}
         changed = [k for k, d in real.items() if d > 0]
         if not canaries_moving:
@@ -123,6 +128,14 @@ class ProgressTracker:
             real_completions=real_completions,
             changed=tuple(sorted(changed)),
         )
+
+
+def _only_own(sample: MetricsSample, own_in_flight: int) -> bool:
+    """Whether the gauges show nothing but sentinel's canaries (absent gauges: unknown, no)."""
+    running, waiting = sample.gauges.get("running"), sample.gauges.get("waiting")
+    if running is None or waiting is None:
+        return False
+    return running + waiting <= own_in_flight
 
 
 def _deltas(before: Mapping[str, float], after: Mapping[str, float]) -> dict[str, float]:

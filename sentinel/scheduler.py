@@ -166,16 +166,22 @@ class Scheduler:
         return result
 
     def _budget(self, spec: CanarySpec) -> dict[str, float]:
-        """The most work one canary of ``spec`` can cause, per progress counter."""
+        """The work one canary of ``spec`` usually causes, per progress counter.
+
+        Taken from recent successes of the same canary (its reply length and
+        prompt); before any, from ``max_tokens`` and a generous prompt estimate.
+        """
         max_tokens = float(spec.request.get("max_tokens") or DEFAULT_MAX_TOKENS)
-        record = self.ledger.records[spec.kind]
-        prompts = [r.prompt_tokens for r in record.results if r.ok and r.prompt_tokens]
-        prompt = float(max(prompts[-5:])) if prompts else DEFAULT_PROMPT_ESTIMATE
+        mine = [r for r in self.ledger.records[spec.kind].results if r.ok and r.name == spec.name]
+        replies = [r.completion_tokens for r in mine[-5:] if r.completion_tokens]
+        prompts = [r.prompt_tokens for r in mine[-5:] if r.prompt_tokens]
+        reply = min(float(max(replies)), max_tokens) if replies else max_tokens
+        prompt = float(max(prompts)) if prompts else DEFAULT_PROMPT_ESTIMATE
         return {
-            "generation_tokens": max_tokens,
+            "generation_tokens": reply,
             "prompt_tokens": prompt,
             # One step per decoded token, plus prefill chunks.
-            "engine_steps": max_tokens + 2,
+            "engine_steps": reply + 2,
         }
 
     def _observe(self, result: CanaryResult) -> None:

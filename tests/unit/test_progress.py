@@ -100,16 +100,32 @@ def test_absent_counter_is_no_evidence() -> None:
     assert not t.observe(sample(3.0)).progressed
 
 
+IDLE = {"running": 1.0, "waiting": 0.0}
+BUDGET = {"generation_tokens": 2.0, "prompt_tokens": 8.0, "engine_steps": 4.0}
+
+
 def test_first_tokens_of_a_canary_sent_in_the_interval_are_not_progress() -> None:
     """A stream that stalls after its first token must not read as engine progress."""
     t = ProgressTracker()
-    t.observe(sample(1.0, generation_tokens=10, prompt_tokens=50, engine_steps=20))
-    budget = {"generation_tokens": 2.0, "prompt_tokens": 8.0, "engine_steps": 4.0}
+    t.observe(sample(1.0, IDLE, generation_tokens=10, prompt_tokens=50, engine_steps=20))
     update = t.observe(
-        sample(3.0, generation_tokens=11, prompt_tokens=58, engine_steps=22), sent_budget=budget
+        sample(3.0, IDLE, generation_tokens=11, prompt_tokens=58, engine_steps=22),
+        sent_budget=BUDGET,
+        own_in_flight=1,
     )
     assert not update.progressed
-    busy = t.observe(
-        sample(5.0, generation_tokens=300, prompt_tokens=900, engine_steps=180), sent_budget=budget
-    )
-    assert busy.progressed
+
+
+def test_nothing_is_discounted_while_others_are_served() -> None:
+    t = ProgressTracker()
+    busy = {"running": 4.0, "waiting": 60.0}
+    t.observe(sample(1.0, busy, generation_tokens=10))
+    update = t.observe(sample(3.0, busy, generation_tokens=11), sent_budget=BUDGET, own_in_flight=1)
+    assert update.progressed
+
+
+def test_budget_not_applied_without_gauges() -> None:
+    t = ProgressTracker()
+    t.observe(sample(1.0, generation_tokens=10))
+    update = t.observe(sample(3.0, generation_tokens=11), sent_budget=BUDGET, own_in_flight=1)
+    assert update.progressed
