@@ -1,0 +1,125 @@
+"""``python -m chaos``: run chaos scenarios and write the report, or list the scenarios.
+
+``python -m chaos run FILE [FILE ...] [--out DIR] [--docs DIR]`` runs the
+scenarios (grouped so one server serves every scenario with the same target,
+SIGKILL last), shows progress while they run, and writes the report to
+``DIR/<timestamp>/`` and ``DIR/latest/``; ``--docs`` also copies the table and
+overview plot there. Exit 0 when every scenario passed its checks, 1 when one
+failed, 2 when a scenario file is invalid.
+
+``python -m chaos list [DIR]`` prints each scenario's name, target and fault.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from chaos.scenario import SCENARIO_DIR, Scenario, ScenarioError, discover, load_scenario
+
+DEFAULT_OUT = Path("reports/chaos")
+
+
+def _load_all(paths: Sequence[Path]) -> list[Scenario]:
+    scenarios, errors, names = [], [], set()
+    for path in paths:
+        try:
+            scenario = load_scenario(path)
+        except ScenarioError as exc:
+            errors.append(str(exc))
+            continue
+        if scenario.name in names:
+            errors.append(f"{path}: name: {scenario.name!r} is used by another scenario")
+        names.add(scenario.name)
+        scenarios.append(scenario)
+    if errors:
+        raise ScenarioError("\n".join(errors))
+    return scenarios
+
+
+def _run(args: argparse.Namespace) -> int:
+    from chaos import report, runner
+    from chaos.runner import RunRecord
+    from sentinel.telemetry.logging import configure_logging
+
+    console = Console(stderr=True)
+    scenarios = _load_all([Path(p) for p in args.files])
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    out_dir = Path(args.out) / stamp
+    out_dir.mkdir(parents=True, exist_ok=True)
+    log_file = (out_dir / "sentinel.log").open("w", encoding="utf-8")
+    configure_logging("info", renderer="json", stream=log_file)
+    done: list[tuple[dict[str, Any], RunRecord]] = []
+
+    def on_result(summary: dict[str, Any], record: RunRecord) -> None:
+        done.append((summary, record))
+        report.write(done, out_dir)  # partial report after every scenario
+
+    console.log(f"{len(scenarios)} scenario(s); report in {out_dir}")
+    try:
+        asyncio.run(runner.run_all(scenarios, out_dir, console, on_result))
+    finally:
+        log_file.close()
+    if not done:
+        return 1
+    paths = report.write(
+        done,
+        out_dir,
+        latest=Path(args.out) / "latest",
+        docs=Path(args.docs) if args.docs else None,
+    )
+    print(paths["markdown"].read_text(encoding="utf-8"))
+    console.log(f"report: {paths['json']}, {paths['markdown']}, {paths['png']}")
+    return 0 if all(summary["passed"] for summary, _ in done) else 1
+
+
+def _list(args: argparse.Namespace) -> int:
+    table = Table(title="chaos scenarios")
+    for column in ("file", "name", "target", "fault", "load"):
+        table.add_column(column)
+    for scenario_path in discover(Path(args.directory)):
+        scenario = load_scenario(scenario_path)
+        fault = scenario.fault
+        load = scenario.load
+        table.add_row(
+            scenario_path.name,
+            scenario.name,
+            scenario.target.kind,
+            fault.kind + (f" ({fault.process})" if fault.process else ""),
+            "-" if load is None else f"{load.concurrency} x {load.duration:g}s",
+        )
+    Console().print(table)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m chaos", description=__doc__.split("\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    run = commands.add_parser("run", help="run scenarios and write the report")
+    run.add_argument("files", nargs="+", help="scenario YAML files")
+    run.add_argument("--out", default=str(DEFAULT_OUT), help="report root (default %(default)s)")
+    run.add_argument("--docs", default=None, help="also copy report.md and timeline.png here")
+    listing = commands.add_parser("list", help="list the scenarios")
+    listing.add_argument("directory", nargs="?", default=str(SCENARIO_DIR))
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return _run(args) if args.command == "run" else _list(args)
+    except ScenarioError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,313 @@
+"""The chaos report: JSON, a Markdown table and timeline PNGs for a set of scenario runs.
+
+Written to ``reports/chaos/<timestamp>/`` and mirrored to ``reports/chaos/latest/``
+(``reports/`` is git-ignored); ``--docs DIR`` also copies the table and the
+overview plot to a committed folder (``docs/chaos/``) for the README.
+
+Columns, for sentinel, a kubelet-like prober on vLLM's own ``/health`` and the
+naive canary: seconds from fault start to the first sign (``/livez`` red,
+``/health`` non-200, naive trip) and to the kubelet's would-be kill, false
+kills (outside a harmful fault's window), and canary latency.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt
+from matplotlib.axes import Axes
+
+from chaos.runner import RunRecord
+
+COLORS = {"text": "tab:blue", "structured": "tab:orange", "multimodal": "tab:green"}
+NAIVE_COLOR = "tab:purple"
+
+
+def _s(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.1f}"
+    return str(value)
+
+
+def _first(values: Sequence[Any]) -> Any:
+    return values[0] if values else None
+
+
+def _p(lat: dict[str, Any], key: str = "p50") -> str:
+    value = lat.get(key)
+    return "-" if value is None else f"{value:.2f}"
+
+
+def markdown(summaries: Sequence[dict[str, Any]], title: str = "Chaos scenarios") -> str:
+    """The report's table, plus a canary-latency table; all times in seconds."""
+    lines = [
+        f"## {title}",
+        "",
+        "Seconds from fault start. *red*: sentinel `/livez` 503; *kill*: when a kubelet-like "
+        "prober (the manifest's liveness settings) would restart vLLM; *non-200*: vLLM's own "
+        "`/health`; *trip*: the naive canary (same prompt, priority 0, no progress evidence). "
+        "False kills are would-be kills outside a harmful fault's window. - : never.",
+        "",
+        "| scenario | target | fault | sentinel red | sentinel kill | hang kinds "
+        "| vLLM /health non-200 | /health kill | naive trip | naive kill "
+        "| false kills (sentinel / health / naive) | green again | result |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for s in summaries:
+        sen, health, naive = s["sentinel"], s["vllm_health"], s["naive"]
+        result = "pass" if s["passed"] else "**FAIL**"
+        if s.get("error"):
+            result += f" ({s['error'][:60]})"
+        lines.append(
+            "| "
+            + " | ".join(
+                [
+                    s["name"],
+                    s["target"],
+                    s["fault"],
+                    _s(sen["livez_red_s"]),
+                    _s(sen["detection_s"]),
+                    ", ".join(sen["hang_kinds"]) or "-",
+                    _s(health["non_200_s"]),
+                    _s(health["detection_s"]),
+                    _s(naive["tripped_s"]),
+                    _s(naive["detection_s"]),
+                    f"{sen['false_kills']} / {health['false_kills']} / {naive['false_kills']}",
+                    _s(sen["green_again_s"]),
+                    result,
+                ]
+            )
+            + " |"
+        )
+    lines += [
+        "",
+        "Canary latency, p50 / p99 in seconds (failed count), sentinel's canaries (priority "
+        "-100) and the naive canary (priority 0); under load where the scenario has load.",
+        "",
+        "| scenario | text | structured | multimodal | naive (priority 0) |",
+        "|---|---|---|---|---|",
+    ]
+    for s in summaries:
+        window = "under_load" if s.get("load") else "all"
+        cells = []
+        for kind in ("text", "structured", "multimodal"):
+            lat = s["sentinel"]["canary_latency"].get(kind, {}).get(window, {})
+            if not lat.get("count"):
+                cells.append("-")
+            else:
+                cells.append(f"{_p(lat)} / {_p(lat, 'p99')} ({lat['failed']} failed)")
+        lat = s["naive"]["latency"].get(window, {})
+        cells.append(
+            "-"
+            if not lat.get("count")
+            else f"{_p(lat)} / {_p(lat, 'p99')} ({lat['failed']} failed)"
+        )
+        lines.append(f"| {s['name']} | " + " | ".join(cells) + " |")
+    failed = [(s["name"], c) for s in summaries for c in s.get("checks", []) if not c["ok"]] + [
+        (s["name"], {"check": "run", "detail": s["error"]}) for s in summaries if s.get("error")
+    ]
+    if failed:
+        lines += ["", "Failed checks:", ""]
+        lines += [f"- {name}: {c['check']}: {c['detail']}" for name, c in failed]
+    return "\n".join(lines) + "\n"
+
+
+def _shade(ax: Axes, summary: dict[str, Any], record: RunRecord) -> None:
+    start = record.fault_start
+    if start is not None:
+        end = record.fault_end if record.fault_end is not None else record.end
+        ax.axvspan(start, end, color="tab:red", alpha=0.12, lw=0)
+    if record.load_window is not None:
+        ax.axvspan(*record.load_window, color="tab:gray", alpha=0.08, lw=0)
+
+
+def _latency(ax: Axes, record: RunRecord, legend: bool) -> None:
+    for kind, color in COLORS.items():
+        points = [c for c in record.canaries if c.kind == kind]
+        ok = [c for c in points if c.ok]
+        bad = [c for c in points if not c.ok]
+        ax.scatter([c.started for c in ok], [c.duration for c in ok], s=10, color=color, label=kind)
+        ax.scatter(
+            [c.started for c in bad], [c.duration for c in bad], s=22, color=color, marker="x"
+        )
+    ok_naive = [c for c in record.naive if c.ok]
+    bad_naive = [c for c in record.naive if not c.ok]
+    ax.scatter(
+        [c.started for c in ok_naive],
+        [c.duration for c in ok_naive],
+        s=10,
+        color=NAIVE_COLOR,
+        marker="^",
+        label="naive (prio 0)",
+    )
+    ax.scatter(
+        [c.started for c in bad_naive],
+        [c.duration for c in bad_naive],
+        s=22,
+        color=NAIVE_COLOR,
+        marker="x",
+    )
+    ax.set_yscale("log")
+    ax.set_ylabel("canary s")
+    if legend:
+        ax.legend(loc="lower left", fontsize=6, ncol=4, framealpha=0.9)
+
+
+def _verdicts(ax: Axes, record: RunRecord) -> None:
+    samples = record.samples
+    times = [s.at for s in samples]
+    rows = [
+        ("livez", 3, "tab:red"),
+        ("readyz", 2, "tab:orange"),
+        ("startupz", 1, "tab:olive"),
+        ("vllm_health", 0, "tab:cyan"),
+    ]
+    for name, level, color in rows:
+        ok = [getattr(s, name) == 200 for s in samples]
+        ax.fill_between(
+            times,
+            level,
+            [level + (0.8 if good else 0.0) for good in ok],
+            step="post",
+            color=color,
+            alpha=0.6,
+            lw=0,
+        )
+    naive = [(s.at, s.naive_ok) for s in samples if s.naive_ok is not None]
+    if naive:
+        ax.fill_between(
+            [t for t, _ in naive],
+            4,
+            [4 + (0.8 if good else 0.0) for _, good in naive],
+            step="post",
+            color=NAIVE_COLOR,
+            alpha=0.6,
+            lw=0,
+        )
+    markers = {"sentinel": ("tab:red", 3.9), "vllm_health": ("tab:cyan", 0.9)}
+    for name, kills in record.kills.items():
+        color, height = markers.get(name, (NAIVE_COLOR, 4.9))
+        for kill in kills:
+            ax.scatter([kill.at], [height], marker="v", color="black", s=40, zorder=3)
+    ax.set_yticks([0.4, 1.4, 2.4, 3.4, 4.4])
+    ax.set_yticklabels(["vLLM /health", "startupz", "readyz", "livez", "naive"], fontsize=6)
+    ax.set_ylim(-0.2, 5.2)
+    ax.set_title("bands: 200 / would-be kills: black triangles", fontsize=6, loc="right")
+
+
+def _load(ax: Axes, record: RunRecord) -> None:
+    times = [s.at for s in record.samples]
+    nan = float("nan")
+    running = [nan if s.running is None else s.running for s in record.samples]
+    waiting = [nan if s.waiting is None else s.waiting for s in record.samples]
+    ax.plot(times, running, color="tab:blue", lw=1, label="running")
+    ax.plot(times, waiting, color="tab:gray", lw=1, label="waiting")
+    ax.set_ylabel("requests")
+    ax.legend(loc="upper left", fontsize=6)
+
+
+def scenario_png(summary: dict[str, Any], record: RunRecord, path: Path) -> None:
+    """One scenario: canary latency per kind, verdicts and would-be kills, load."""
+    fig, axes = plt.subplots(3, 1, figsize=(10, 7), sharex=True, height_ratios=[3, 2, 1.5])
+    _latency(axes[0], record, legend=True)
+    _verdicts(axes[1], record)
+    _load(axes[2], record)
+    for ax in axes:
+        _shade(ax, summary, record)
+    axes[2].set_xlabel("seconds since sentinel started (red: fault window, grey: load)")
+    fig.suptitle(f"{summary['name']}: {summary['fault']} on {summary['target']}", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def overview_png(runs: Sequence[tuple[dict[str, Any], RunRecord]], path: Path) -> None:
+    """Every scenario in one figure: canary latency over verdict bands, two columns."""
+    count = max(1, len(runs))
+    columns = 2 if count > 1 else 1
+    rows = (count + columns - 1) // columns
+    fig = plt.figure(figsize=(7 * columns, 3.4 * rows))
+    grid = fig.add_gridspec(rows * 2, columns, height_ratios=[2, 1] * rows, hspace=0.5)
+    for index, (summary, record) in enumerate(runs):
+        row, column = divmod(index, columns)
+        top = fig.add_subplot(grid[row * 2, column])
+        bottom = fig.add_subplot(grid[row * 2 + 1, column], sharex=top)
+        _latency(top, record, legend=index == 0)
+        _verdicts(bottom, record)
+        for ax in (top, bottom):
+            _shade(ax, summary, record)
+        top.set_title(f"{summary['name']} ({summary['target']}): {summary['fault']}", fontsize=9)
+        top.tick_params(labelbottom=False)
+    fig.savefig(path, dpi=90, bbox_inches="tight")
+    plt.close(fig)
+
+
+def write(
+    runs: Sequence[tuple[dict[str, Any], RunRecord]],
+    out_dir: Path,
+    latest: Path | None = None,
+    docs: Path | None = None,
+) -> dict[str, Path]:
+    """Write report.json, report.md, timeline.png and one PNG per scenario; mirror them."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    summaries = [summary for summary, _ in runs]
+    document = {
+        "scenarios": summaries,
+        "timelines": {
+            record.scenario.name: {
+                "samples": [
+                    {
+                        "at": round(s.at, 2),
+                        "livez": s.livez,
+                        "readyz": s.readyz,
+                        "startupz": s.startupz,
+                        "vllm_health": s.vllm_health,
+                        "hangs": s.hangs,
+                        "running": s.running,
+                        "waiting": s.waiting,
+                    }
+                    for s in record.samples
+                ],
+                "canaries": [
+                    {
+                        "kind": c.kind,
+                        "started": round(c.started, 3),
+                        "duration": round(c.duration, 4),
+                        "ok": c.ok,
+                        "reason": c.reason,
+                    }
+                    for c in [*record.canaries, *record.naive]
+                ],
+            }
+            for _, record in runs
+        },
+    }
+    paths = {
+        "json": out_dir / "report.json",
+        "markdown": out_dir / "report.md",
+        "png": out_dir / "timeline.png",
+    }
+    paths["json"].write_text(json.dumps(document, indent=1), encoding="utf-8")
+    paths["markdown"].write_text(markdown(summaries), encoding="utf-8")
+    overview_png(runs, paths["png"])
+    for summary, record in runs:
+        scenario_png(summary, record, out_dir / f"{record.scenario.name}.png")
+    if latest is not None:
+        if latest.exists():
+            shutil.rmtree(latest)
+        shutil.copytree(out_dir, latest, ignore=shutil.ignore_patterns("servers", "diagnostics"))
+    if docs is not None:
+        docs.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(paths["markdown"], docs / "report.md")
+        shutil.copy2(paths["png"], docs / "timeline.png")
+    return paths

@@ -1,0 +1,250 @@
+"""Chaos scenarios: the YAML schema (``chaos/scenarios/*.yaml``) and its loader.
+
+A scenario names the target (the simulator or a real vLLM), sentinel's
+settings (the shipped defaults unless stated; the runner owns ports and the
+diagnostics directory), a load profile, one fault with its timing, the
+kubelet-like prober (the manifest's liveness settings unless overridden), the
+naive-canary baseline and what must hold for the scenario to pass. The model
+is strict: an unknown or misspelt key is an error, and every error names the
+file and the key.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from sentinel.config import ConfigError, Settings, load_settings
+
+SCENARIO_DIR = Path(__file__).resolve().parent / "scenarios"
+MANIFEST = Path(__file__).resolve().parent.parent / "manifests" / "base" / "deployment.yaml"
+
+#: sentinel settings the runner sets itself; a scenario may not.
+RUNNER_OWNED = frozenset({"target", "listen", "grpc_listen", "diagnostics_dir"})
+
+FaultKind = Literal[
+    "none",
+    "engine_hang",
+    "structured_hang",
+    "multimodal_hang",
+    "stream_stall",
+    "slow_decode",
+    "sigstop",
+    "sigkill",
+]
+LoadKind = Literal["text", "structured", "multimodal"]
+PLUGIN_FAULTS = frozenset(
+    {"engine_hang", "structured_hang", "multimodal_hang", "stream_stall", "slow_decode"}
+)
+#: Faults after which the server is degraded but alive: any kill during them is false.
+HARMLESS_FAULTS = frozenset({"none", "slow_decode"})
+
+
+class ScenarioError(ValueError):
+    """A scenario file that cannot be run; the message names the file and the key."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TargetSpec(_Strict):
+    """What serves the requests: the simulator or a real vLLM on a tiny model."""
+
+    kind: Literal["sim", "vllm"]
+    #: real vLLM: the tiny generated model (``vision`` serves every canary kind)
+    model: Literal["vision", "text"] = "vision"
+    scheduling_policy: Literal["priority", "fcfs"] = "priority"
+    max_num_seqs: int | None = Field(default=None, ge=1)
+    #: simulator only: further ``SimProcess`` options (``decode_tps``, ``kv_cache_tokens``, ...)
+    sim_options: dict[str, int | float | str | bool] = Field(default_factory=dict)
+    #: real vLLM only: extra server flags, verbatim
+    extra_args: list[str] = Field(default_factory=list)
+    start_timeout: float = Field(default=300.0, gt=0)
+
+    def server_key(self) -> tuple[Any, ...]:
+        """Scenarios whose targets have equal keys can share one running server."""
+        return (
+            self.kind,
+            self.model,
+            self.scheduling_policy,
+            self.max_num_seqs,
+            tuple(sorted(self.sim_options.items())),
+            tuple(self.extra_args),
+        )
+
+
+def _text_only() -> dict[LoadKind, float]:
+    return {"text": 1.0}
+
+
+class LoadSpec(_Strict):
+    """A closed-loop load from ``python -m chaos.load``, started ``start`` s into the scenario."""
+
+    start: float = Field(default=0.0, ge=0)
+    duration: float = Field(gt=0)
+    concurrency: int = Field(default=8, ge=1)
+    prompt_tokens: int = Field(default=16, ge=1)
+    max_tokens: int = Field(default=16, ge=1)
+    priority: int | None = None
+    mix: dict[LoadKind, float] = Field(default_factory=_text_only)
+    timeout: float = Field(default=300.0, gt=0)
+
+
+class FaultSpec(_Strict):
+    """One fault: what, where, when (seconds after sentinel's startup passed) and how long."""
+
+    kind: FaultKind
+    #: for sigstop and sigkill: which vLLM process (the simulator has only the engine)
+    process: Literal["engine", "worker"] | None = None
+    start: float = Field(default=10.0, ge=0)
+    #: seconds until the fault is cleared (SIGCONT for sigstop); sigkill: none, the
+    #: runner restarts the server and the window ends when it answers again
+    duration: float | None = Field(default=None, gt=0)
+    params: dict[str, int | float | str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _shape(self) -> FaultSpec:
+        if self.kind in ("sigstop", "sigkill") and self.process is None:
+            raise ValueError(f"process: required for {self.kind} (engine or worker)")
+        if self.kind not in ("sigstop", "sigkill") and self.process is not None:
+            raise ValueError(f"process: only for sigstop and sigkill, not {self.kind}")
+        if self.kind == "sigkill" and self.duration is not None:
+            raise ValueError("duration: sigkill has none (the server is restarted)")
+        if self.kind not in ("sigkill", "none") and self.duration is None:
+            raise ValueError(f"duration: required for {self.kind}")
+        return self
+
+    @property
+    def harmful(self) -> bool:
+        """Whether killing the server during this fault is the right call."""
+        return self.kind not in HARMLESS_FAULTS
+
+
+class ProberSpec(_Strict):
+    """The kubelet-like liveness prober; unset fields come from the manifest."""
+
+    manifest: Path = MANIFEST
+    period: float | None = Field(default=None, gt=0)
+    timeout: float | None = Field(default=None, gt=0)
+    failure_threshold: int | None = Field(default=None, ge=1)
+    grace: float | None = Field(default=None, ge=0)
+
+
+class NaiveSpec(_Strict):
+    """The naive canary baseline: sentinel's text prompt at priority 0, no progress evidence."""
+
+    enabled: bool = True
+    priority: int = 0
+
+
+class ExpectSpec(_Strict):
+    """What must hold for the scenario to pass; unset checks are not made."""
+
+    #: sentinel's /livez must be red within this many seconds of the fault start
+    detect_within: float | None = Field(default=None, gt=0)
+    #: the hang kinds sentinel must report (``/status`` verdict) during the fault
+    hang_kinds: list[Literal["engine", "structured", "multimodal", "dead"]] | None = None
+    #: vLLM's own /health must answer 200 at every sample
+    vllm_health_stays_200: bool | None = None
+    #: every text canary must pass while the fault is on
+    text_canaries_pass: bool | None = None
+    #: sentinel's /livez must never fail (busy servers are not hung)
+    no_liveness_failure: bool | None = None
+    #: liveness and readiness green again within this many seconds of the fault's end
+    green_again_within: float | None = Field(default=None, gt=0)
+    #: after a restart, sentinel's startup turns red, then green, with no stale hang
+    reenters_startup: bool | None = None
+
+
+class Scenario(_Strict):
+    """One chaos scenario."""
+
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9_.-]*$")
+    description: str = ""
+    target: TargetSpec
+    #: sentinel settings (``sentinel run`` keys); empty means the shipped defaults
+    sentinel: dict[str, Any] = Field(default_factory=dict)
+    load: LoadSpec | None = None
+    fault: FaultSpec
+    #: seconds watched after the fault ends (or after the load, when there is no fault)
+    observe_after: float = Field(default=30.0, ge=0)
+    #: seconds allowed for sentinel's startup to pass before the scenario begins
+    startup_timeout: float = Field(default=120.0, gt=0)
+    prober: ProberSpec = Field(default_factory=ProberSpec)
+    naive: NaiveSpec = Field(default_factory=NaiveSpec)
+    expect: ExpectSpec = Field(default_factory=ExpectSpec)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Scenario:
+        if self.target.kind == "sim" and self.fault.process == "worker":
+            raise ValueError("fault.process: the simulator has no worker process (use engine)")
+        if self.fault.kind == "none" and self.load is None:
+            raise ValueError("load: a scenario without a fault needs a load")
+        return self
+
+    @property
+    def fault_end(self) -> float | None:
+        """Planned end of the fault window (seconds after start), None for sigkill and none."""
+        if self.fault.duration is None:
+            return None
+        return self.fault.start + self.fault.duration
+
+
+def _key_of(loc: tuple[int | str, ...]) -> str:
+    return ".".join(str(part) for part in loc) or "(scenario)"
+
+
+def parse_scenario(data: Any, source: str) -> Scenario:
+    """Validate ``data`` (parsed YAML) as a scenario; errors name ``source`` and the key."""
+    if not isinstance(data, dict):
+        raise ScenarioError(f"{source}: expected a mapping, got {type(data).__name__}")
+    try:
+        scenario = Scenario.model_validate(data)
+    except ValidationError as exc:
+        lines = []
+        for error in exc.errors():
+            message = "unknown key" if error["type"] == "extra_forbidden" else error["msg"]
+            lines.append(f"{source}: {_key_of(error['loc'])}: {message}")
+        raise ScenarioError("\n".join(lines)) from None
+    owned = sorted(RUNNER_OWNED & set(scenario.sentinel))
+    if owned:
+        raise ScenarioError(f"{source}: sentinel.{owned[0]}: set by the runner, not the scenario")
+    try:
+        sentinel_settings(scenario, "http://127.0.0.1:8000", Path("/nonexistent"))
+    except ConfigError as exc:
+        detail = str(exc).replace("\n", "; ")
+        raise ScenarioError(f"{source}: sentinel: {detail}") from None
+    return scenario
+
+
+def load_scenario(path: Path) -> Scenario:
+    """Read and validate one scenario file."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ScenarioError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ScenarioError(f"{path}: not valid YAML: {exc}") from None
+    return parse_scenario(data, str(path))
+
+
+def sentinel_settings(scenario: Scenario, target: str, diagnostics_dir: Path) -> Settings:
+    """sentinel's settings for a run: the scenario's, plus loopback ports and the directory."""
+    flags = {
+        **scenario.sentinel,
+        "target": target,
+        "listen": "127.0.0.1:0",
+        "grpc_listen": "127.0.0.1:0",
+        "diagnostics_dir": diagnostics_dir,
+    }
+    return load_settings(None, env={}, flags=flags)
+
+
+def discover(directory: Path = SCENARIO_DIR) -> list[Path]:
+    return sorted(directory.glob("*.yaml"))
