@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import threading
 import time
@@ -149,13 +150,8 @@ class RealVllmTarget:
 
 
 def _build_env() -> tuple[engine_env.EngineEnv, Path]:
-    try:
-        env = engine_env.ensure_env()
-        return env, engine_env.ensure_model(env, "vision")
-    except (engine_env.EngineEnvError, OSError) as error:
-        if os.environ.get(SKIP_ENV) == "1":
-            pytest.skip(f"real vLLM environment unavailable ({SKIP_ENV}=1): {error}")
-        raise
+    env = engine_env.ensure_env()
+    return env, engine_env.ensure_model(env, "vision")
 
 
 def _sigterm_as_interrupt() -> None:
@@ -177,9 +173,15 @@ def shared_server(config: pytest.Config) -> EngineServer:
     if existing is not None:
         return existing
     failed = config.stash.get(_FAILED, None)
-    if failed is not None:
-        pytest.fail(f"the session's vLLM server could not start: {failed}", pytrace=False)
-    env, model = _build_env()
+    if failed is None:
+        try:
+            env, model = _build_env()
+        except (engine_env.EngineEnvError, OSError) as error:
+            failed = config.stash[_FAILED] = f"real vLLM environment unavailable: {error}"
+    if failed is not None:  # remembered, so later tests do not rebuild or restart
+        if os.environ.get(SKIP_ENV) == "1":
+            pytest.skip(f"{failed} ({SKIP_ENV}=1)")
+        pytest.fail(failed, pytrace=False)
     logs = engine_env.cache_dir() / "logs"
     fault_dir = engine_env.cache_dir() / "faults" / f"session-{os.getpid()}"
     server = VllmServer(
@@ -191,13 +193,14 @@ def shared_server(config: pytest.Config) -> EngineServer:
     )
     server.faults.clear_all()
     _sigterm_as_interrupt()
-    config.add_cleanup(server.stop)
+    config.add_cleanup(lambda: shutil.rmtree(fault_dir, ignore_errors=True))
+    config.add_cleanup(server.stop)  # cleanups run last-in first-out: this one first
     try:
         server.start()
         seconds = server.wait_ready(START_DEADLINE)
     except ServerError as error:
         server.stop()
-        config.stash[_FAILED] = str(error)
+        config.stash[_FAILED] = f"the session's vLLM server could not start: {error}"
         raise
     engine = EngineServer(server, seconds)
     config.stash[_SERVER] = engine
