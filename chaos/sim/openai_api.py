@@ -53,15 +53,30 @@ _ERROR_TYPES = {
 class RequestError(Exception):
     """Becomes a vLLM-shaped error response."""
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, *, param: str | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
+        self.param = param
 
 
-def error_response(status: int, message: str) -> web.Response:
-    err_type = _ERROR_TYPES.get(status, HTTPStatus(status).phrase.replace(" ", "") + "Error")
-    body = {"error": {"message": message, "type": err_type, "param": None, "code": status}}
+class ValidationFailure(RequestError):
+    """A body that does not fit the request schema.
+
+    vLLM rejects these in request validation, before its own checks, with the
+    type ``Bad Request`` and the offending field as ``body.<field>``.
+    """
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(400, f"1 validation error: {message}", param=f"body.{field}")
+
+
+def error_response(
+    status: int, message: str, *, param: str | None = None, err_type: str | None = None
+) -> web.Response:
+    if err_type is None:
+        err_type = _ERROR_TYPES.get(status, HTTPStatus(status).phrase.replace(" ", "") + "Error")
+    body = {"error": {"message": message, "type": err_type, "param": param, "code": status}}
     return web.json_response(body, status=status)
 
 
@@ -85,7 +100,7 @@ class Prepared:
 def _chat_prompt(body: Mapping[str, Any]) -> tuple[str, int, list[str]]:
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
-        raise RequestError(400, "messages must be a non-empty list")
+        raise ValidationFailure("messages", "messages must be a non-empty list")
     texts: list[str] = []
     tokens = CHAT_TOKENS_ASSISTANT
     images: list[str] = []
@@ -101,7 +116,9 @@ def _chat_prompt(body: Mapping[str, Any]) -> tuple[str, int, list[str]]:
             tokens += count_tokens(content)
             continue
         if not isinstance(content, list):
-            raise RequestError(400, "message content must be a string or a list of parts")
+            raise ValidationFailure(
+                "messages", "message content must be a string or a list of parts"
+            )
         for part in content:
             if not isinstance(part, Mapping):
                 raise RequestError(400, "content parts must be objects")
@@ -227,7 +244,12 @@ class OpenAIApi:
             except EngineDead as exc:
                 raise RequestError(500, str(exc)) from None
         except RequestError as exc:
-            return error_response(exc.status, exc.message)
+            return error_response(
+                exc.status,
+                exc.message,
+                param=exc.param,
+                err_type="Bad Request" if isinstance(exc, ValidationFailure) else None,
+            )
         try:
             if prepared.stream:
                 return await self._stream(request, pending, prepared, chat=chat)

@@ -292,8 +292,20 @@ def test_unknown_model_is_404_with_error_body(
 def test_invalid_request_is_400_with_error_body(
     client: httpx.Client, contract_target: ContractTarget
 ) -> None:
+    # A body that breaks the request schema fails vLLM's request validation:
+    # type "Bad Request", the field named as body.<field>.
     body = {"model": contract_target.model, "messages": "not a list", "max_tokens": 2}
-    _assert_error_body(client.post("/v1/chat/completions", json=body), 400, "BadRequestError")
+    response = client.post("/v1/chat/completions", json=body)
+    _assert_error_body(response, 400, "Bad Request")
+    assert response.json()["error"]["param"] == "body.messages"
+
+
+def test_invalid_value_is_400_bad_request_error(
+    client: httpx.Client, contract_target: ContractTarget
+) -> None:
+    body = {"model": contract_target.model, "messages": [{"role": "user", "content": "hi"}]}
+    response = client.post("/v1/chat/completions", json={**body, "max_tokens": -1})
+    _assert_error_body(response, 400, "BadRequestError")
 
 
 def test_undecodable_image_is_400(client: httpx.Client, contract_target: ContractTarget) -> None:
@@ -390,7 +402,9 @@ def test_client_disconnect_aborts_without_counting_success(
     client: httpx.Client, contract_target: ContractTarget
 ) -> None:
     before = _wait_idle(client)
-    body = _chat(contract_target, stream=True, max_tokens=200, ignore_eos=True)
+    # Long enough that a slow first chunk on a loaded CPU machine cannot let the
+    # whole stream finish before the hang-up is seen.
+    body = _chat(contract_target, stream=True, max_tokens=1500, ignore_eos=True)
     with client.stream("POST", "/v1/chat/completions", json=body) as response:
         assert response.status_code == 200
         for line in response.iter_lines():
