@@ -1,0 +1,147 @@
+"""The ``sentinel`` command as a user runs it: exit codes, messages, the one-shot probe."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from chaos.sim.launch import SimProcess
+from sentinel.catalog import default_directory
+
+
+def sentinel(
+    *args: str, timeout: float = 60, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "sentinel", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+        check=False,
+    )
+
+
+@pytest.fixture(scope="module")
+def sim() -> Iterator[SimProcess]:
+    with SimProcess(scheduling_policy="priority") as process:
+        yield process
+
+
+def test_bad_config_exits_2_naming_key_and_file(tmp_path: Path) -> None:
+    config = tmp_path / "sentinel.yaml"
+    config.write_text("hang_window: 20\nidle_windw: 3\n", encoding="utf-8")
+    for command in (["check-config", str(config)], ["run", "--config", str(config)]):
+        done = sentinel(*command)
+        assert done.returncode == 2, done.stderr
+        assert f"{config}: idle_windw: unknown key" in done.stderr
+
+
+def test_bad_environment_value_exits_2() -> None:
+    done = sentinel("run", env={"SENTINEL_ENFORCE": "perhaps"})
+    assert done.returncode == 2
+    assert "SENTINEL_ENFORCE" in done.stderr
+
+
+def test_unknown_canary_kind_is_rejected(tmp_path: Path) -> None:
+    probes = tmp_path / "probes"
+    shutil.copytree(str(default_directory()), probes, ignore=shutil.ignore_patterns("*.py"))
+    (probes / "odd.yaml").write_text(
+        "kind: audio\nrequest: {messages: [{role: user, content: hi}], max_tokens: 1}\n",
+        encoding="utf-8",
+    )
+    config = tmp_path / "sentinel.yaml"
+    config.write_text(f"probes: {probes}\n", encoding="utf-8")
+    done = sentinel("check-config", str(config))
+    assert done.returncode == 2
+    assert "odd.yaml: kind: unknown canary kind 'audio'" in done.stderr
+
+
+def test_check_config_accepts_a_good_file(tmp_path: Path) -> None:
+    config = tmp_path / "sentinel.yaml"
+    config.write_text("enforce: false\ncanaries: {text: {interval: 3}}\n", encoding="utf-8")
+    done = sentinel("check-config", str(config))
+    assert done.returncode == 0, done.stderr
+    assert "text (text, every 3s)" in done.stdout
+
+
+def test_probe_healthy_and_hung(sim: SimProcess) -> None:
+    healthy = sentinel("probe", sim.base_url)
+    assert healthy.returncode == 0, healthy.stdout + healthy.stderr
+    assert "structured" in healthy.stdout
+    sim.control.set_fault("engine_hang")
+    try:
+        hung = sentinel("probe", "--timeout", "2", "--json", sim.base_url)
+    finally:
+        sim.control.clear_all()
+    assert hung.returncode == 1, hung.stdout + hung.stderr
+    report = json.loads(hung.stdout)
+    text = json.dumps(report)
+    assert "timeout" in text
+
+
+def test_probe_usage_error_exits_2() -> None:
+    done = sentinel("probe")
+    assert done.returncode == 2
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def test_run_serves_and_stops_on_sigterm(sim: SimProcess) -> None:
+    port = _free_port()
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "sentinel",
+            "run",
+            "--target",
+            sim.base_url,
+            "--listen",
+            f"127.0.0.1:{port}",
+            "--grpc-listen",
+            "127.0.0.1:0",
+            "--log-format",
+            "json",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/startupz", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline, "sentinel run never passed startup"
+            assert process.poll() is None, process.stderr.read() if process.stderr else ""
+            time.sleep(0.2)
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=15) == 0
+        _, err = process.communicate()
+        events = [json.loads(line)["event"] for line in err.splitlines() if line.startswith("{")]
+        assert "sentinel_started" in events
+        assert events[-1] == "sentinel_stopped"
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
