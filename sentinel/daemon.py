@@ -398,6 +398,7 @@ class Daemon:
             enforce=self.settings.enforce,
             priority_effective=effective,
             progress_at=self.ledger.progress.last_progress_at,
+            brake_engaged=verdict.brake_engaged,
             status=self._status_document(verdict, now, effective),
         )
 

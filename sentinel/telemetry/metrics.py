@@ -163,7 +163,7 @@ class HealthCollector(Collector):
 
     def collect(self) -> Iterable[Metric]:
         snapshot = self._state.snapshot()
-        verdict, priority, progress, enforce = self._families()
+        verdict, priority, progress, enforce, brake = self._families()
         for probe, answer in zip(
             PROBES, (snapshot.liveness, snapshot.readiness, snapshot.startup), strict=True
         ):
@@ -177,6 +177,8 @@ class HealthCollector(Collector):
             yield progress
         enforce.add_metric([], 1.0 if snapshot.enforce else 0.0)
         yield enforce
+        brake.add_metric([], 1.0 if snapshot.brake_engaged else 0.0)
+        yield brake
 
     @staticmethod
     def _families() -> tuple[GaugeMetricFamily, ...]:
@@ -199,5 +201,10 @@ class HealthCollector(Collector):
             GaugeMetricFamily(
                 "sentinel_enforce",
                 "1 when a confirmed hang fails liveness, 0 in observe-only mode.",
+            ),
+            GaugeMetricFamily(
+                "sentinel_restart_brake_engaged",
+                "1 while the restart-loop brake holds a repeated hang at unready "
+                "instead of failing liveness again.",
             ),
         )

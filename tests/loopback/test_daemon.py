@@ -236,6 +236,8 @@ async def test_restart_loop_brake_turns_a_repeat_hang_into_unready(sim: SimProce
         assert await sidecar.code("/livez") == 200
         assert await sidecar.code("/readyz") == 503
         assert "brake" in str((await sidecar.json("/readyz"))["reason"])
+        metrics = (await sidecar.client.get(sidecar.url + "/metrics")).text
+        assert _sample(metrics, "sentinel_restart_brake_engaged") == 1
 
 
 async def test_text_only_model_disables_multimodal_without_blocking_startup() -> None:

@@ -74,6 +74,7 @@ CONTRACT_METRICS = {
     "sentinel_diagnostics_failures_total": "counter",
     "sentinel_enforce": "gauge",
     "sentinel_server_restarts_total": "counter",
+    "sentinel_restart_brake_engaged": "gauge",
 }
 # DESIGN.md, "Interfaces": what the kubelet may ask sentinel.
 HTTP_PATHS = {"liveness": "/livez", "readiness": "/readyz", "startup": "/startupz"}
