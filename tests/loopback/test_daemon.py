@@ -187,7 +187,7 @@ async def test_server_restart_re_evaluates_startup_without_stale_red() -> None:
             await _wait_green(sidecar)
             first.control.set_fault("engine_hang")
             await _wait_red(sidecar)
-            epoch = (await sidecar.json("/status"))["server"]["epoch"]
+            epoch = int((await sidecar.json("/status"))["server"]["epoch"])
             first.stop()
 
             async def restarted() -> bool:
