@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: all install demo test lint typecheck unit loopback engine engine-env engine-env-bg chaos bench bench-sim clean
+.PHONY: all install demo test lint typecheck unit loopback engine engine-env engine-env-bg chaos chaos-sim bench bench-sim clean
 
 all: test
 
@@ -54,6 +54,18 @@ engine: engine-env
 
 bench-sim: $(STAMP)
 	$(PY) -m tests.bench.bench_sim_capacity
+
+# Chaos scenarios: the full set (simulator, then real vLLM with sentinel's shipped defaults);
+# report in reports/chaos/latest/, table and plot for the README in docs/chaos/.
+chaos: engine-env
+	$(PY) -m chaos run chaos/scenarios/*.yaml --docs docs/chaos
+
+# The simulator-only set: a few minutes, no real vLLM.
+chaos-sim: $(STAMP)
+	$(PY) -m chaos run chaos/scenarios/sim-*.yaml
+
+bench: $(STAMP)
+	$(PY) -m tests.bench.bench_sentinel
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

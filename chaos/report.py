@@ -198,11 +198,13 @@ def _verdicts(ax: Axes, record: RunRecord) -> None:
     for name, kills in record.kills.items():
         color, height = markers.get(name, (NAIVE_COLOR, 4.9))
         for kill in kills:
-            ax.scatter([kill.at], [height], marker="v", color="black", s=40, zorder=3)
+            ax.scatter(
+                [kill.at], [height], marker="v", color=color, edgecolor="black", s=40, zorder=3
+            )
     ax.set_yticks([0.4, 1.4, 2.4, 3.4, 4.4])
     ax.set_yticklabels(["vLLM /health", "startupz", "readyz", "livez", "naive"], fontsize=6)
     ax.set_ylim(-0.2, 5.2)
-    ax.set_title("bands: 200 / would-be kills: black triangles", fontsize=6, loc="right")
+    ax.set_title("bands: answering 200; triangles: would-be kills", fontsize=6, loc="right")
 
 
 def _load(ax: Axes, record: RunRecord) -> None:

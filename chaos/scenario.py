@@ -207,8 +207,17 @@ def parse_scenario(data: Any, source: str) -> Scenario:
     except ValidationError as exc:
         lines = []
         for error in exc.errors():
-            message = "unknown key" if error["type"] == "extra_forbidden" else error["msg"]
-            lines.append(f"{source}: {_key_of(error['loc'])}: {message}")
+            key, message = _key_of(error["loc"]), error["msg"]
+            if error["type"] == "extra_forbidden":
+                message = "unknown key"
+            elif error["type"] == "value_error":
+                # a cross-field rule: its message starts with the key it is about
+                message = str(error.get("ctx", {}).get("error", message))
+                field, sep, rest = message.partition(": ")
+                if sep and field.replace("_", "").replace(".", "").isalnum():
+                    key = field if key == "(scenario)" else f"{key}.{field}"
+                    message = rest
+            lines.append(f"{source}: {key}: {message}")
         raise ScenarioError("\n".join(lines)) from None
     owned = sorted(RUNNER_OWNED & set(scenario.sentinel))
     if owned:

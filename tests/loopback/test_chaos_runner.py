@@ -1,0 +1,190 @@
+"""The chaos runner: schema errors, the prober's kill arithmetic, a sim scenario end to end."""
+
+from __future__ import annotations
+
+import copy
+import io
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+import yaml
+from rich.console import Console
+
+from chaos import report
+from chaos.naive import NaiveCanary, NaiveResult
+from chaos.prober import KillArithmetic, ProbeSettings
+from chaos.runner import ScenarioRun, SimTarget, summarize
+from chaos.scenario import MANIFEST, ScenarioError, load_scenario, parse_scenario
+from sentinel.catalog import load_catalog
+
+VALID: dict[str, Any] = {
+    "name": "t",
+    "target": {"kind": "sim"},
+    "fault": {"kind": "engine_hang", "start": 1, "duration": 2},
+}
+
+
+def _with(path: str, value: Any) -> dict[str, Any]:
+    data = copy.deepcopy(VALID)
+    node = data
+    *parents, leaf = path.split(".")
+    for part in parents:
+        node = node.setdefault(part, {})
+    node[leaf] = value
+    return data
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "key"),
+    [
+        ("fault.kind", "meltdown", "fault.kind"),
+        ("fault.when", 3, "fault.when"),
+        ("target.kind", "tgi", "target.kind"),
+        ("load.concurrency", 0, "load.duration"),  # duration missing is reported too
+        ("expect.detect_within", -1, "expect.detect_within"),
+        ("fault.process", "worker", "fault.process"),
+        ("sentinel.hang_window", "soon", "sentinel"),
+        ("sentinel.listen", "127.0.0.1:1", "sentinel.listen"),
+    ],
+)
+def test_schema_errors_name_the_file_and_the_key(path: str, value: Any, key: str) -> None:
+    with pytest.raises(ScenarioError) as caught:
+        parse_scenario(_with(path, value), "scenarios/x.yaml")
+    message = str(caught.value)
+    assert message.startswith("scenarios/x.yaml: ")
+    assert f": {key}" in message, message
+
+
+def test_schema_error_from_a_file(tmp_path: Path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(_with("fault.duration", None)))
+    with pytest.raises(ScenarioError, match=rf"{path}: fault.duration: required"):
+        load_scenario(path)
+
+
+def test_every_shipped_scenario_is_valid() -> None:
+    paths = sorted((Path(__file__).parents[2] / "chaos" / "scenarios").glob("*.yaml"))
+    assert paths
+    names = [load_scenario(p).name for p in paths]
+    assert len(set(names)) == len(names)
+    assert {n.removeprefix("sim-").removeprefix("vllm-") for n in names} >= {
+        "engine-hang",
+        "sigstop-engine",
+        "structured-hang",
+        "multimodal-hang",
+        "slow-decode",
+        "saturation",
+        "sigkill-engine",
+    }
+
+
+def test_probe_settings_come_from_the_manifest() -> None:
+    settings = ProbeSettings.from_manifest(MANIFEST)
+    spec = yaml.safe_load_all(MANIFEST.read_text())
+    deployment = next(d for d in spec if d and d.get("kind") == "Deployment")
+    vllm = next(c for c in deployment["spec"]["template"]["spec"]["containers"])
+    probe = vllm["livenessProbe"]
+    assert settings == ProbeSettings(
+        float(probe["periodSeconds"]),
+        float(probe["timeoutSeconds"]),
+        int(probe["failureThreshold"]),
+        float(probe["terminationGracePeriodSeconds"]),
+    )
+
+
+def test_kill_arithmetic_on_a_scripted_sequence() -> None:
+    arithmetic = KillArithmetic(ProbeSettings(period=5, timeout=3, failure_threshold=3, grace=10))
+    script = [
+        (0, True),
+        (5, False),
+        (10, False),
+        (15, True),  # the streak resets: no kill
+        (20, False),
+        (25, False),
+        (30, False),  # third in a row: kill, SIGKILL at 40
+        (35, False),  # the container is being replaced: not counted
+        (40, False),  # counting starts afresh
+        (45, False),
+        (50, False),  # kill again
+        (55, True),
+    ]
+    kills = [kill for at, ok in script if (kill := arithmetic.feed(at, ok)) is not None]
+    assert [(k.at, k.sigkill_at, k.streak_started) for k in kills] == [
+        (30, 40, 20),
+        (50, 60, 40),
+    ]
+    assert arithmetic.kills == kills
+
+
+def test_naive_canary_trips_once_failures_span_the_hang_window() -> None:
+    spec = next(s for s in load_catalog(None).enabled() if s.kind.value == "text")
+    naive = NaiveCanary("http://127.0.0.1:1", "m", spec, hang_window=15)
+    assert naive.body["priority"] == 0
+    assert naive.body["messages"] == list(spec.request["messages"])
+    assert naive.verdict(NaiveResult(0, 8, False, "timeout")) is None
+    assert not naive.tripped
+    trip = naive.verdict(NaiveResult(8, 8, False, "timeout"))
+    assert trip is not None
+    assert (trip.at, trip.failures) == (16, 2)
+    assert naive.tripped
+    assert naive.verdict(NaiveResult(16, 0.1, True, "ok")) is None
+    assert not naive.tripped
+
+
+async def test_sim_engine_hang_end_to_end(tmp_path: Path) -> None:
+    scenario = parse_scenario(
+        {
+            "name": "sim-engine-hang-short",
+            "target": {"kind": "sim"},
+            "sentinel": {
+                "scrape_interval": 0.5,
+                "health_interval": 0.5,
+                "process_interval": 0.5,
+                "eval_interval": 0.25,
+                "idle_window": 2,
+                "hang_window": 3,
+                "no_evidence_window": 5,
+                "diagnostics": False,
+                "canaries": {
+                    "text": {"interval": 1, "deadline": 1.5, "jitter": 0},
+                    "structured": {"interval": 2, "deadline": 1.5},
+                    "multimodal": {"interval": 2, "deadline": 1.5},
+                },
+            },
+            "prober": {"period": 1, "timeout": 1, "failure_threshold": 2, "grace": 2},
+            "fault": {"kind": "engine_hang", "start": 3, "duration": 9},
+            "observe_after": 12,
+            "startup_timeout": 20,
+            "expect": {"detect_within": 9, "vllm_health_stays_200": True},
+        },
+        "inline",
+    )
+    target = SimTarget(scenario.target, tmp_path / "sim")
+    console = Console(file=io.StringIO())
+    try:
+        await target.start()
+        engine_pid = target.sim.engine_pid
+        record = await ScenarioRun(scenario, target, tmp_path / "run", console).run()
+    finally:
+        await target.stop()
+    assert not psutil.pid_exists(engine_pid) or psutil.Process(engine_pid).status() == "zombie"
+    assert record.error is None, record.error
+    summary = summarize(record)
+    sentinel, health = summary["sentinel"], summary["vllm_health"]
+    assert summary["passed"], summary["checks"]
+    assert sentinel["livez_red_s"] is not None
+    assert sentinel["livez_red_s"] <= 9
+    assert sentinel["hang_kinds"] == ["engine"]
+    assert sentinel["detection_s"] is not None  # the prober would have killed during the hang
+    assert sentinel["false_kills"] == 0
+    assert health["codes_seen"] == ["200"]
+    assert health["would_kill_at"] == []
+    assert summary["naive"]["false_kills"] == 0
+    assert sentinel["green_again_s"] is not None
+    paths = report.write([(summary, record)], tmp_path / "report", latest=tmp_path / "latest")
+    for path in (paths["png"], tmp_path / "report" / "sim-engine-hang-short.png"):
+        assert path.stat().st_size > 10_000
+    assert "| sim-engine-hang-short | sim | engine_hang |" in paths["markdown"].read_text()
+    assert (tmp_path / "latest" / "report.json").exists()
