@@ -15,7 +15,8 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -176,18 +177,24 @@ class Daemon:
             self.started.set()
             try:
                 async with asyncio.TaskGroup() as group:
+                    periodic = [
+                        ("scrape", settings.scrape_interval, self._scrape_step(scraper)),
+                        ("vllm-health", settings.health_interval, self._health_step(health)),
+                        ("evaluate", settings.eval_interval, self._evaluate_step),
+                    ]
+                    if watcher is not None:
+                        periodic.append(
+                            ("processes", settings.process_interval, self._process_step(watcher))
+                        )
                     loops = [
                         group.create_task(scheduler.run(), name="scheduler"),
-                        group.create_task(self._scrape_loop(scraper), name="scrape"),
-                        group.create_task(self._health_loop(health), name="vllm-health"),
-                        group.create_task(self._evaluate_loop(), name="evaluate"),
                         group.create_task(self.grpc.publish(), name="grpc-publish"),
                         group.create_task(self.incidents.run(), name="incidents"),
                     ]
-                    if watcher is not None:
-                        loops.append(
-                            group.create_task(self._process_loop(watcher), name="processes")
-                        )
+                    loops += [
+                        group.create_task(self._every(name, interval, step), name=name)
+                        for name, interval, step in periodic
+                    ]
                     await stop.wait()
                     log.info("sentinel_stopping")
                     await self.grpc.stop(grace=min(1.0, settings.shutdown_timeout))
@@ -196,6 +203,31 @@ class Daemon:
             finally:
                 await self._shutdown()
                 self.incidents.close()
+
+    @asynccontextmanager
+    async def serving(self, start_timeout: float = 15.0) -> AsyncIterator[Daemon]:
+        """Run in the background of the caller's event loop until the block exits.
+
+        For embedding (``sentinel demo``, tests): yields once the HTTP and gRPC
+        listeners are bound; on exit it stops the daemon the same ordered way
+        SIGTERM does, and re-raises a loop failure.
+        """
+        stop = asyncio.Event()
+        task = asyncio.create_task(self.run(stop), name="sentinel")
+        started = asyncio.create_task(self.started.wait())
+        try:
+            done, _ = await asyncio.wait(
+                {task, started}, timeout=start_timeout, return_when=asyncio.FIRST_COMPLETED
+            )
+            if task in done:
+                task.result()  # run() ended before listening: raise its error
+            if started not in done:
+                raise TimeoutError(f"sentinel did not start within {start_timeout:g}s")
+            yield self
+        finally:
+            started.cancel()
+            stop.set()
+            await asyncio.wait_for(task, self.settings.shutdown_timeout * 3)
 
     async def _shutdown(self) -> None:
         """Ordered, bounded: gRPC NOT_SERVING and closed, then the HTTP listener."""
@@ -215,66 +247,68 @@ class Daemon:
         log.info("sentinel_stopped")
 
     # -- evidence loops -----------------------------------------------------
-    async def _scrape_loop(self, scraper: MetricsScraper) -> None:
+    async def _every(self, name: str, interval: float, step: Callable[[], Awaitable[None]]) -> None:
+        """Run ``step`` every ``interval`` seconds, beating the ``name`` heartbeat.
+
+        A step that overruns delays the next one instead of stacking up; a loop
+        that stops beating for several intervals turns ``/healthz`` red.
+        """
+        while True:
+            self.state.beat(name, interval * 4 + 5)
+            started = self.clock()
+            await step()
+            await asyncio.sleep(max(0.0, started + interval - self.clock()))
+
+    def _scrape_step(self, scraper: MetricsScraper) -> Callable[[], Awaitable[None]]:
         interval = self.settings.scrape_interval
         previous_at = float("-inf")
-        while True:
-            self.state.beat("scrape", interval * 3 + 5)
-            started = self.clock()
+
+        async def step() -> None:
+            nonlocal previous_at
             try:
                 sample = await scraper.scrape()
             except ScrapeError as exc:
                 self.status.last_scrape_error = f"{exc.reason.value}: {exc.detail}"
                 if exc.reason is EvidenceFailure.CONNECT:
                     self.ledger.saw_refusal(self.clock())
-            else:
-                self.status.last_scrape_error = ""
-                self.ledger.saw_answer()
-                if scraper.last_text is not None:
-                    self.status.metrics_texts.append((time.time(), scraper.last_text))
-                moving = self.ledger.last_canary_activity > previous_at
-                update = self.ledger.progress.observe(
-                    sample,
-                    canaries_moving=moving,
-                    # A canary sent just before the previous sample may show its
-                    # first work in this interval: look back one more interval.
-                    sent_budget=self.ledger.budget_sent_between(previous_at - interval, sample.at),
-                    own_in_flight=self.ledger.in_flight(),
-                )
-                previous_at = sample.at
-                if update.restarted:
-                    self.ledger.new_epoch("a vLLM counter went down", self.clock())
-            await asyncio.sleep(max(0.0, started + interval - self.clock()))
+                return
+            self.status.last_scrape_error = ""
+            self.ledger.saw_answer()
+            if scraper.last_text is not None:
+                self.status.metrics_texts.append((time.time(), scraper.last_text))
+            update = self.ledger.progress.observe(
+                sample,
+                canaries_moving=self.ledger.last_canary_activity > previous_at,
+                # A canary sent just before the previous sample may show its
+                # first work in this interval: look back one more interval.
+                sent_budget=self.ledger.budget_sent_between(previous_at - interval, sample.at),
+                own_in_flight=self.ledger.in_flight(),
+            )
+            previous_at = sample.at
+            if update.restarted:
+                self.ledger.new_epoch("a vLLM counter went down", self.clock())
 
-    async def _health_loop(self, poller: VllmHealthPoller) -> None:
-        interval = self.settings.health_interval
-        while True:
-            self.state.beat("vllm-health", interval * 3 + 5)
-            started = self.clock()
+        return step
+
+    def _health_step(self, poller: VllmHealthPoller) -> Callable[[], Awaitable[None]]:
+        async def step() -> None:
             poll = await poller.poll()
             if poll.failure is EvidenceFailure.CONNECT:
                 self.ledger.saw_refusal(self.clock())
             elif poll.status is not None:
                 self.ledger.observe_health(poll.status, self.clock())
-            await asyncio.sleep(max(0.0, started + interval - self.clock()))
 
-    async def _process_loop(self, watcher: ProcessWatcher) -> None:
-        interval = self.settings.process_interval
-        while True:
-            self.state.beat("processes", interval * 3 + 5)
-            started = self.clock()
-            snapshot = await watcher.sample_async()
-            self.ledger.observe_processes(snapshot, self.clock())
-            await asyncio.sleep(max(0.0, started + interval - self.clock()))
+        return step
+
+    def _process_step(self, watcher: ProcessWatcher) -> Callable[[], Awaitable[None]]:
+        async def step() -> None:
+            self.ledger.observe_processes(await watcher.sample_async(), self.clock())
+
+        return step
 
     # -- the single writer --------------------------------------------------
-    async def _evaluate_loop(self) -> None:
-        interval = self.settings.eval_interval
-        while True:
-            self.state.beat("evaluate", interval * 4 + 5)
-            now = self.clock()
-            await self.evaluate_once(now)
-            await asyncio.sleep(max(0.0, now + interval - self.clock()))
+    async def _evaluate_step(self) -> None:
+        await self.evaluate_once(self.clock())
 
     async def evaluate_once(self, now: float) -> Verdict:
         """Judge the ledger at ``now`` and publish the result."""

@@ -73,92 +73,88 @@ async def _demo(fast: bool, diagnostics_dir: Path | None) -> int:
     tl.say("starting the simulated vLLM (API process + VLLM::EngineCore child)")
     with SimProcess(scheduling_policy="priority") as sim:
         settings = load_settings(None, env={}, flags={"target": sim.base_url, **flags})
-        daemon = Daemon(settings)
-        stop = asyncio.Event()
-        task = asyncio.create_task(daemon.run(stop))
         try:
-            await asyncio.wait_for(daemon.started.wait(), 15)
-            assert daemon.http is not None
-            assert daemon.grpc is not None
-            base = daemon.http.url
-            tl.say(
-                f"sentinel listening: HTTP {base}, gRPC 127.0.0.1:{daemon.grpc.port}; "
-                f"target {sim.base_url} (engine pid {sim.engine_pid}); log {log_path}"
-            )
-            async with (
-                httpx.AsyncClient(timeout=3.0) as client,
-                grpc.aio.insecure_channel(f"127.0.0.1:{daemon.grpc.port}") as channel,
-            ):
-                stub = health_pb2_grpc.HealthStub(channel)
+            async with Daemon(settings).serving() as daemon:
+                assert daemon.http is not None
+                assert daemon.grpc is not None
+                base = daemon.http.url
+                tl.say(
+                    f"sentinel listening: HTTP {base}, gRPC 127.0.0.1:{daemon.grpc.port}; "
+                    f"target {sim.base_url} (engine pid {sim.engine_pid}); log {log_path}"
+                )
+                async with (
+                    httpx.AsyncClient(timeout=3.0) as client,
+                    grpc.aio.insecure_channel(f"127.0.0.1:{daemon.grpc.port}") as channel,
+                ):
+                    stub = health_pb2_grpc.HealthStub(channel)
 
-                async def code(path: str, url: str = base) -> int:
-                    try:
-                        return (await client.get(url + path)).status_code
-                    except httpx.HTTPError:
-                        return -1
+                    async def code(path: str, url: str = base) -> int:
+                        try:
+                            return (await client.get(url + path)).status_code
+                        except httpx.HTTPError:
+                            return -1
 
-                async def grpc_liveness() -> str:
-                    reply = await stub.Check(
-                        health_pb2.HealthCheckRequest(service="liveness"), timeout=3
+                    async def grpc_liveness() -> str:
+                        reply = await stub.Check(
+                            health_pb2.HealthCheckRequest(service="liveness"), timeout=3
+                        )
+                        return str(health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status))
+
+                    async def all_green() -> bool:
+                        codes = [await code(p) for p in ("/startupz", "/readyz", "/livez")]
+                        return codes == [200, 200, 200]
+
+                    if not await _poll(all_green, STARTUP_BUDGET):
+                        tl.say("FAIL: sentinel never turned green on the healthy simulator")
+                        return 1
+                    tl.say("healthy: /startupz, /readyz and /livez all 200; gRPC liveness SERVING")
+
+                    os.kill(sim.engine_pid, signal.SIGSTOP)
+                    injected = time.monotonic()
+                    tl.say(f"hang injected: SIGSTOP of VLLM::EngineCore (pid {sim.engine_pid})")
+                    tl.say(
+                        f"vLLM's own /health still answers {await code('/health', sim.base_url)}"
                     )
-                    return str(health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status))
 
-                async def all_green() -> bool:
-                    codes = [await code(p) for p in ("/startupz", "/readyz", "/livez")]
-                    return codes == [200, 200, 200]
+                    async def red() -> bool:
+                        return await code("/livez") == 503
 
-                if not await _poll(all_green, STARTUP_BUDGET):
-                    tl.say("FAIL: sentinel never turned green on the healthy simulator")
-                    return 1
-                tl.say("healthy: /startupz, /readyz and /livez all 200; gRPC liveness SERVING")
+                    if not await _poll(red, RED_BUDGET):
+                        tl.say(f"FAIL: liveness still green {RED_BUDGET:.0f}s after the hang")
+                        return 1
+                    detected = time.monotonic() - injected
+                    reason = (await client.get(base + "/livez")).json().get("reason", "")
+                    tl.say(f"liveness red after {detected:.1f}s: {reason}")
+                    tl.say(
+                        f"gRPC liveness {await grpc_liveness()}; /readyz {await code('/readyz')}; "
+                        f"vLLM /health {await code('/health', sim.base_url)}"
+                    )
 
-                os.kill(sim.engine_pid, signal.SIGSTOP)
-                injected = time.monotonic()
-                tl.say(f"hang injected: SIGSTOP of VLLM::EngineCore (pid {sim.engine_pid})")
-                tl.say(f"vLLM's own /health still answers {await code('/health', sim.base_url)}")
+                    async def bundle() -> bool:
+                        return any(diag.glob("*/summary.txt")) if diag.exists() else False
 
-                async def red() -> bool:
-                    return await code("/livez") == 503
+                    if await _poll(bundle, 15):
+                        written = sorted(diag.glob("*/summary.txt"))[-1]
+                        first = written.read_text(encoding="utf-8").splitlines()[:1]
+                        tl.say(f"diagnostics written: {written.parent} ({' '.join(first)})")
+                    else:
+                        tl.say("no diagnostics bundle appeared within 15 s")
 
-                if not await _poll(red, RED_BUDGET):
-                    tl.say(f"FAIL: liveness still green {RED_BUDGET:.0f}s after the hang")
-                    return 1
-                detected = time.monotonic() - injected
-                reason = (await client.get(base + "/livez")).json().get("reason", "")
-                tl.say(f"liveness red after {detected:.1f}s: {reason}")
-                tl.say(
-                    f"gRPC liveness {await grpc_liveness()}; /readyz {await code('/readyz')}; "
-                    f"vLLM /health {await code('/health', sim.base_url)}"
-                )
-
-                async def bundle() -> bool:
-                    return any(diag.glob("*/summary.txt")) if diag.exists() else False
-
-                if await _poll(bundle, 15):
-                    written = sorted(diag.glob("*/summary.txt"))[-1]
-                    first = written.read_text(encoding="utf-8").splitlines()[:1]
-                    tl.say(f"diagnostics written: {written.parent} ({' '.join(first)})")
-                else:
-                    tl.say("no diagnostics bundle appeared within 15 s")
-
-                os.kill(sim.engine_pid, signal.SIGCONT)
-                resumed = time.monotonic()
-                tl.say("engine resumed: SIGCONT")
-                if not await _poll(all_green, GREEN_BUDGET):
-                    tl.say(f"FAIL: not green again {GREEN_BUDGET:.0f}s after resuming")
-                    return 1
-                tl.say(
-                    f"green again after {time.monotonic() - resumed:.1f}s, "
-                    "without restarting anything"
-                )
-            tl.say(f"PASS: hang detected in {detected:.1f}s (budget {RED_BUDGET:.0f}s)")
-            return 0
+                    os.kill(sim.engine_pid, signal.SIGCONT)
+                    resumed = time.monotonic()
+                    tl.say("engine resumed: SIGCONT")
+                    if not await _poll(all_green, GREEN_BUDGET):
+                        tl.say(f"FAIL: not green again {GREEN_BUDGET:.0f}s after resuming")
+                        return 1
+                    tl.say(
+                        f"green again after {time.monotonic() - resumed:.1f}s, "
+                        "without restarting anything"
+                    )
+                tl.say(f"PASS: hang detected in {detected:.1f}s (budget {RED_BUDGET:.0f}s)")
+                return 0
         finally:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(sim.engine_pid, signal.SIGCONT)
-            stop.set()
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(task, 10)
             log_file.close()
 
 

@@ -84,11 +84,7 @@ async def running_sidecar(target: str, **overrides: Any) -> AsyncIterator[Sideca
         flags["diagnostics"] = False
         flags["diagnostics_dir"] = Path("/nonexistent")
     settings = load_settings(None, env={}, flags=flags)
-    daemon = Daemon(settings)
-    stop = asyncio.Event()
-    task = asyncio.create_task(daemon.run(stop))
-    try:
-        await asyncio.wait_for(daemon.started.wait(), 15)
+    async with Daemon(settings).serving() as daemon:
         assert daemon.http is not None
         assert daemon.grpc is not None
         async with (
@@ -96,6 +92,3 @@ async def running_sidecar(target: str, **overrides: Any) -> AsyncIterator[Sideca
             grpc.aio.insecure_channel(f"127.0.0.1:{daemon.grpc.port}") as channel,
         ):
             yield Sidecar(daemon, daemon.http.url, daemon.grpc.port, client, channel)
-    finally:
-        stop.set()
-        await asyncio.wait_for(task, 20)
