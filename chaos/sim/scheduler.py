@@ -219,16 +219,9 @@ class Scheduler:
                 continue
             self.free_blocks -= needed
             request.blocks += needed
-            generation_tokens += self._emit(request, now, ttfts, itls)
-            if not request.prompt_counted:
-                request.prompt_counted = True
-                prompt_tokens += request.prompt_tokens
-            done = self._finish_reason(request)
-            result.outputs.append((request.rid, request.generated, done))
-            if done is not None:
-                finished.append(self._finished(request, done, now))
-                self._unrun(request)
-                self.requests.pop(request.rid, None)
+            generated, prompt, _ = self._advance(request, now, result, finished, ttfts, itls)
+            generation_tokens += generated
+            prompt_tokens += prompt
 
         self.running = [r for r in self.running if r.is_running]
 
@@ -260,16 +253,10 @@ class Scheduler:
                 request.prefill_done_at = now
                 if stall_after is not None and request.generated >= stall_after:
                     continue
-                generation_tokens += self._emit(request, now, ttfts, itls)
-                if not request.prompt_counted:
-                    request.prompt_counted = True
-                    prompt_tokens += request.prompt_tokens
-                done = self._finish_reason(request)
-                result.outputs.append((request.rid, request.generated, done))
-                if done is not None:
-                    finished.append(self._finished(request, done, now))
-                    self._unrun(request)
-                    self.requests.pop(request.rid, None)
+                generated, prompt, done = self._advance(request, now, result, finished, ttfts, itls)
+                generation_tokens += generated
+                prompt_tokens += prompt
+                if done:
                     active -= 1
         self.running = [r for r in self.running if r.is_running]
         for request in deferred:
@@ -290,6 +277,29 @@ class Scheduler:
             finished=tuple(finished),
         )
         return result
+
+    def _advance(
+        self,
+        request: EngineRequest,
+        now: float,
+        result: StepResult,
+        finished: list[Finished],
+        ttfts: list[float],
+        itls: list[float],
+    ) -> tuple[int, int, bool]:
+        """One decode step of a running request: (tokens emitted, prompt tokens counted, done)."""
+        generated = self._emit(request, now, ttfts, itls)
+        prompt = 0
+        if not request.prompt_counted:
+            request.prompt_counted = True
+            prompt = request.prompt_tokens
+        done = self._finish_reason(request)
+        result.outputs.append((request.rid, request.generated, done))
+        if done is not None:
+            finished.append(self._finished(request, done, now))
+            self._unrun(request)
+            self.requests.pop(request.rid, None)
+        return generated, prompt, done is not None
 
     def idle_stats(self) -> EngineStats:
         """Gauges only, for the state right after requests were aborted or queued."""
