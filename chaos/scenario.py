@@ -240,6 +240,11 @@ def load_scenario(path: Path) -> Scenario:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise ScenarioError(f"{path}: not valid YAML: {exc}") from None
+    if isinstance(data, dict) and isinstance(data.get("sentinel"), dict):
+        probes = data["sentinel"].get("probes")
+        if isinstance(probes, str) and not Path(probes).is_absolute():
+            # a catalog beside the scenario file, wherever the runner is started from
+            data["sentinel"]["probes"] = str(path.parent / probes)
     return parse_scenario(data, str(path))
 
 
