@@ -151,7 +151,8 @@ class VllmTarget:
         self.spec = spec
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
-        self.workdir = workdir
+        # absolute: vLLM runs in its log's folder and must find the same fault directory
+        self.workdir = workdir.resolve()
         self.server: Any = None
 
     def _build(self) -> Any:
