@@ -65,6 +65,27 @@ class MetricsSample:
     gauges: Mapping[str, float] = field(default_factory=dict)
 
 
+_WANTED = (*COUNTER_SAMPLES, *GAUGE_SAMPLES, COMPLETIONS_SAMPLE)
+
+
+def relevant_lines(text: str) -> str:
+    """Only the sample lines of the signals sentinel reads.
+
+    A vLLM exposition runs to hundreds of lines (histogram buckets above all);
+    parsing all of it every scrape costs the event loop milliseconds that
+    ``/livez`` cannot spare. The kept lines are parsed by prometheus-client's
+    parser as usual; without their ``# TYPE`` lines the samples keep their
+    exposed names, which is what the signals are matched on.
+    """
+    kept = []
+    for line in text.splitlines():
+        if line.startswith(_WANTED):
+            name = line.split("{", 1)[0].split(" ", 1)[0]
+            if name in COUNTER_SAMPLES or name in GAUGE_SAMPLES or name == COMPLETIONS_SAMPLE:
+                kept.append(line)
+    return "\n".join(kept) + "\n"
+
+
 def parse_vllm_metrics(text: str, at: float) -> MetricsSample:
     """Reduce a Prometheus text exposition to a :class:`MetricsSample`.
 
@@ -72,7 +93,9 @@ def parse_vllm_metrics(text: str, at: float) -> MetricsSample:
     """
     counters: dict[str, float] = {}
     gauges: dict[str, float] = {}
-    for family in text_string_to_metric_families(text):
+    # Nothing of vLLM's in it: parse it whole, so garbage is still reported.
+    wanted = relevant_lines(text)
+    for family in text_string_to_metric_families(wanted if wanted.strip() else text):
         for sample in family.samples:
             value = float(sample.value)
             if math.isnan(value):

@@ -10,6 +10,7 @@ from sentinel.evidence.metrics import (
     MetricsScraper,
     ScrapeError,
     parse_vllm_metrics,
+    relevant_lines,
 )
 from sentinel.evidence.vllm_health import VllmHealthPoller
 
@@ -224,3 +225,30 @@ async def test_health_poller_reports_status_or_failure_without_raising() -> None
         (503, None, False),
         (None, EvidenceFailure.CONNECT, False),
     ]
+
+
+def test_only_the_signal_lines_are_parsed() -> None:
+    """Buckets and unrelated families are dropped before parsing, values unchanged."""
+    text = (
+        "# TYPE vllm:iteration_tokens_total histogram\n"
+        'vllm:iteration_tokens_total_bucket{engine="0",le="1.0"} 3.0\n'
+        'vllm:iteration_tokens_total_count{engine="0"} 7.0\n'
+        'vllm:iteration_tokens_total_sum{engine="0"} 40.0\n'
+        "# TYPE vllm:generation_tokens_total counter\n"
+        'vllm:generation_tokens_total{engine="0"} 33.0\n'
+        'vllm:generation_tokens_created{engine="0"} 1.7e9\n'
+        'vllm:request_success_total{finished_reason="stop"} 2.0\n'
+        "process_cpu_seconds_total 9.0\n"
+    )
+    kept = relevant_lines(text).splitlines()
+    assert kept == [
+        'vllm:iteration_tokens_total_count{engine="0"} 7.0',
+        'vllm:generation_tokens_total{engine="0"} 33.0',
+        'vllm:request_success_total{finished_reason="stop"} 2.0',
+    ]
+    sample = parse_vllm_metrics(text, 1.0)
+    assert dict(sample.counters) == {
+        "engine_steps": 7.0,
+        "generation_tokens": 33.0,
+        "completions": 2.0,
+    }
