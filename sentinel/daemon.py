@@ -87,6 +87,7 @@ class Daemon:
         self.specs = apply_overrides(self.catalog.enabled(), settings.canaries)
         self.api_key = api_key if api_key is not None else read_api_key(settings)
         self.policy = settings.policy()
+        self.config_json = effective_config(settings)  # settings are frozen: dump once
         self.registry = CollectorRegistry()
         self.state = HealthState(enforce=settings.enforce, clock=clock)
         self.metrics = SentinelMetrics(self.registry, self.state, clock=clock)
@@ -418,7 +419,7 @@ class Daemon:
             canary_history={
                 kind.value: tuple(record.results) for kind, record in self.ledger.records.items()
             },
-            config=effective_config(self.settings),
+            config=self.config_json,
         )
 
     # -- the view -----------------------------------------------------------
@@ -526,7 +527,7 @@ class Daemon:
                 {"ago": age(t.at), "probe": t.probe, "ok": t.ok, "reason": t.reason}
                 for t in self.status.transitions
             ],
-            "config": effective_config(self.settings),
+            "config": self.config_json,
         }
 
 
