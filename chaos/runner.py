@@ -25,6 +25,7 @@ import os
 import signal
 import socket
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -42,6 +43,7 @@ from chaos.naive import NaiveCanary
 from chaos.prober import Kill, Prober, ProbeSettings, http_check
 from chaos.scenario import Scenario, TargetSpec, sentinel_settings
 from sentinel.canary.result import CanaryKind
+from sentinel.config import Settings
 from sentinel.daemon import Daemon
 
 SAMPLE_PERIOD = 1.0
@@ -313,6 +315,57 @@ def _metric_values(text: str) -> dict[str, float]:
     return out
 
 
+class SentinelThread:
+    """sentinel's daemon on an event loop of its own, in a thread.
+
+    The probers, the sampler and the naive canary run on the runner's loop, so
+    a stall inside sentinel shows as slow ``/livez`` answers (as the kubelet
+    would see it) and cannot delay the other baselines' probes.
+    """
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.daemon: Daemon | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self._started = threading.Event()
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._main, name="sentinel", daemon=True)
+
+    def _main(self) -> None:
+        async def serve() -> None:
+            self._loop = asyncio.get_running_loop()
+            self._stop = asyncio.Event()
+            self.daemon = Daemon(self.settings)
+            task = asyncio.create_task(self.daemon.run(self._stop))
+            started = asyncio.create_task(self.daemon.started.wait())
+            await asyncio.wait({task, started}, return_when=asyncio.FIRST_COMPLETED)
+            self._started.set()
+            await task
+
+        try:
+            asyncio.run(serve())
+        except BaseException as exc:
+            self._error = exc
+        finally:
+            self._started.set()
+
+    async def start(self, within: float = 15.0) -> Daemon:
+        self._thread.start()
+        if not await asyncio.to_thread(self._started.wait, within):
+            raise RunnerError(f"sentinel did not start within {within}s")
+        if self._error is not None or self.daemon is None or self.daemon.http is None:
+            raise RunnerError(f"sentinel did not start: {self._error!r}")
+        return self.daemon
+
+    async def stop(self, within: float = 30.0) -> None:
+        if self._loop is not None and self._stop is not None:
+            with contextlib.suppress(RuntimeError):  # its loop has already ended
+                self._loop.call_soon_threadsafe(self._stop.set)
+        if self._thread.is_alive():
+            await asyncio.to_thread(self._thread.join, within)
+
+
 class ScenarioRun:
     """One scenario against an already started target."""
 
@@ -385,8 +438,12 @@ class ScenarioRun:
         return sample
 
     def _collect_canaries(self, daemon: Daemon) -> None:
-        for kind, record in daemon.ledger.records.items():
-            for result in list(record.results):
+        for kind, record in list(daemon.ledger.records.items()):
+            try:
+                results = list(record.results)  # written by sentinel's thread meanwhile
+            except RuntimeError:
+                continue  # mutated while copied: the next sample takes them
+            for result in results:
                 key = (result.name, result.started)
                 if key in self._seen:
                     continue
@@ -496,15 +553,12 @@ class ScenarioRun:
         scenario = self.scenario
         diagnostics = self.workdir / "diagnostics"
         settings = sentinel_settings(scenario, self.target.base_url, diagnostics)
-        daemon = Daemon(settings)
-        stop = asyncio.Event()
         self.t0 = self.clock()
-        sentinel_task = asyncio.create_task(daemon.run(stop), name="sentinel")
+        sentinel = SentinelThread(settings)
         background: list[asyncio.Task[Any]] = []
         live = Live(Text(""), console=self.console, refresh_per_second=2, transient=True)
         try:
-            async with asyncio.timeout(15):
-                await daemon.started.wait()
+            daemon = await sentinel.start()
             assert daemon.http is not None
             self.event(f"sentinel listening on {daemon.http.url}; target {self.target.base_url}")
             async with httpx.AsyncClient(timeout=self.probe_settings.timeout) as probe_client:
@@ -535,9 +589,7 @@ class ScenarioRun:
             for task in background:
                 task.cancel()
             await asyncio.gather(*background, return_exceptions=True)
-            stop.set()
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(sentinel_task, 30)
+            await sentinel.stop()
             self.record.end = self.now()
         return self.record
 
