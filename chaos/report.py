@@ -12,6 +12,7 @@ kills (outside a harmful fault's window), and canary latency.
 
 from __future__ import annotations
 
+import itertools
 import json
 import shutil
 from collections.abc import Sequence
@@ -29,6 +30,7 @@ from chaos.runner import RunRecord
 
 COLORS = {"text": "tab:blue", "structured": "tab:orange", "multimodal": "tab:green"}
 NAIVE_COLOR = "tab:purple"
+GAP = 3.0  # seconds between samples beyond which the timeline shows no verdict
 
 
 def _s(value: Any) -> str:
@@ -75,12 +77,16 @@ def markdown(summaries: Sequence[dict[str, Any]], title: str = "Chaos scenarios"
                     s["name"],
                     s["target"],
                     s["fault"],
-                    _s(sen["livez_red_s"]),
+                    _s(sen["livez_red_s"])
+                    if s["fault_start_s"] is not None
+                    else f"red samples: {sen['liveness_failed_samples']}",
                     _s(sen["detection_s"]),
                     ", ".join(sen["hang_kinds"]) or "-",
                     _s(health["non_200_s"]),
                     _s(health["detection_s"]),
-                    _s(naive["tripped_s"]),
+                    _s(naive["tripped_s"])
+                    if s["fault_start_s"] is not None
+                    else f"trips: {naive['trips']}",
                     _s(naive["detection_s"]),
                     f"{sen['false_kills']} / {health['false_kills']} / {naive['false_kills']}",
                     _s(sen["green_again_s"]),
@@ -172,12 +178,15 @@ def _verdicts(ax: Axes, record: RunRecord) -> None:
         ("startupz", 1, "tab:olive"),
         ("vllm_health", 0, "tab:cyan"),
     ]
+    # A gap in the samples (the sampler itself was starved) is drawn as a gap, not as 200.
+    known = [b - a <= GAP for a, b in itertools.pairwise(times)] + [True]
     for name, level, color in rows:
         ok = [getattr(s, name) == 200 for s in samples]
         ax.fill_between(
             times,
             level,
             [level + (0.8 if good else 0.0) for good in ok],
+            where=known,
             step="post",
             color=color,
             alpha=0.6,
