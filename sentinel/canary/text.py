@@ -20,7 +20,12 @@ if TYPE_CHECKING:
 
 
 class TextCanary:
-    """A fixed short prompt; any generated text passes.
+    """A fixed short prompt; any generated token passes.
+
+    Generated *tokens* are the proof of life, not visible text: a model whose
+    greedy reply is a special token (stripped from the text by the server)
+    still decoded it. The reply fails only when neither text nor a completion
+    token count shows that anything was generated.
 
     The prompt need not vary: the text path has no per-request cache that a
     repeated prompt could hide a hang behind (prefix caching still runs the
@@ -37,7 +42,7 @@ class TextCanary:
     def judge(
         self, sent: CanaryRequest, reply: Reply, *, baseline_prompt_tokens: int | None
     ) -> Judgement:
-        if not reply.text:
+        if not reply.text and not reply.completion_tokens:
             return Judgement(
                 Reason.EMPTY,
                 f"no generated text (finish_reason {reply.finish_reason!r}, "

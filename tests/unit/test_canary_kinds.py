@@ -112,6 +112,20 @@ def sent_for(name: str, nonce: str = "abc12345") -> CanaryRequest:
 JUDGEMENTS: list[tuple[str, str, Reply, int | None, Reason]] = [
     ("text ok", "text", Reply(text="ok"), None, Reason.OK),
     ("text empty", "text", Reply(text="", finish_reason="stop"), None, Reason.EMPTY),
+    (
+        "text empty, zero tokens",
+        "text",
+        Reply(text="", completion_tokens=0, finish_reason="stop"),
+        None,
+        Reason.EMPTY,
+    ),
+    (
+        "text special tokens only",  # decoded, then stripped by the server: still alive
+        "text",
+        Reply(text="", completion_tokens=2, finish_reason="length"),
+        None,
+        Reason.OK,
+    ),
     ("structured ok", "structured", Reply(text='"ok-abc12345"'), None, Reason.OK),
     ("structured other nonce", "structured", Reply(text='"ok-ffff0000"'), None, Reason.SCHEMA),
     ("structured not json", "structured", Reply(text="{\n  \n"), None, Reason.SCHEMA),
