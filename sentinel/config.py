@@ -56,6 +56,8 @@ class Settings(BaseModel):
     watch_processes: bool = True
 
     scrape_interval: float = Field(default=2.0, gt=0)
+    # A busy API server answers /metrics late; a late sample is still evidence.
+    scrape_timeout: float = Field(default=10.0, gt=0)
     health_interval: float = Field(default=2.0, gt=0)
     process_interval: float = Field(default=1.0, gt=0)
     eval_interval: float = Field(default=0.5, gt=0)
@@ -101,9 +103,19 @@ class Settings(BaseModel):
                 "hang_window must exceed two scrape intervals, or progress cannot be seen "
                 f"({self.hang_window} <= 2 x {self.scrape_interval})"
             )
+        if self.scrape_timeout >= self.no_evidence_window:
+            raise ValueError(
+                "scrape_timeout must be shorter than no_evidence_window "
+                f"({self.scrape_timeout} >= {self.no_evidence_window})"
+            )
         if self.eval_interval > self.hang_window / 4:
             raise ValueError("eval_interval must be at most a quarter of hang_window")
         return self
+
+    @property
+    def evidence_freshness(self) -> float:
+        """How old the last /metrics sample may be and still count as evidence."""
+        return self.scrape_interval * 2 + self.scrape_timeout
 
     def policy(self) -> Policy:
         return Policy(

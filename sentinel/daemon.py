@@ -152,7 +152,7 @@ class Daemon:
                 on_result=self._log_result,
             )
             scraper = MetricsScraper(
-                evidence_client, settings.target, self.clock, timeout=settings.scrape_interval
+                evidence_client, settings.target, self.clock, timeout=settings.scrape_timeout
             )
             health = VllmHealthPoller(evidence_client, settings.target, self.clock)
             watcher = (
@@ -320,7 +320,7 @@ class Daemon:
             if self.runner is not None:
                 self.runner.forget_baselines()
             log.warning("server_restart_seen", epoch=ledger.epoch, reason=ledger.epoch_reason)
-        evidence = ledger.evidence(now, freshness=self.settings.scrape_interval * 3 + 1)
+        evidence = ledger.evidence(now, freshness=self.settings.evidence_freshness)
         previous = self.verdict
         self.verdict_state, verdict = evaluate(self.verdict_state, evidence, self.policy, now)
         self.verdict = verdict

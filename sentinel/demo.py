@@ -69,7 +69,13 @@ async def _demo(fast: bool, diagnostics_dir: Path | None) -> int:
         "diagnostics_dir": diag,
     }
     if fast:
-        flags.update(scrape_interval=0.5, hang_window=4.0, no_evidence_window=6.0, dead_grace=2.0)
+        flags.update(
+            scrape_interval=0.5,
+            scrape_timeout=2.0,
+            hang_window=4.0,
+            no_evidence_window=6.0,
+            dead_grace=2.0,
+        )
     tl.say("starting the simulated vLLM (API process + VLLM::EngineCore child)")
     with SimProcess(scheduling_policy="priority") as sim:
         settings = load_settings(None, env={}, flags={"target": sim.base_url, **flags})

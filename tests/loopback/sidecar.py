@@ -26,6 +26,7 @@ FAST: dict[str, Any] = {
     "listen": "127.0.0.1:0",
     "grpc_listen": "127.0.0.1:0",
     "scrape_interval": 0.5,
+    "scrape_timeout": 2.0,
     "health_interval": 0.5,
     "process_interval": 0.5,
     "eval_interval": 0.25,

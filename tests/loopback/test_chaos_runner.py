@@ -140,6 +140,7 @@ async def test_sim_engine_hang_end_to_end(tmp_path: Path) -> None:
             "target": {"kind": "sim"},
             "sentinel": {
                 "scrape_interval": 0.5,
+                "scrape_timeout": 2,
                 "health_interval": 0.5,
                 "process_interval": 0.5,
                 "eval_interval": 0.25,
