@@ -3,8 +3,9 @@
 The server runs ``python -m vllm.entrypoints.openai.api_server`` (the ``vllm``
 console script of the CPU build looks up a distribution named ``vllm`` and
 fails) with ``--scheduling-policy priority`` and ``-O0`` (no torch.compile:
-ready in half the time), on a port picked free on 127.0.0.1, with no model hub
-and the chaos plugin's fault directory in its environment.
+ready in half the time), on a port picked free on 127.0.0.1 (kept across
+:meth:`VllmServer.restart`), with no model hub and the chaos plugin's fault
+directory in its environment.
 
 vLLM runs three kinds of process, found by their titles: the API server (the
 process started here), ``VLLM::EngineCore`` (its child) and ``VLLM::Worker``
@@ -51,6 +52,17 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def port_bindable(port: int) -> bool:
+    """Whether a server could listen on ``port`` now (connections in TIME_WAIT do not count)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
 
 
 class VllmServer:
@@ -116,7 +128,8 @@ class VllmServer:
     def start(self) -> None:
         if self._process is not None:
             raise ServerError("server already started")
-        self.port = free_port()
+        if not self.port or not port_bindable(self.port):
+            self.port = free_port()
         env = dict(os.environ)
         env.update(
             {
@@ -212,6 +225,8 @@ class VllmServer:
         self._seen.clear()
 
     def restart(self, deadline_s: float = 240.0) -> float:
+        """Stop and start again on the same port (a new one only if it was taken meanwhile),
+        as a restarted container keeps its address: a sidecar watching it follows."""
         self.stop()
         self.start()
         return self.wait_ready(deadline_s)

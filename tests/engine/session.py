@@ -1,7 +1,8 @@
 """One real vLLM per test session, shared by the engine tests and the contract tests.
 
 The server runs the tiny random PaliGemma, which answers text, structured and
-image requests, so one server covers every canary kind. It is started on first
+image requests, so one server covers every canary kind, with ``--max-num-seqs 4``
+so that a saturation test can fill every slot. It is started on first
 use, kept in the pytest config's stash, and stopped when pytest unconfigures
 (also on Ctrl-C or SIGTERM, and the API server dies with pytest's process if
 pytest itself is killed).
@@ -190,6 +191,7 @@ def shared_server(config: pytest.Config) -> EngineServer:
         served_model_name=SERVED_MODEL,
         fault_dir=fault_dir,
         log_path=logs / f"vllm-session-{os.getpid()}.log",
+        extra_args=["--max-num-seqs", "4"],  # few slots: saturation tests fill them
     )
     server.faults.clear_all()
     _sigterm_as_interrupt()
