@@ -68,6 +68,7 @@ class DaemonStatus:
     )
     last_scrape_error: str = ""
     hangs_confirmed: int = 0
+    stalls: int = 0
 
 
 class Daemon:
@@ -100,6 +101,9 @@ class Daemon:
         self.grpc: GrpcHealthServer | None = None
         self.runner: CanaryRunner | None = None
         self._seen_epoch = self.ledger.epoch
+        self._last_evaluation: float | None = None
+        self.observed_since = float("-inf")
+        self.stall_threshold = max(2.0, settings.eval_interval * 4)
         self.incidents = IncidentRecorder.build(
             settings.diagnostics_dir,
             enabled=settings.diagnostics,
@@ -320,7 +324,10 @@ class Daemon:
             if self.runner is not None:
                 self.runner.forget_baselines()
             log.warning("server_restart_seen", epoch=ledger.epoch, reason=ledger.epoch_reason)
-        evidence = ledger.evidence(now, freshness=self.settings.evidence_freshness)
+        self._check_own_stall(now)
+        evidence = ledger.evidence(
+            now, freshness=self.settings.evidence_freshness, observed_since=self.observed_since
+        )
         previous = self.verdict
         self.verdict_state, verdict = evaluate(self.verdict_state, evidence, self.policy, now)
         self.verdict = verdict
@@ -336,6 +343,25 @@ class Daemon:
         self._update_priority()
         await self.state.publish(self._snapshot(verdict, now))
         return verdict
+
+    def _check_own_stall(self, now: float) -> None:
+        """Notice when sentinel's own loop did not run for a while (CPU starvation, a pause).
+
+        Whatever timed out meanwhile may be sentinel's fault, not the server's:
+        the verdict then counts its windows from now on.
+        """
+        last, self._last_evaluation = self._last_evaluation, now
+        if last is None:
+            return
+        gap = now - last
+        if gap > self.stall_threshold:
+            self.observed_since = now
+            self.status.stalls += 1
+            log.warning(
+                "sentinel_stalled",
+                seconds=round(gap, 3),
+                why="sentinel's own loop did not run; hang windows restart from now",
+            )
 
     def _hang_confirmed(self, hang: Hang, verdict: Verdict) -> None:
         self.metrics.hang_detected(hang.kind)
@@ -506,6 +532,7 @@ class Daemon:
                 ],
                 "brake_engaged": verdict.brake_engaged,
                 "would_restart": verdict.would_restart,
+                "sentinel_stalls": self.status.stalls,
                 "hang_episodes_last_hour": len(
                     [t for t in self.verdict_state.episodes if now - t < self.policy.brake_window]
                 ),

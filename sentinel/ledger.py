@@ -181,7 +181,9 @@ class Ledger:
             self.engine_down_since = None
             self.engine_down_detail = ""
 
-    def evidence(self, now: float, freshness: float) -> Evidence:
+    def evidence(
+        self, now: float, freshness: float, observed_since: float = float("-inf")
+    ) -> Evidence:
         """Freeze what the verdict needs; progress counts only from a fresh sample."""
         sample_at = self.progress.last_sample_at
         fresh = sample_at is not None and now - sample_at <= freshness
@@ -205,4 +207,5 @@ class Ledger:
             health_failing_since=self.health_failing_since,
             engine_down_since=self.engine_down_since,
             engine_down_detail=self.engine_down_detail,
+            observed_since=observed_since,
         )

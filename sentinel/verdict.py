@@ -9,6 +9,9 @@ Rules, in the order they are applied:
 
 * A new server epoch (restart seen by the daemon) resets everything except the
   restart-loop brake's memory of earlier hang episodes.
+* Windows count only time sentinel itself observed: after sentinel's own
+  process stalled (``observed_since``), every window starts afresh, so a
+  starved sidecar never mistakes its own pause for a hung server.
 * *engine hang*: some canary has been unanswered (outstanding or timed out) for
   the confirmation window while no canary succeeded and no progress signal
   moved since it was sent. Without progress evidence (metrics absent or
@@ -87,6 +90,10 @@ class Evidence:
     health_failing_since: float | None = None  # vLLM /health non-200 since
     engine_down_since: float | None = None  # engine process stopped/zombie/gone since
     engine_down_detail: str = ""
+    # Since when sentinel itself has run without stalling. Time sentinel did
+    # not see (its own process starved or paused) proves nothing about the
+    # server, so no hang window counts from before it.
+    observed_since: float = float("-inf")
 
 
 @dataclass(frozen=True, slots=True)
@@ -265,7 +272,7 @@ def _confirmed_hangs(
         yield engine
     for k in enabled:
         if k.kind is not CanaryKind.TEXT:
-            path = _path_hang(k, evidence.epoch_started, policy)
+            path = _path_hang(k, max(evidence.epoch_started, evidence.observed_since), policy)
             if path is not None:
                 yield path
     dead = _dead(evidence, policy, now)
@@ -292,7 +299,7 @@ def _engine_hang(
     candidates = [sent for sent in unanswered if sent >= floor]
     if not candidates:
         return None
-    since = min(candidates)
+    since = max(min(candidates), evidence.observed_since)
     if now - since < window:
         return None
     basis = "no engine progress" if evidence.progress_available else "no progress evidence"
@@ -324,6 +331,8 @@ def _path_hang(k: KindEvidence, epoch_started: float, policy: Policy) -> Hang | 
 
 def _dead(evidence: Evidence, policy: Policy, now: float) -> Hang | None:
     since = evidence.health_failing_since
+    if since is not None:
+        since = max(since, evidence.observed_since)
     if since is not None and now - since >= policy.dead_grace:
         return Hang(
             HangKind.DEAD,
@@ -332,6 +341,8 @@ def _dead(evidence: Evidence, policy: Policy, now: float) -> Hang | None:
             since,
         )
     since = evidence.engine_down_since
+    if since is not None:
+        since = max(since, evidence.observed_since)
     if since is not None and now - since >= policy.dead_grace:
         detail = evidence.engine_down_detail or "engine process down"
         return Hang(

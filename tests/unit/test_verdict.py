@@ -10,7 +10,7 @@ hour.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import pytest
 
@@ -863,3 +863,23 @@ def test_observe_only_leaves_readiness_to_startup_and_degradation() -> None:
     assert verdict.would_restart
     assert verdict.liveness.ok
     assert verdict.readiness.ok, verdict.readiness.reason
+
+
+@pytest.mark.parametrize(
+    ("observed_since", "now", "hung"),
+    [
+        (float("-inf"), 115.0, True),  # sentinel ran throughout: confirmed at send + 15
+        (110.0, 115.0, False),  # sentinel stalled until 110: its pause proves nothing
+        (110.0, 124.9, False),
+        (110.0, 125.0, True),  # the window counts from when sentinel ran again
+    ],
+    ids=["smooth", "after-stall", "window-not-over", "window-over"],
+)
+def test_windows_count_only_time_sentinel_observed(
+    observed_since: float, now: float, hung: bool
+) -> None:
+    ev = replace(
+        evidence(text(ok(1.0), timeout(100.0)), progress_at=50.0), observed_since=observed_since
+    )
+    _, verdict = evaluate(VerdictState(), ev, Policy(), now)
+    assert (not verdict.liveness.ok) is hung
