@@ -259,19 +259,20 @@ class CanaryRunner:
         raise CanaryFailure(Reason.BAD_BODY, "stream ended without [DONE]")
 
     async def _get_json(self, path: str, progress: _Progress) -> Any:
-        async with self._client.stream(
-            "GET", self._base_url + path, headers=self._headers, timeout=None
-        ) as response:
-            progress.responded = True
-            progress.http_status = response.status_code
-            raw = await _read_capped(response)
-            if not response.is_success:
-                raise _status_failure(response.status_code, raw, None)
-            return _decode_json(raw)
+        return await self._json("GET", path, None, progress)
 
     async def _post_json(self, path: str, body: Mapping[str, Any], progress: _Progress) -> Any:
+        return await self._json("POST", path, body, progress)
+
+    async def _json(
+        self, method: str, path: str, body: Mapping[str, Any] | None, progress: _Progress
+    ) -> Any:
         async with self._client.stream(
-            "POST", self._base_url + path, json=dict(body), headers=self._headers, timeout=None
+            method,
+            self._base_url + path,
+            json=None if body is None else dict(body),
+            headers=self._headers,
+            timeout=None,
         ) as response:
             progress.responded = True
             progress.http_status = response.status_code

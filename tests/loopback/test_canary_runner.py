@@ -32,14 +32,20 @@ KEY = "sk-secret-key-123"
 Handler = Callable[[httpx.Request], httpx.Response]
 
 
-def chat_reply(text: str | None, *, prompt_tokens: int = 10, finish: str = "stop") -> Any:
+def chat_reply(
+    text: str | None, *, prompt_tokens: int = 10, completion_tokens: int = 2, finish: str = "stop"
+) -> Any:
     return {
         "id": "c1",
         "object": "chat.completion",
         "choices": [
             {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish}
         ],
-        "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": 2, "total_tokens": 12},
+        "usage": {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        },
     }
 
 
@@ -112,8 +118,20 @@ def server_error(status: int, message: str) -> Handler:
 
 
 SHAPES: list[tuple[str, CanarySpec, Handler, Reason]] = [
-    ("empty text", TEXT, lambda r: httpx.Response(200, json=chat_reply("")), Reason.EMPTY),
-    ("null content", TEXT, lambda r: httpx.Response(200, json=chat_reply(None)), Reason.EMPTY),
+    (
+        "nothing generated",
+        TEXT,
+        lambda r: httpx.Response(200, json=chat_reply("", completion_tokens=0)),
+        Reason.EMPTY,
+    ),
+    (
+        "null content, no tokens",
+        TEXT,
+        lambda r: httpx.Response(200, json=chat_reply(None, completion_tokens=0)),
+        Reason.EMPTY,
+    ),
+    # Tokens decoded but stripped from the text (special tokens): the engine is alive.
+    ("tokens but no text", TEXT, lambda r: httpx.Response(200, json=chat_reply("")), Reason.OK),
     ("not json", TEXT, lambda r: httpx.Response(200, content=b"<html>"), Reason.BAD_BODY),
     ("no choices", TEXT, lambda r: httpx.Response(200, json={"choices": []}), Reason.BAD_BODY),
     ("5xx", TEXT, server_error(503, "engine dead"), Reason.HTTP_STATUS),
