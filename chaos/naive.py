@@ -105,11 +105,16 @@ class NaiveCanary:
         if response.status_code != 200:
             return NaiveResult(started, duration, False, f"http_{response.status_code}")
         try:
-            choice = response.json()["choices"][0]
+            payload = response.json()
+            choice = payload["choices"][0]
             text = (choice.get("message") or {}).get("content") or choice.get("text") or ""
+            tokens = int((payload.get("usage") or {}).get("completion_tokens") or 0)
         except (ValueError, KeyError, IndexError, TypeError):
             return NaiveResult(started, duration, False, "bad_body")
-        return NaiveResult(started, duration, bool(text), "ok" if text else "empty")
+        # Same rule as sentinel's text canary: a decoded token is proof of life,
+        # even when the server strips it from the text (special tokens).
+        alive = bool(text) or tokens > 0
+        return NaiveResult(started, duration, alive, "ok" if alive else "empty")
 
     async def run(self) -> None:
         """Send a canary every ``interval`` s (the next one once the last ended) until cancelled."""
