@@ -386,16 +386,27 @@ def test_priority_field_and_header_are_accepted(
 
 
 def _wait_idle(client: httpx.Client) -> str:
+    """The exposition once nothing runs or waits and the success counters have settled.
+
+    A request that just left the engine may be counted a moment after the
+    gauges drop to zero, so two idle reads in a row must agree.
+    """
     deadline = time.monotonic() + DEADLINE
+    previous: tuple[float, ...] | None = None
     while True:
         text = client.get("/metrics").text
         busy = _sample(text, "vllm:num_requests_running") + _sample(
             text, "vllm:num_requests_waiting"
         )
-        if busy == 0:
+        counts = tuple(
+            _sample(text, "vllm:request_success_total", finished_reason=reason)
+            for reason in ("stop", "length")
+        )
+        if busy == 0 and counts == previous:
             return text
+        previous = counts if busy == 0 else None
         assert time.monotonic() < deadline, "server never went idle"
-        time.sleep(0.05)  # polling /metrics with a deadline
+        time.sleep(0.25)  # polling /metrics with a deadline
 
 
 def test_client_disconnect_aborts_without_counting_success(

@@ -166,7 +166,9 @@ async def test_api_server_restart_and_absence(fake_vllm: FakeVllm) -> None:
     kill_tree(fake_vllm.api.pid)
     gone = await eventually(watcher, lambda s: s.api is None)
     assert gone.scheduling_policy is None  # nothing visible: unknown, not fcfs
-    assert gone.engines == ()
+    # With no API server to anchor on, engines elsewhere on the host (another
+    # simulator) may show; none of this server's may.
+    assert fake_vllm.engine_pid not in [e.pid for e in gone.engines]
 
     restarted = FakeVllm()  # no --scheduling-policy: vLLM's default
     try:
