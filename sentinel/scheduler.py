@@ -81,6 +81,7 @@ class Scheduler:
         self.on_result = on_result
         self.rng = rng or random.Random()
         self._model_lock = asyncio.Lock()
+        self._unresolved: Reason | None = None
         text = [s for s in self.specs if s.kind is CanaryKind.TEXT]
         self.control_spec = text[0] if text else None
 
@@ -207,8 +208,11 @@ class Scheduler:
             except ModelResolutionError as exc:
                 if exc.reason is Reason.CONNECT:
                     self.ledger.saw_refusal(self.clock())
-                log.info("model_unresolved", reason=exc.reason.value, detail=exc.detail)
+                if exc.reason is not self._unresolved:  # once per cause, not every tick
+                    self._unresolved = exc.reason
+                    log.info("model_unresolved", reason=exc.reason.value, detail=exc.detail)
                 return None
+            self._unresolved = None
             self.ledger.saw_answer()
             self.ledger.model = model
             log.info("model_resolved", model=model)
