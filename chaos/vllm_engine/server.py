@@ -24,6 +24,7 @@ import socket
 import subprocess
 import time
 from collections.abc import Iterator, Sequence
+from functools import partial
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -46,6 +47,26 @@ class ServerError(RuntimeError):
 def _die_with_parent() -> None:
     """Runs in the child before exec: the kernel kills it if its parent dies."""
     ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def _prepare_child(cpus: frozenset[int] | None) -> None:
+    """Before exec: die with the caller (no orphaned server), and stay on ``cpus``."""
+    _die_with_parent()
+    if cpus is not None:
+        os.sched_setaffinity(0, cpus)
+
+
+def engine_cpus() -> frozenset[int] | None:
+    """The CPUs the server may use: all but the last one, when there are two or more.
+
+    In a pod vLLM and sentinel are separate containers with CPU of their own.
+    On a small test machine vLLM's CPU backend binds spinning OpenMP threads
+    to every core and its idle worker busy-waits, starving everything else, so
+    the harness (sentinel, probers, load) would measure its own starvation.
+    Confining vLLM to all but one CPU keeps that CPU for the harness.
+    """
+    cpus = sorted(os.sched_getaffinity(0))
+    return frozenset(cpus[:-1]) if len(cpus) >= 2 else None
 
 
 def free_port() -> int:
@@ -142,6 +163,9 @@ class VllmServer:
             }
         )
         env.pop("PYTHONPATH", None)  # nothing of the project's own environment leaks in
+        cpus = engine_cpus()
+        if cpus is not None:
+            env["VLLM_CPU_OMP_THREADS_BIND"] = ",".join(str(c) for c in sorted(cpus))
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with self.log_path.open("ab") as log:
             log.write(f"\n$ {' '.join(self.command())}\n".encode())
@@ -154,7 +178,7 @@ class VllmServer:
                 env=env,
                 cwd=self.log_path.parent,
                 start_new_session=True,
-                preexec_fn=_die_with_parent,  # no orphaned server if the caller is killed
+                preexec_fn=partial(_prepare_child, cpus),
             )
 
     def wait_ready(self, deadline_s: float = 240.0) -> float:
