@@ -70,6 +70,7 @@ FIGURES = (
     "hang",
     "sigstop",
     "livez",
+    "livez_capture",
     "slow_decode",
     "saturation_priority",
     "saturation_fcfs",
@@ -472,7 +473,12 @@ async def loop_lag(seconds: float, period: float = 0.005) -> dict[str, float | N
     return {k: _round(v) for k, v in _pcts(lags).items()}
 
 
-async def figure_livez(report: Report, quick: bool, workdir: Path) -> None:
+async def figure_livez(
+    report: Report, quick: bool, workdir: Path, *, during_capture: bool = False
+) -> None:
+    """/livez latency at 200/s while hung; ``during_capture``: from the fault on,
+    so the diagnostics capture at the first missed deadline falls inside the window."""
+    name = "livez_capture" if during_capture else "livez"
     seconds = 10.0 if quick else 30.0
     async with (
         SimProcess(scheduling_policy="priority") as sim,
@@ -486,9 +492,11 @@ async def figure_livez(report: Report, quick: bool, workdir: Path) -> None:
         async def livez_red() -> bool:
             return await sidecar.code("/livez") == 503
 
-        red_s = await wait_until(livez_red, injected, OBSERVE_DEADLINE_S)
-        if red_s is None:
-            raise BenchError("the engine hang was not confirmed; /livez never answered 503")
+        red_s: float | None = None
+        if not during_capture:
+            red_s = await wait_until(livez_red, injected, OBSERVE_DEADLINE_S)
+            if red_s is None:
+                raise BenchError("the engine hang was not confirmed; /livez never answered 503")
         client = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
@@ -532,7 +540,7 @@ async def figure_livez(report: Report, quick: bool, workdir: Path) -> None:
     figure: dict[str, Any] = {
         "rate_target": LIVEZ_RATE,
         "seconds": seconds,
-        "red_after_s": round(red_s, 3),
+        "red_after_s": None if red_s is None else round(red_s, 3),
         "scheduled": int(LIVEZ_RATE * seconds),
         "sent": len(records),
         "answered": len(answered),
@@ -549,9 +557,28 @@ async def figure_livez(report: Report, quick: bool, workdir: Path) -> None:
         ],
         "still_red_after": still_red,
         "hangs": status["verdict"]["hangs"],
+        "incidents": status["incidents"]["recent"],
         "load_average": _loadavg(),
     }
-    report.figures["livez"] = figure
+    report.figures[name] = figure
+    if during_capture:
+        captures = [i for i in status["incidents"]["recent"] if i.get("duration_s") is not None]
+        report.check(
+            name,
+            "diagnostics captured inside the window (capture seconds)",
+            ", ".join(f"{i['duration_s']:.2f} s" for i in captures) or "none",
+            "a capture under 10 s",
+            bool(captures) and all(i["duration_s"] < 10 for i in captures),
+        )
+        report.check(
+            name,
+            f"/livez latency at {LIVEZ_RATE:.0f}/s from the fault, capture included: "
+            "p50 / p90 / p99 / max",
+            " / ".join(_ms(latency[k]) for k in ("p50", "p90", "p99", "max")),
+            f"p99 < {LIVEZ_P99_BUDGET_S * 1000:.0f} ms",
+            latency["p99"] is not None and latency["p99"] < LIVEZ_P99_BUDGET_S,
+        )
+        return
     report.check(
         "livez",
         f"/livez latency at {LIVEZ_RATE:.0f}/s, hung target: p50 / p90 / p99 / max",
@@ -789,6 +816,8 @@ async def bench(figures: Sequence[str], quick: bool, workdir: Path) -> Report:
                 await figure_hang(report, figure, "sigstop", workdir)
             elif figure == "livez":
                 await figure_livez(report, quick, workdir)
+            elif figure == "livez_capture":
+                await figure_livez(report, quick, workdir, during_capture=True)
             elif figure == "slow_decode":
                 await figure_slow_decode(report, quick, workdir)
             else:
