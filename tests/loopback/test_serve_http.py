@@ -14,21 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from sentinel.health import HealthState, ProbeAnswer
 from sentinel.serve.http import HttpServer
 from sentinel.telemetry.metrics import SentinelMetrics
-
-CONTRACT = {
-    "sentinel_canary_total",
-    "sentinel_canary_duration_seconds",
-    "sentinel_canary_ttft_seconds",
-    "sentinel_verdict",
-    "sentinel_hang_detections_total",
-    "sentinel_priority_effective",
-    "sentinel_progress_age_seconds",
-    "sentinel_canaries_skipped_total",
-    "sentinel_diagnostics_duration_seconds",
-    "sentinel_diagnostics_failures_total",
-    "sentinel_enforce",
-    "sentinel_server_restarts_total",
-}
+from tests.metric_contract import CONTRACT
 
 
 class Clock:

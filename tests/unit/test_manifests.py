@@ -49,6 +49,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from sentinel.config import FIELDS, Settings, env_name, load_settings, split_host_port
+from tests.metric_contract import CONTRACT_METRICS
 
 REPO = Path(__file__).resolve().parents[2]
 MANIFESTS = REPO / "manifests"
@@ -60,22 +61,6 @@ SCHEMAS = REPO / "tests" / "schemas"
 CATALOG = REPO / "sentinel" / "probes"
 KUBERNETES_VERSION = "1.30"
 
-# DESIGN.md, "Interfaces": the metric names dashboards and alerts may rely on.
-CONTRACT_METRICS = {
-    "sentinel_canary_total": "counter",
-    "sentinel_canary_duration_seconds": "histogram",
-    "sentinel_canary_ttft_seconds": "histogram",
-    "sentinel_verdict": "gauge",
-    "sentinel_hang_detections_total": "counter",
-    "sentinel_priority_effective": "gauge",
-    "sentinel_progress_age_seconds": "gauge",
-    "sentinel_canaries_skipped_total": "counter",
-    "sentinel_diagnostics_duration_seconds": "histogram",
-    "sentinel_diagnostics_failures_total": "counter",
-    "sentinel_enforce": "gauge",
-    "sentinel_server_restarts_total": "counter",
-    "sentinel_restart_brake_engaged": "gauge",
-}
 # DESIGN.md, "Interfaces": what the kubelet may ask sentinel.
 HTTP_PATHS = {"liveness": "/livez", "readiness": "/readyz", "startup": "/startupz"}
 GRPC_SERVICES = {"liveness": "liveness", "readiness": "readiness", "startup": "startup"}

@@ -19,21 +19,7 @@ from sentinel.canary.result import CanaryKind, CanaryResult, Reason
 from sentinel.health import HealthState, ProbeAnswer
 from sentinel.telemetry.logging import REDACTED, configure_logging, get_logger
 from sentinel.telemetry.metrics import SentinelMetrics
-
-CONTRACT = {
-    "sentinel_canary_total",
-    "sentinel_canary_duration_seconds",
-    "sentinel_canary_ttft_seconds",
-    "sentinel_verdict",
-    "sentinel_hang_detections_total",
-    "sentinel_priority_effective",
-    "sentinel_progress_age_seconds",
-    "sentinel_canaries_skipped_total",
-    "sentinel_diagnostics_duration_seconds",
-    "sentinel_diagnostics_failures_total",
-    "sentinel_enforce",
-    "sentinel_server_restarts_total",
-}
+from tests.metric_contract import CONTRACT
 
 
 def scrape(registry: CollectorRegistry) -> list[Sample]:

@@ -1,0 +1,25 @@
+"""DESIGN.md's metric contract, written once for every test that checks it.
+
+Dashboards and alerts rely on these names and types, so the tests keep their
+own copy instead of reading sentinel's: dropping a metric from the code must
+fail a test.
+"""
+
+from __future__ import annotations
+
+CONTRACT_METRICS = {
+    "sentinel_canary_total": "counter",
+    "sentinel_canary_duration_seconds": "histogram",
+    "sentinel_canary_ttft_seconds": "histogram",
+    "sentinel_verdict": "gauge",
+    "sentinel_hang_detections_total": "counter",
+    "sentinel_priority_effective": "gauge",
+    "sentinel_progress_age_seconds": "gauge",
+    "sentinel_canaries_skipped_total": "counter",
+    "sentinel_diagnostics_duration_seconds": "histogram",
+    "sentinel_diagnostics_failures_total": "counter",
+    "sentinel_enforce": "gauge",
+    "sentinel_server_restarts_total": "counter",
+    "sentinel_restart_brake_engaged": "gauge",
+}
+CONTRACT = frozenset(CONTRACT_METRICS)
