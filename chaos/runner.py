@@ -80,7 +80,7 @@ class SimTarget:
     """The simulated vLLM on a fixed port, so a restarted one is the same target."""
 
     def __init__(self, spec: TargetSpec, workdir: Path) -> None:
-        from chaos.sim.launch import SimProcess
+        from sentinel_sim.launch import SimProcess
 
         self.spec = spec
         self.port = free_port()

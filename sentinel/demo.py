@@ -1,6 +1,6 @@
 """``sentinel demo``: a silent hang, caught, on the embedded simulator.
 
-Starts the simulated vLLM (``python -m chaos.sim``, a subprocess with an
+Starts the simulated vLLM (``python -m sentinel_sim``, a subprocess with an
 engine child titled ``VLLM::EngineCore``), runs the sidecar against it with
 the shipped default timings, stops the engine process with SIGSTOP (vLLM's
 own ``/health`` keeps answering 200), and prints the timeline as sentinel's
@@ -53,9 +53,9 @@ async def _poll(
 
 
 async def _demo(fast: bool, diagnostics_dir: Path | None) -> int:
-    from chaos.sim.launch import SimProcess
     from sentinel.daemon import Daemon
     from sentinel.telemetry.logging import configure_logging
+    from sentinel_sim.launch import SimProcess
 
     tl = Timeline()
     workdir = Path(tempfile.mkdtemp(prefix="sentinel-demo-"))

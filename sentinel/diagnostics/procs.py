@@ -37,7 +37,7 @@ from sentinel.diagnostics.redact import (
 _T = TypeVar("_T")
 
 DEFAULT_TITLES = ("VLLM::EngineCore", "VLLM::Worker")
-DEFAULT_CMDLINES = ("vllm.entrypoints.openai.api_server", "vllm serve", "chaos.sim")
+DEFAULT_CMDLINES = ("vllm.entrypoints.openai.api_server", "vllm serve", "sentinel_sim")
 MAX_PROCESSES = 64  # a runaway fork tree must not turn one bundle into thousands of dumps
 MAX_OPEN_FILES = 200
 MAX_TITLE = 240

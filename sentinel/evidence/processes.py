@@ -81,7 +81,7 @@ class ProcessPatterns:
     api: tuple[str, ...] = (
         "vllm.entrypoints.openai.api_server",
         "vllm serve",
-        "chaos.sim",
+        "sentinel_sim",
     )
     engine: tuple[str, ...] = ("VLLM::EngineCore",)
     worker: tuple[str, ...] = ("VLLM::Worker",)

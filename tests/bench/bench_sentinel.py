@@ -60,11 +60,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from rich.console import Console
 from rich.table import Table
 
-from chaos.sim.control import AsyncSimControl
-from chaos.sim.launch import SimProcess
 from sentinel.config import load_settings
 from sentinel.daemon import Daemon
 from sentinel.telemetry.logging import configure_logging
+from sentinel_sim.control import AsyncSimControl
+from sentinel_sim.launch import SimProcess
 
 FIGURES = (
     "hang",

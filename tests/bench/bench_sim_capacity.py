@@ -27,7 +27,7 @@ from rich.console import Console
 from rich.table import Table
 
 from chaos.load import LoadConfig, percentiles, run_load
-from chaos.sim.launch import SimProcess
+from sentinel_sim.launch import SimProcess
 
 TARGET_CONNECTIONS = 1000
 TARGET_RPS = 1000.0

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from chaos.sim.launch import SimProcess
+from sentinel_sim.launch import SimProcess
 from tests.contract.target import ContractTarget, engine_processes, signal_processes
 
 

@@ -8,11 +8,11 @@ from dataclasses import replace
 import httpx
 import pytest
 
-from chaos.sim.launch import SimProcess
 from sentinel.canary.result import CanaryKind, Reason
 from sentinel.canary.runner import CanaryRunner
 from sentinel.catalog import CanarySpec, load_catalog
 from sentinel.probe import probe_targets
+from sentinel_sim.launch import SimProcess
 
 CATALOG = load_catalog()
 TEXT = CATALOG.get("text")

@@ -16,8 +16,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from chaos.sim.launch import SimProcess
 from sentinel.catalog import default_directory
+from sentinel_sim.launch import SimProcess
 
 
 def sentinel(

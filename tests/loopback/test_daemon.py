@@ -19,8 +19,8 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from chaos.load import LoadConfig, run_load
-from chaos.sim.launch import SimProcess
 from sentinel.catalog import default_directory
+from sentinel_sim.launch import SimProcess
 from tests.loopback.sidecar import Sidecar, eventually, running_sidecar
 
 pytestmark = pytest.mark.timeout(180)

@@ -25,10 +25,10 @@ import pytest
 from tests.unit.test_manifests import all_referenced_metrics, exposed_names
 
 if TYPE_CHECKING:
-    from chaos.sim.launch import SimProcess
+    from sentinel_sim.launch import SimProcess
 
 pytestmark = pytest.mark.skipif(
-    find_spec("sentinel.daemon") is None or find_spec("chaos.sim.launch") is None,
+    find_spec("sentinel.daemon") is None or find_spec("sentinel_sim.launch") is None,
     reason="needs the sentinel daemon and the simulated vLLM",
 )
 
@@ -44,7 +44,7 @@ def free_port() -> int:
 
 @pytest.fixture
 def sim() -> Iterator[SimProcess]:
-    from chaos.sim.launch import SimProcess
+    from sentinel_sim.launch import SimProcess
 
     with SimProcess(scheduling_policy="priority") as process:
         yield process

@@ -214,7 +214,7 @@ def test_scheduling_policy_from_a_command_line(
     [
         ("python", ["python", "-m", "vllm.entrypoints.openai.api_server"], ProcessRole.API),
         ("vllm", ["/usr/bin/python", "/usr/bin/vllm", "serve", "tiny"], ProcessRole.API),
-        ("python", ["python", "-m", "chaos.sim", "--port", "0"], ProcessRole.API),
+        ("python", ["python", "-m", "sentinel_sim", "--port", "0"], ProcessRole.API),
         ("VLLM::EngineCor", ["VLLM::EngineCore_DP0"], ProcessRole.ENGINE),
         ("VLLM::Worker_TP", ["VLLM::Worker_TP1"], ProcessRole.WORKER),
         ("python", ["python", "-m", "http.server"], None),

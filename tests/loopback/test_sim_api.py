@@ -14,7 +14,7 @@ import pytest
 from PIL import Image
 
 from chaos.load import LoadConfig, run_load
-from chaos.sim.launch import SimProcess
+from sentinel_sim.launch import SimProcess
 
 SCHEMAS: list[dict[str, Any]] = [
     {"type": "string", "enum": ["ok-7f3a9c"]},

@@ -16,8 +16,8 @@ import pytest
 from PIL import Image
 from prometheus_client.parser import text_string_to_metric_families
 
-from chaos.sim.control import ControlError, SimControl
-from chaos.sim.launch import SimProcess
+from sentinel_sim.control import ControlError, SimControl
+from sentinel_sim.launch import SimProcess
 
 SCHEMA = {
     "type": "object",

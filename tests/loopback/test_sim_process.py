@@ -12,7 +12,7 @@ import httpx
 import psutil
 import pytest
 
-from chaos.sim.launch import PROCESS_TITLE, SimProcess, SimStartError
+from sentinel_sim.launch import PROCESS_TITLE, SimProcess, SimStartError
 
 
 def _chat(max_tokens: int = 2) -> dict[str, object]:

@@ -16,8 +16,8 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from chaos.sim.launch import SimProcess
-from chaos.sim.scheduler import EngineRequest, Scheduler
+from sentinel_sim.launch import SimProcess
+from sentinel_sim.scheduler import EngineRequest, Scheduler
 
 PERIOD = 0.01
 

@@ -1,6 +1,6 @@
 """The engine child process (``VLLM::EngineCore``): the step loop that generates tokens.
 
-Run by the API process as ``python -m chaos.sim.engine --ipc-fd N ...``. Like
+Run by the API process as ``python -m sentinel_sim.engine --ipc-fd N ...``. Like
 vLLM's EngineCore it owns the scheduler and produces every token, and it
 publishes each iteration's outputs and stats to the API process, which keeps
 the Prometheus state. So when this process is stopped (SIGSTOP) or blocked
@@ -29,9 +29,9 @@ from typing import Any
 
 import setproctitle
 
-from chaos.sim import ipc
-from chaos.sim.faults import ActiveFault, Fault, FaultTable
-from chaos.sim.scheduler import EngineRequest, Scheduler
+from sentinel_sim import ipc
+from sentinel_sim.faults import ActiveFault, Fault, FaultTable
+from sentinel_sim.scheduler import EngineRequest, Scheduler
 
 PROCESS_TITLE = "VLLM::EngineCore"
 _PR_SET_PDEATHSIG = 1
@@ -176,7 +176,7 @@ class Engine:
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m chaos.sim.engine")
+    parser = argparse.ArgumentParser(prog="python -m sentinel_sim.engine")
     parser.add_argument("--ipc-fd", type=int, required=True)
     parser.add_argument("--config", required=True, help="SimConfig as JSON")
     # Visible in the command line the way vLLM's flags are; the JSON config is authoritative.

@@ -1,6 +1,6 @@
-"""Clients for the simulator's control port (see :mod:`chaos.sim.control_api`).
+"""Clients for the simulator's control port (see :mod:`sentinel_sim.control_api`).
 
-Fault names are the strings of :class:`chaos.sim.faults.Fault`:
+Fault names are the strings of :class:`sentinel_sim.faults.Fault`:
 ``engine_hang``, ``structured_hang``, ``multimodal_hang``, ``stream_stall``
 (param ``after``), ``slow_decode`` (param ``factor``), ``error_5xx`` (params
 ``rate`` 0..1, default 1, and ``status``), ``garbage`` (param ``mode``:
@@ -23,7 +23,7 @@ from typing import Any, Self
 
 import httpx
 
-from chaos.sim.faults import Fault
+from sentinel_sim.faults import Fault
 
 
 class ControlError(RuntimeError):

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from chaos.sim.scheduler import EngineStats
+from sentinel_sim.scheduler import EngineStats
 
 LABELS = ("model_name", "engine")
 FINISH_REASONS = ("stop", "length", "abort")

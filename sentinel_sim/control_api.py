@@ -22,8 +22,8 @@ from typing import Any
 
 from aiohttp import web
 
-from chaos.sim.faults import Fault, FaultError, FaultSpec
-from chaos.sim.server import SimServer
+from sentinel_sim.faults import Fault, FaultError, FaultSpec
+from sentinel_sim.server import SimServer
 
 
 def _error(status: int, message: str) -> web.Response:

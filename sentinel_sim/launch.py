@@ -1,6 +1,6 @@
 """Start and stop a simulated vLLM as a subprocess, from tests, scenarios and the demo.
 
-:class:`SimProcess` runs ``python -m chaos.sim --port 0 --control-port 0 ...``,
+:class:`SimProcess` runs ``python -m sentinel_sim --port 0 --control-port 0 ...``,
 waits (with a deadline, never a fixed sleep) for the one JSON "ready" line the
 simulator prints, and exposes what callers need::
 
@@ -37,8 +37,8 @@ from typing import Any, Self
 
 import psutil
 
-from chaos.sim.control import SimControl
-from chaos.sim.engine import PROCESS_TITLE
+from sentinel_sim.control import SimControl
+from sentinel_sim.engine import PROCESS_TITLE
 
 __all__ = ["PROCESS_TITLE", "SimProcess", "SimStartError"]
 
@@ -196,7 +196,7 @@ class SimProcess:
             self._log_path = Path(name)
         self._log_file = open(self._log_path, "ab")  # noqa: SIM115 - closed in stop()
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", "chaos.sim", *self.args],
+            [sys.executable, "-m", "sentinel_sim", *self.args],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=self._log_file,

@@ -26,7 +26,7 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from chaos.sim.model import (
+from sentinel_sim.model import (
     CHAT_TOKENS_ASSISTANT,
     CHAT_TOKENS_PER_MESSAGE,
     ImageError,
@@ -36,8 +36,8 @@ from chaos.sim.model import (
     image_tokens,
     unconstrained_reply,
 )
-from chaos.sim.server import EngineDead, Pending, SimServer
-from chaos.sim.structured import Constraint, ConstraintError, constraint_of
+from sentinel_sim.server import EngineDead, Pending, SimServer
+from sentinel_sim.structured import Constraint, ConstraintError, constraint_of
 
 PRIORITY_HEADER = "X-Vllm-Priority"
 SSE_HEADERS = {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache"}

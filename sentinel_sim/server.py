@@ -30,12 +30,12 @@ from typing import Any
 
 from aiohttp import web
 
-from chaos.sim import ipc
-from chaos.sim.config import SimConfig, parse_args
-from chaos.sim.faults import ENGINE_FAULTS, ActiveFault, Fault, FaultSpec, FaultTable
-from chaos.sim.metrics import VllmMetrics
-from chaos.sim.model import Reply
-from chaos.sim.scheduler import EngineStats
+from sentinel_sim import ipc
+from sentinel_sim.config import SimConfig, parse_args
+from sentinel_sim.faults import ENGINE_FAULTS, ActiveFault, Fault, FaultSpec, FaultTable
+from sentinel_sim.metrics import VllmMetrics
+from sentinel_sim.model import Reply
+from sentinel_sim.scheduler import EngineStats
 
 
 class EngineDead(RuntimeError):
@@ -108,7 +108,7 @@ class SimServer:
         self.engine_proc = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
-            "chaos.sim.engine",
+            "sentinel_sim.engine",
             "--ipc-fd",
             str(child.fileno()),
             "--scheduling-policy",
@@ -359,8 +359,8 @@ def _bound_port(site: web.TCPSite) -> int:
 
 
 async def serve(config: SimConfig) -> int:
-    from chaos.sim.control_api import build_control_app
-    from chaos.sim.openai_api import build_openai_app
+    from sentinel_sim.control_api import build_control_app
+    from sentinel_sim.openai_api import build_openai_app
 
     server = SimServer(config)
     loop = asyncio.get_running_loop()

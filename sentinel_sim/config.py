@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from chaos.sim.faults import FaultError, FaultSpec
+from sentinel_sim.faults import FaultError, FaultSpec
 
 DEFAULT_MODEL = "sim-model"
 
@@ -50,7 +50,7 @@ class SimConfig:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m chaos.sim",
+        prog="python -m sentinel_sim",
         description="Simulated vLLM: OpenAI-compatible API + EngineCore child, fault injection.",
     )
     d = SimConfig()

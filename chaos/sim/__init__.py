@@ -1,7 +1,0 @@
-"""A simulated vLLM: OpenAI-compatible API process plus a ``VLLM::EngineCore`` child.
-
-Start it with ``python -m chaos.sim --port 0 --control-port 0`` or, from Python,
-with :class:`chaos.sim.launch.SimProcess`; inject faults through
-:class:`chaos.sim.control.SimControl`. Submodules import lazily so the engine
-child stays cheap to start.
-"""

@@ -1,0 +1,7 @@
+"""A simulated vLLM: OpenAI-compatible API process plus a ``VLLM::EngineCore`` child.
+
+Start it with ``python -m sentinel_sim --port 0 --control-port 0`` or, from Python,
+with :class:`sentinel_sim.launch.SimProcess`; inject faults through
+:class:`sentinel_sim.control.SimControl`. Submodules import lazily so the engine
+child stays cheap to start.
+"""
