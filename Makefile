@@ -37,7 +37,14 @@ loopback: $(STAMP)
 test: $(STAMP)
 	$(MAKE) engine-env-bg
 	$(MAKE) lint typecheck
+	$(MAKE) prometheus-tools
 	$(PY) -m pytest -q -m "not slow" -p no:cacheprovider tests
+
+# promtool, prometheus and blackbox_exporter for tests/prometheus: installed with
+# apt when missing (as root); where that cannot be done, it says what to install.
+.PHONY: prometheus-tools
+prometheus-tools:
+	sh tools/prometheus-tools.sh
 
 # Real-vLLM tier: a cached engine environment (.cache/vllm-env-<pins hash>/) and tiny models.
 engine-env: $(STAMP)
