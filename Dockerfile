@@ -6,7 +6,9 @@
 # Dependencies are pinned by constraints.txt (every runtime dependency, == a
 # version the test suite ran with). The builder turns them into wheels; the
 # final stage gets only the installed virtual environment, no compiler and no
-# build tools.
+# build tools. The image carries only what the sidecar runs: the build context
+# holds sentinel/ alone, so neither the chaos harness nor the simulated vLLM
+# (sentinel_sim, which `sentinel demo` starts) is built into its wheel.
 
 ARG PYTHON_IMAGE=python:3.11.7-slim-bookworm
 
@@ -17,7 +19,6 @@ WORKDIR /src
 COPY constraints.txt ./
 COPY pyproject.toml README.md ./
 COPY sentinel ./sentinel
-COPY chaos ./chaos
 # Every dependency ships a binary wheel for this platform; nothing is compiled.
 RUN pip wheel --wheel-dir /wheels --constraint constraints.txt . \
  && python -m venv /opt/sentinel \

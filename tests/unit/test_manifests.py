@@ -949,6 +949,24 @@ def test_dockerfile_final_stage_is_non_root_and_tool_free() -> None:
     assert f"setcap cap_sys_ptrace+ep {PTRACE_PY_SPY_DIR}/py-spy" in final_stage_text()
 
 
+def test_image_builds_only_what_the_sidecar_runs() -> None:
+    """The builder copies sentinel/ and its build metadata, nothing else: the chaos
+    harness and the simulated vLLM stay out of the build context and the wheel."""
+    sources: set[str] = set()
+    for stage in stages():
+        for instruction in stage:
+            if instruction["instruction"] == "COPY" and not instruction["value"].startswith("--"):
+                sources.update(instruction["value"].split()[:-1])
+    assert sources <= {"constraints.txt", "pyproject.toml", "README.md", "sentinel"}, sources
+    assert "sentinel" in sources
+    ignored = {
+        line.strip().rstrip("/")
+        for line in (REPO / ".dockerignore").read_text(encoding="utf-8").splitlines()
+        if line.strip() and not line.startswith("#")
+    }
+    assert {"chaos", "sentinel_sim", "tests"} <= ignored
+
+
 def test_dockerfile_installs_with_the_constraints_and_names_no_index() -> None:
     text = DOCKERFILE.read_text(encoding="utf-8")
     assert "--constraint constraints.txt" in text
