@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import setproctitle
 from aiohttp import web
 
 from sentinel_sim import ipc
@@ -399,6 +400,32 @@ async def serve(config: SimConfig) -> int:
     return server.exit_code
 
 
+# vLLM's API server module: sentinel recognises the API process by it on the
+# command line, so the simulator wears it too and production code never has to
+# name a test double.
+VLLM_API_MODULE = "vllm.entrypoints.openai.api_server"
+
+
+def take_vllm_api_title(args: Sequence[str]) -> str:
+    """Retitle this process as vLLM's API server, keeping its arguments.
+
+    The arguments stay because sentinel reads flags such as
+    ``--scheduling-policy`` from the API server's command line. The kernel's
+    short name (``comm``) is put back, so the process is still named as the
+    interpreter that runs it, like a real ``python -m vllm...`` server.
+    """
+    name = setproctitle.getthreadtitle()
+    title = " ".join(["python", "-m", VLLM_API_MODULE, *args])
+    setproctitle.setproctitle(title)
+    if name:
+        setproctitle.setthreadtitle(name)
+    return title
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``python -m sentinel_sim``; ``argv`` None means this process's."""
+    if argv is None:
+        argv = sys.argv[1:]
+        take_vllm_api_title(argv)
     config = parse_args(argv)
     return asyncio.run(serve(config))

@@ -12,6 +12,7 @@ import httpx
 import psutil
 import pytest
 
+from sentinel.evidence.processes import ProcessPatterns, ProcessRole
 from sentinel_sim.launch import PROCESS_TITLE, SimProcess, SimStartError
 
 
@@ -30,6 +31,18 @@ def test_engine_child_is_titled_like_vllm() -> None:
         assert [p.pid for p in titled] == [sim.engine_pid]
         assert "--scheduling-policy" in api.cmdline()
         assert api.cmdline()[api.cmdline().index("--scheduling-policy") + 1] == "priority"
+
+
+def test_api_process_wears_vllm_api_server_command_line() -> None:
+    """Recognised by vLLM's own pattern alone: nothing in sentinel names the simulator."""
+    vllm_only = ProcessPatterns(api=("vllm.entrypoints.openai.api_server",))
+    with SimProcess() as sim:
+        api = psutil.Process(sim.api_pid)
+        assert "sentinel_sim" not in " ".join(api.cmdline())
+        assert vllm_only.classify(api.name(), api.cmdline()) is ProcessRole.API
+        assert api.name().startswith("python"), api.name()
+        engine = psutil.Process(sim.engine_pid)
+        assert vllm_only.classify(engine.name(), engine.cmdline()) is ProcessRole.ENGINE
 
 
 def test_sigstop_engine_freezes_generation_not_health() -> None:
