@@ -144,7 +144,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _configure_logging(settings: Settings) -> None:
-    from sentinel.diagnostics.redact import structlog_processor
+    from sentinel.telemetry.redact import structlog_processor
     from sentinel.telemetry.logging import configure_logging
 
     configure_logging(

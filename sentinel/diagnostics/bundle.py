@@ -36,7 +36,7 @@ from sentinel import __version__
 from sentinel.canary.result import CanaryResult
 from sentinel.diagnostics import cgroup, gpu, procs, stacks
 from sentinel.diagnostics.cause import Cause, CauseClass, classify
-from sentinel.diagnostics.redact import SecretScrubber, redact_argv, secret_values_in_argv
+from sentinel.telemetry.redact import SecretScrubber, redact_argv, secret_values_in_argv
 
 _T = TypeVar("_T")
 log = structlog.get_logger(__name__)

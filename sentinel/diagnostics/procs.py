@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 import psutil
 
 from sentinel.diagnostics.cause import ProcessObservation, ProcessRole, ProcessStatus
-from sentinel.diagnostics.redact import (
+from sentinel.telemetry.redact import (
     SecretScrubber,
     redact_argv,
     redact_env,

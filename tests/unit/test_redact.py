@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 import structlog
 
-from sentinel.diagnostics.redact import (
+from sentinel.telemetry.redact import (
     REDACTED,
     SecretScrubber,
     is_secret_name,
