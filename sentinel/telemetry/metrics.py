@@ -32,7 +32,7 @@ DIAGNOSTICS_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 12
 SUCCESS = "success"
 FAILURE = "failure"
 # Skip reasons known up front; others are accepted but appear only once used.
-SKIP_REASONS = ("busy", "outstanding")
+SKIP_REASONS = ("busy", "disabled")
 PROBES = ("liveness", "readiness", "startup")
 
 
@@ -80,7 +80,7 @@ class SentinelMetrics:
         self.canaries_skipped = Counter(
             "sentinel_canaries_skipped_total",
             "Canaries not sent, by reason (busy: real traffic completed recently; "
-            "outstanding: the previous one has not finished).",
+            "disabled: the model does not take the kind's input).",
             ["reason"],
             registry=registry,
         )
