@@ -9,37 +9,38 @@ server. It reads files and nothing else: no network, no event loop.
 from __future__ import annotations
 
 import importlib.resources
-import io
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from importlib.resources.abc import Traversable
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any
 
-import jsonschema.exceptions
-import jsonschema.validators
 import yaml
-from PIL import Image, UnidentifiedImageError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from sentinel.canary.kinds import KINDS
-from sentinel.canary.protocol import CHAT_ENDPOINT, COMPLETIONS_ENDPOINT
-from sentinel.canary.result import CanaryKind
-from sentinel.canary.structured import fill_nonce, has_nonce
+from sentinel.canary.kinds import CONTROL, KINDS
+from sentinel.canary.spec import (
+    CHAT_ENDPOINT,
+    COMPLETIONS_ENDPOINT,
+    DEFAULT_PRIORITY,
+    KIND_FIELDS,
+    CanaryKind,
+    Endpoint,
+    Policy,
+    SpecFieldError,
+)
 
-Endpoint = Literal["/v1/chat/completions", "/v1/completions"]
-Policy = Literal["restart", "unready", "alert"]
+# Re-exported: the spec is what the catalog produces, and callers name it from here.
+from sentinel.canary.spec import CanarySpec as CanarySpec
+
+if TYPE_CHECKING:
+    from sentinel.config import CanaryOverride
 
 # A canary may stay outstanding at most this many intervals: past that, misses
 # would pile up behind one slow request and the scheduler would learn late.
 MAX_DEADLINE_INTERVALS = 2.0
 MAX_JITTER = 0.5
-MAX_IMAGE_BYTES = 1 << 20
-DEFAULT_DEADLINE = {CanaryKind.TEXT: 8.0, CanaryKind.STRUCTURED: 10.0, CanaryKind.MULTIMODAL: 10.0}
-DEFAULT_INTERVAL = {CanaryKind.TEXT: 5.0, CanaryKind.STRUCTURED: 10.0, CanaryKind.MULTIMODAL: 10.0}
-DEFAULT_JITTER = {CanaryKind.TEXT: 0.1, CanaryKind.STRUCTURED: 0.0, CanaryKind.MULTIMODAL: 0.0}
-DEFAULT_PRIORITY = -100  # lower is earlier in vLLM; canaries must not queue behind real traffic
 # Body fields sentinel sets from the spec; a template that set them would fight the spec.
 OWNED_REQUEST_KEYS = {
     "priority": "priority",
@@ -61,27 +62,6 @@ class CatalogError(ValueError):
 
 
 @dataclass(frozen=True, slots=True)
-class CanarySpec:
-    """One canary, validated. ``request`` is the template body; the runner copies it per run."""
-
-    name: str
-    kind: CanaryKind
-    endpoint: str
-    request: Mapping[str, Any]
-    stream: bool = False
-    priority: int = DEFAULT_PRIORITY
-    deadline: float = 8.0
-    interval: float = 5.0
-    jitter: float = 0.0
-    policy: Policy = "restart"
-    enabled: bool = True
-    schema: Mapping[str, Any] | None = None
-    image: bytes | None = field(default=None, repr=False)
-    latency_slo: float | None = None
-    source: str = ""  # the file it came from, for messages
-
-
-@dataclass(frozen=True, slots=True)
 class Catalog:
     """Every canary of one catalog directory, in file-name order."""
 
@@ -97,7 +77,7 @@ class Catalog:
         return tuple(k for k in KINDS if k in present)
 
     def of_kind(self, kind: CanaryKind) -> tuple[CanarySpec, ...]:
-        return tuple(s for s in self.enabled() if s.kind is kind)
+        return tuple(s for s in self.enabled() if s.kind == kind)
 
     def get(self, name: str) -> CanarySpec:
         for spec in self.specs:
@@ -166,7 +146,7 @@ def _load_file(root: Traversable, file: Traversable, label: str) -> CanarySpec:
         raise CatalogError(label, "", "must be a mapping of keys to values")
 
     kind_name = raw.get("kind")
-    if "kind" in raw and kind_name not in {k.value for k in KINDS}:
+    if isinstance(kind_name, str) and kind_name not in KINDS:
         expected = ", ".join(k.value for k in KINDS)
         problem = f"unknown canary kind {kind_name!r} (expected {expected})"
         raise CatalogError(label, "kind", problem)
@@ -185,17 +165,19 @@ def _load_file(root: Traversable, file: Traversable, label: str) -> CanarySpec:
     if parsed.endpoint not in probe.endpoints:
         allowed = ", ".join(sorted(probe.endpoints))
         raise CatalogError(label, "endpoint", f"a {kind} canary needs {allowed}")
-    for extra in ("schema", "image"):
-        given = (parsed.schema_ if extra == "schema" else parsed.image) is not None
-        if extra in probe.spec_fields and not given:
-            raise CatalogError(label, extra, f"required for a {kind} canary")
-        if extra not in probe.spec_fields and given:
-            raise CatalogError(label, extra, f"not used by a {kind} canary")
+    written = parsed.model_dump(by_alias=True)
+    given = {key: written[key] for key in KIND_FIELDS if written[key] is not None}
+    for key in KIND_FIELDS:
+        if key in probe.spec_fields and key not in given:
+            raise CatalogError(label, key, f"required for a {kind} canary")
+        if key not in probe.spec_fields and key in given:
+            raise CatalogError(label, key, f"not used by a {kind} canary")
     _check_request(label, parsed.request, parsed.endpoint)
 
-    deadline = parsed.deadline if parsed.deadline is not None else DEFAULT_DEADLINE[kind]
-    interval = parsed.interval if parsed.interval is not None else DEFAULT_INTERVAL[kind]
-    jitter = parsed.jitter if parsed.jitter is not None else DEFAULT_JITTER[kind]
+    defaults = probe.defaults
+    deadline = parsed.deadline if parsed.deadline is not None else defaults.deadline
+    interval = parsed.interval if parsed.interval is not None else defaults.interval
+    jitter = parsed.jitter if parsed.jitter is not None else defaults.jitter
     if deadline > interval * MAX_DEADLINE_INTERVALS:
         raise CatalogError(
             label,
@@ -206,9 +188,10 @@ def _load_file(root: Traversable, file: Traversable, label: str) -> CanarySpec:
     if parsed.latency_slo is not None and parsed.latency_slo >= deadline:
         problem = f"{parsed.latency_slo:g} s must be below the deadline ({deadline:g} s)"
         raise CatalogError(label, "latency_slo", problem)
-    if parsed.schema_ is not None:
-        _check_schema(label, parsed.schema_)
-    image = _load_image(root, label, parsed.image) if parsed.image is not None else None
+    try:
+        kind_values = probe.load_fields(given, root)
+    except SpecFieldError as exc:
+        raise CatalogError(label, exc.key, exc.problem) from None
 
     return CanarySpec(
         name=name,
@@ -222,10 +205,9 @@ def _load_file(root: Traversable, file: Traversable, label: str) -> CanarySpec:
         jitter=jitter,
         policy=parsed.policy,
         enabled=parsed.enabled,
-        schema=parsed.schema_,
-        image=image,
         latency_slo=parsed.latency_slo,
         source=label,
+        **kind_values,
     )
 
 
@@ -274,38 +256,6 @@ def _check_request(label: str, request: Mapping[str, Any], endpoint: str) -> Non
             raise CatalogError(label, "request.prompt", "required, a non-empty string")
 
 
-def _check_schema(label: str, schema: Mapping[str, Any]) -> None:
-    if not has_nonce(schema):
-        raise CatalogError(
-            label,
-            "schema",
-            "must contain the {nonce} placeholder (e.g. an enum value 'ok-{nonce}'), "
-            "or vLLM's grammar cache hides a compile hang",
-        )
-    filled = fill_nonce(schema, "0" * 8)
-    try:
-        jsonschema.validators.validator_for(filled).check_schema(filled)
-    except jsonschema.exceptions.SchemaError as exc:
-        raise CatalogError(label, "schema", f"not a valid JSON schema: {exc.message}") from None
-
-
-def _load_image(root: Traversable, label: str, relative: str) -> bytes:
-    asset = root.joinpath(*Path(relative).parts)
-    try:
-        data = asset.read_bytes()
-    except OSError as exc:
-        problem = f"cannot read {relative!r}: {exc.strerror or exc}"
-        raise CatalogError(label, "image", problem) from None
-    if len(data) > MAX_IMAGE_BYTES:
-        raise CatalogError(label, "image", f"{relative!r} is over {MAX_IMAGE_BYTES} bytes")
-    try:
-        with Image.open(io.BytesIO(data)) as picture:
-            picture.load()
-    except (UnidentifiedImageError, OSError) as exc:
-        raise CatalogError(label, "image", f"{relative!r} is not an image: {exc}") from None
-    return data
-
-
 def _check_catalog(specs: Sequence[CanarySpec]) -> None:
     seen: dict[str, str] = {}
     for spec in specs:
@@ -314,14 +264,41 @@ def _check_catalog(specs: Sequence[CanarySpec]) -> None:
             raise CatalogError(spec.source, "name", problem)
         seen[spec.name] = spec.source
     enabled = [s for s in specs if s.enabled]
-    path_kinds = [s for s in enabled if s.kind is not CanaryKind.TEXT]
-    if path_kinds and not any(s.kind is CanaryKind.TEXT for s in enabled):
+    paths = [s for s in enabled if KINDS[s.kind].path]
+    if paths and not any(s.kind == CONTROL for s in enabled):
         raise CatalogError(
-            path_kinds[0].source,
+            paths[0].source,
             "kind",
-            f"a {path_kinds[0].kind} canary needs an enabled text canary in the catalog: "
+            f"a {paths[0].kind} canary needs an enabled {CONTROL} canary in the catalog: "
             "a path hang is told from an engine hang by the text control passing",
         )
+
+
+def apply_overrides(
+    specs: Iterable[CanarySpec], overrides: Mapping[str, CanaryOverride], source: str = "config"
+) -> tuple[CanarySpec, ...]:
+    """The catalog's specs with the config's per-canary overrides applied.
+
+    An override naming no canary is refused rather than ignored: a typo there
+    would otherwise silently leave the canary it meant on its old timing or
+    policy. ``source`` names the config file in the message.
+    """
+    specs = tuple(specs)
+    unknown = sorted(set(overrides) - {s.name for s in specs})
+    if unknown:
+        known = ", ".join(s.name for s in specs) or "none"
+        problem = f"no canary named {', '.join(map(repr, unknown))} in the catalog (it has {known})"
+        raise CatalogError(source, "canaries", problem)
+    out = []
+    for spec in specs:
+        override = overrides.get(spec.name)
+        if override is not None:
+            changes = override.model_dump(exclude_none=True)
+            if "policy" in changes:
+                changes["policy"] = str(changes["policy"])
+            spec = replace(spec, **changes)
+        out.append(spec)
+    return tuple(out)
 
 
 def describe(specs: Iterable[CanarySpec]) -> list[dict[str, Any]]:

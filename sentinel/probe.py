@@ -25,6 +25,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from sentinel.canary.kinds import KINDS
 from sentinel.canary.result import CanaryKind, CanaryResult, Reason
 from sentinel.canary.runner import CanaryRunner, ModelResolutionError
 from sentinel.catalog import Catalog, CatalogError, load_catalog
@@ -103,7 +104,7 @@ async def probe_targets(
     if missing:
         raise ProbeUsageError(f"no enabled canary of kind {', '.join(missing)} in the catalog")
     # Text first: when a path canary then fails, the text control says the engine is fine.
-    order = list(CanaryKind)
+    order = list(KINDS)
     specs = sorted(
         (s for s in catalog.enabled() if s.kind in wanted), key=lambda s: order.index(s.kind)
     )
@@ -214,7 +215,7 @@ def add_probe_arguments(parser: argparse.ArgumentParser) -> None:
         "--kind",
         action="append",
         dest="kinds",
-        choices=[k.value for k in CanaryKind],
+        choices=[k.value for k in KINDS],
         help="canary kind to run (repeatable; default: every enabled kind in the catalog)",
     )
     parser.add_argument(

@@ -16,8 +16,9 @@ Rules, in the order they are applied:
   the confirmation window while no canary succeeded and no progress signal
   moved since it was sent. Without progress evidence (metrics absent or
   unreachable) the longer ``no_evidence_window`` applies.
-* *path hang* (structured, multimodal): the last ``path_misses`` canaries of
-  the kind timed out while each paired text control succeeded.
+* *path hang* (every path kind of the registry, e.g. structured and
+  multimodal): the last ``path_misses`` canaries of the kind timed out while
+  each paired text control succeeded. The hang is named after the canary kind.
 * *engine dead*: vLLM's ``/health`` failing, or an engine process stopped,
   zombie or gone, for longer than ``dead_grace``.
 * Liveness fails only for confirmed hangs whose action is ``restart``, when
@@ -33,17 +34,33 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
+from typing import ClassVar
 
-from sentinel.canary.result import CanaryKind, CanaryResult, Reason
+from sentinel.canary.kinds import is_path, path_kinds
+from sentinel.canary.result import CanaryResult, Reason
+from sentinel.canary.spec import CanaryKind, OpenName
 
 
-class HangKind(StrEnum):
-    """What was confirmed; also the ``kind`` label of ``sentinel_hang_detections_total``."""
+class HangKind(OpenName):
+    """What was confirmed; also the ``kind`` label of ``sentinel_hang_detections_total``.
 
-    ENGINE = "engine"
-    STRUCTURED = "structured"
-    MULTIMODAL = "multimodal"
-    DEAD = "dead"
+    ``engine`` and ``dead`` are the verdict's own; a path hang takes the name
+    of its canary kind, so a kind added to the registry brings its hang kind
+    with it (see :func:`hang_kinds`).
+    """
+
+    __slots__ = ()
+    ENGINE: ClassVar[HangKind]
+    DEAD: ClassVar[HangKind]
+
+
+HangKind.ENGINE = HangKind("engine")
+HangKind.DEAD = HangKind("dead")
+
+
+def hang_kinds() -> tuple[HangKind, ...]:
+    """Every hang the verdict can confirm with the kinds registered now, engine first."""
+    return (HangKind.ENGINE, *(HangKind(k) for k in path_kinds()), HangKind.DEAD)
 
 
 class Action(StrEnum):
@@ -179,20 +196,15 @@ def evaluate(
     new_hangs = tuple(h for h in hangs if h.kind not in state.confirmed)
 
     # Startup: every enabled kind succeeded at least once in this epoch.
-    startup_passed = state.startup_passed or (
-        bool(enabled)
-        and all(
-            any(r.ok and r.started >= evidence.epoch_started for r in k.results) for k in enabled
-        )
+    missing = sorted(
+        k.kind.value
+        for k in enabled
+        if not any(r.ok and r.started >= evidence.epoch_started for r in k.results)
     )
+    startup_passed = state.startup_passed or (bool(enabled) and not missing)
     if startup_passed:
         startup = ProbeAnswer(True, "every canary kind succeeded")
     else:
-        missing = sorted(
-            k.kind.value
-            for k in enabled
-            if not any(r.ok and r.started >= evidence.epoch_started for r in k.results)
-        )
         startup = ProbeAnswer(False, "waiting for canary kinds: " + ", ".join(missing))
 
     # Restart-loop brake and liveness.
@@ -271,7 +283,7 @@ def _confirmed_hangs(
     if engine is not None:
         yield engine
     for k in enabled:
-        if k.kind is not CanaryKind.TEXT:
+        if is_path(k.kind):
             path = _path_hang(k, max(evidence.epoch_started, evidence.observed_since), policy)
             if path is not None:
                 yield path
@@ -330,27 +342,17 @@ def _path_hang(k: KindEvidence, epoch_started: float, policy: Policy) -> Hang | 
 
 
 def _dead(evidence: Evidence, policy: Policy, now: float) -> Hang | None:
-    since = evidence.health_failing_since
-    if since is not None:
+    causes = (
+        (evidence.health_failing_since, "vLLM /health failing"),
+        (evidence.engine_down_since, evidence.engine_down_detail or "engine process down"),
+    )
+    for since, what in causes:
+        if since is None:
+            continue
         since = max(since, evidence.observed_since)
-    if since is not None and now - since >= policy.dead_grace:
-        return Hang(
-            HangKind.DEAD,
-            policy.dead_action,
-            f"engine dead: vLLM /health failing for {now - since:.0f}s",
-            since,
-        )
-    since = evidence.engine_down_since
-    if since is not None:
-        since = max(since, evidence.observed_since)
-    if since is not None and now - since >= policy.dead_grace:
-        detail = evidence.engine_down_detail or "engine process down"
-        return Hang(
-            HangKind.DEAD,
-            policy.dead_action,
-            f"engine dead: {detail} for {now - since:.0f}s",
-            since,
-        )
+        if now - since >= policy.dead_grace:
+            reason = f"engine dead: {what} for {now - since:.0f}s"
+            return Hang(HangKind.DEAD, policy.dead_action, reason, since)
     return None
 
 
@@ -369,12 +371,8 @@ def _hysteresis(
         ),
         key=lambda item: item[0],
     )
-    degraded, bad, good, judged = (
-        state.degraded,
-        state.bad_streak,
-        state.good_streak,
-        state.judged_until,
-    )
+    degraded, bad, good = state.degraded, state.bad_streak, state.good_streak
+    judged = state.judged_until
     for finished, is_bad in fresh:
         judged = finished
         if is_bad:

@@ -1,7 +1,10 @@
 """The one explicit registry of canary kinds.
 
-The catalog rejects any kind not listed here and the runner dispatches through
-it; adding a kind means adding a module and one line below.
+The catalog rejects any kind not listed here, takes each kind's defaults and
+field checks from it, the runner dispatches through it and the verdict reads
+which kinds are path kinds from it. Adding a kind means adding a module that
+implements :class:`~sentinel.canary.protocol.CanaryKindProbe` and one
+:func:`register` call; nothing else enumerates kinds.
 """
 
 from __future__ import annotations
@@ -11,12 +14,47 @@ from types import MappingProxyType
 
 from sentinel.canary import multimodal, structured, text
 from sentinel.canary.protocol import CanaryKindProbe
-from sentinel.canary.result import CanaryKind
+from sentinel.canary.spec import TEXT, CanaryKind
 
-KINDS: Mapping[CanaryKind, CanaryKindProbe] = MappingProxyType(
-    {
-        CanaryKind.TEXT: text.CANARY,
-        CanaryKind.STRUCTURED: structured.CANARY,
-        CanaryKind.MULTIMODAL: multimodal.CANARY,
-    }
-)
+CONTROL: CanaryKind = TEXT
+"""The kind every path kind is paired with and judged against."""
+
+_REGISTRY: dict[CanaryKind, CanaryKindProbe] = {}
+
+KINDS: Mapping[CanaryKind, CanaryKindProbe] = MappingProxyType(_REGISTRY)
+"""Every registered kind, in registration order (a read-only view that follows the registry)."""
+
+
+def register(probe: CanaryKindProbe) -> CanaryKindProbe:
+    """Add a kind; refused when its name is taken, so two modules cannot claim one kind."""
+    if probe.kind in _REGISTRY:
+        raise ValueError(f"canary kind {probe.kind.value!r} is already registered")
+    _REGISTRY[probe.kind] = probe
+    return probe
+
+
+def unregister(kind: CanaryKind) -> None:
+    """Remove a kind (tests that registered one restore the registry with this)."""
+    if kind == CONTROL:
+        raise ValueError(f"the {CONTROL.value!r} kind is the control of every path kind")
+    del _REGISTRY[kind]
+
+
+def names() -> tuple[CanaryKind, ...]:
+    """The registered kinds, in registration order."""
+    return tuple(_REGISTRY)
+
+
+def is_path(kind: CanaryKind) -> bool:
+    """Whether ``kind`` is a registered path kind (judged against a text control)."""
+    probe = _REGISTRY.get(kind)
+    return probe is not None and probe.path
+
+
+def path_kinds() -> tuple[CanaryKind, ...]:
+    """The registered path kinds, in registration order."""
+    return tuple(kind for kind, probe in _REGISTRY.items() if probe.path)
+
+
+for _builtin in (text.CANARY, structured.CANARY, multimodal.CANARY):
+    register(_builtin)

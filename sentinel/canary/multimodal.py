@@ -13,22 +13,23 @@ import base64
 import copy
 import hashlib
 import io
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from importlib.resources.abc import Traversable
+from pathlib import PurePosixPath
+from typing import Any
 
-from PIL import Image
+from PIL import Image, UnidentifiedImageError
 
 from sentinel.canary.protocol import (
-    CHAT_ENDPOINT,
     OK,
     CanaryRequest,
     Judgement,
+    KindDefaults,
     Reply,
     base_body,
 )
-from sentinel.canary.result import CanaryKind, Reason
-
-if TYPE_CHECKING:
-    from sentinel.catalog import CanarySpec
+from sentinel.canary.result import Reason
+from sentinel.canary.spec import CHAT_ENDPOINT, MULTIMODAL, CanarySpec, SpecFieldError
 
 # vLLM 0.32, vllm/multimodal/registry.py, MultiModalRegistry.create_processor:
 #   raise ValueError(f"{model_name} is not a multimodal model")
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
 # "type": "BadRequestError", "param": null, "code": 400}}.
 UNSUPPORTED_MARKERS = ("is not a multimodal model",)
 
+MAX_IMAGE_BYTES = 1 << 20
 NONCE_PIXELS = 4  # pixels of the top row rewritten per run: enough to defeat the cache
 
 
@@ -79,9 +81,30 @@ class MultimodalCanary:
     the runner caches it, so steady state is one request per run.
     """
 
-    kind = CanaryKind.MULTIMODAL
+    kind = MULTIMODAL
+    path = True
+    defaults = KindDefaults(deadline=10.0, interval=10.0)
     spec_fields = frozenset({"image"})
     endpoints = frozenset({CHAT_ENDPOINT})
+
+    def load_fields(self, given: Mapping[str, Any], assets: Traversable) -> Mapping[str, Any]:
+        """Read the image beside the catalog; it must be small and decode as a picture."""
+        relative = given["image"]
+        if not isinstance(relative, str):
+            raise SpecFieldError("image", "must be a path relative to the catalog directory")
+        try:
+            data = assets.joinpath(*PurePosixPath(relative).parts).read_bytes()
+        except OSError as exc:
+            problem = f"cannot read {relative!r}: {exc.strerror or exc}"
+            raise SpecFieldError("image", problem) from None
+        if len(data) > MAX_IMAGE_BYTES:
+            raise SpecFieldError("image", f"{relative!r} is over {MAX_IMAGE_BYTES} bytes")
+        try:
+            with Image.open(io.BytesIO(data)) as picture:
+                picture.load()
+        except (UnidentifiedImageError, OSError) as exc:
+            raise SpecFieldError("image", f"{relative!r} is not an image: {exc}") from None
+        return {"image": data}
 
     def build(self, spec: CanarySpec, *, model: str, nonce: str) -> CanaryRequest:
         assert spec.image is not None, "the catalog requires an image for multimodal canaries"

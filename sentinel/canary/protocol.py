@@ -1,7 +1,9 @@
 """The small protocol every canary kind implements, and the values that cross it.
 
-A kind knows what to send (a request body built from its spec and a fresh
-nonce) and how to judge what came back (a parsed :class:`Reply`). It never does
+A kind is one module: the spec fields it claims, its default deadline,
+interval and jitter, the checks its own fields must pass when the catalog
+loads, what to send (a request body built from its spec and a fresh nonce) and
+how to judge what came back (a parsed :class:`Reply`). It never does network
 I/O and never sees sockets, clocks or deadlines: the runner owns the exchange
 and the scheduler owns time, so each kind is a pure module tested with tables.
 """
@@ -11,16 +13,29 @@ from __future__ import annotations
 import copy
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from importlib.resources.abc import Traversable
+from typing import Any, Protocol
 
-from sentinel.canary.result import CanaryKind, Reason
+from sentinel.canary.result import Reason
+from sentinel.canary.spec import (
+    CHAT_ENDPOINT as CHAT_ENDPOINT,
+)
+from sentinel.canary.spec import (
+    COMPLETIONS_ENDPOINT as COMPLETIONS_ENDPOINT,
+)
+from sentinel.canary.spec import (
+    ENDPOINTS as ENDPOINTS,
+)
+from sentinel.canary.spec import CanaryKind, CanarySpec
 
-if TYPE_CHECKING:
-    from sentinel.catalog import CanarySpec
 
-CHAT_ENDPOINT: Final = "/v1/chat/completions"
-COMPLETIONS_ENDPOINT: Final = "/v1/completions"
-ENDPOINTS = (CHAT_ENDPOINT, COMPLETIONS_ENDPOINT)
+@dataclass(frozen=True, slots=True)
+class KindDefaults:
+    """Timing a kind's canaries get unless their YAML says otherwise (DESIGN.md's table)."""
+
+    deadline: float
+    interval: float
+    jitter: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,13 +82,34 @@ class CanaryKindProbe(Protocol):
     def kind(self) -> CanaryKind: ...
 
     @property
+    def path(self) -> bool:
+        """Whether this kind tests one path of the server against a paired text control.
+
+        A path kind's misses while its control succeeds confirm a *path hang*
+        of that kind; the catalog refuses a path kind without a text canary.
+        """
+        ...
+
+    @property
+    def defaults(self) -> KindDefaults: ...
+
+    @property
     def spec_fields(self) -> frozenset[str]:
-        """Optional spec fields this kind requires (and no other kind accepts)."""
+        """Kind fields (``spec.KIND_FIELDS``) this kind requires; no other kind accepts them."""
         ...
 
     @property
     def endpoints(self) -> frozenset[str]:
         """The endpoints this kind can exercise."""
+        ...
+
+    def load_fields(self, given: Mapping[str, Any], assets: Traversable) -> Mapping[str, Any]:
+        """Check this kind's own spec fields and return their :class:`CanarySpec` values.
+
+        ``given`` holds exactly :attr:`spec_fields` (the catalog checked that);
+        ``assets`` is the catalog directory, for files the spec names. Raises
+        :class:`~sentinel.canary.spec.SpecFieldError` naming the field.
+        """
         ...
 
     def build(self, spec: CanarySpec, *, model: str, nonce: str) -> CanaryRequest:

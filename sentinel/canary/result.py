@@ -10,13 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-
-class CanaryKind(StrEnum):
-    """The paths a canary can exercise; config rejects anything else."""
-
-    TEXT = "text"
-    STRUCTURED = "structured"
-    MULTIMODAL = "multimodal"
+# Re-exported: callers have long named the kind from here.
+from sentinel.canary.spec import CanaryKind as CanaryKind
 
 
 class Reason(StrEnum):

@@ -26,7 +26,7 @@ import structlog
 from sentinel.canary.kinds import KINDS
 from sentinel.canary.protocol import CHAT_ENDPOINT, CanaryKindProbe, CanaryRequest, Reply
 from sentinel.canary.result import CanaryResult, Reason
-from sentinel.catalog import CanarySpec
+from sentinel.canary.spec import CanarySpec
 
 log = structlog.get_logger(__name__)
 

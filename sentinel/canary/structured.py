@@ -12,50 +12,33 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from importlib.resources.abc import Traversable
+from typing import Any
 
 import jsonschema
 import jsonschema.exceptions
 import jsonschema.validators
 
 from sentinel.canary.protocol import (
-    CHAT_ENDPOINT,
-    COMPLETIONS_ENDPOINT,
     OK,
     CanaryRequest,
     Judgement,
+    KindDefaults,
     Reply,
     base_body,
 )
-from sentinel.canary.result import CanaryKind, Reason
+from sentinel.canary.result import Reason
+from sentinel.canary.spec import (
+    CHAT_ENDPOINT,
+    COMPLETIONS_ENDPOINT,
+    STRUCTURED,
+    CanarySpec,
+    SpecFieldError,
+    fill_nonce,
+    has_nonce,
+)
 
-if TYPE_CHECKING:
-    from sentinel.catalog import CanarySpec
-
-NONCE_PLACEHOLDER = "{nonce}"
 RESPONSE_FORMAT_NAME = "sentinel_canary"
-
-
-def fill_nonce(value: Any, nonce: str) -> Any:
-    """Replace every ``{nonce}`` in the strings (keys and values) of a JSON document."""
-    if isinstance(value, str):
-        return value.replace(NONCE_PLACEHOLDER, nonce)
-    if isinstance(value, Mapping):
-        return {fill_nonce(k, nonce): fill_nonce(v, nonce) for k, v in value.items()}
-    if isinstance(value, list):
-        return [fill_nonce(v, nonce) for v in value]
-    return value
-
-
-def has_nonce(value: Any) -> bool:
-    """Whether a JSON document mentions the placeholder anywhere."""
-    if isinstance(value, str):
-        return NONCE_PLACEHOLDER in value
-    if isinstance(value, Mapping):
-        return any(has_nonce(k) or has_nonce(v) for k, v in value.items())
-    if isinstance(value, list):
-        return any(has_nonce(v) for v in value)
-    return False
 
 
 class StructuredCanary:
@@ -66,9 +49,27 @@ class StructuredCanary:
     nothing.
     """
 
-    kind = CanaryKind.STRUCTURED
+    kind = STRUCTURED
+    path = True
+    defaults = KindDefaults(deadline=10.0, interval=10.0)
     spec_fields = frozenset({"schema"})
     endpoints = frozenset({CHAT_ENDPOINT, COMPLETIONS_ENDPOINT})
+
+    def load_fields(self, given: Mapping[str, Any], assets: Traversable) -> Mapping[str, Any]:
+        """The schema must carry the nonce and, filled in, be a valid JSON schema."""
+        schema = given["schema"]
+        if not has_nonce(schema):
+            raise SpecFieldError(
+                "schema",
+                "must contain the {nonce} placeholder (e.g. an enum value 'ok-{nonce}'), "
+                "or vLLM's grammar cache hides a compile hang",
+            )
+        filled = fill_nonce(schema, "0" * 8)
+        try:
+            jsonschema.validators.validator_for(filled).check_schema(filled)
+        except jsonschema.exceptions.SchemaError as exc:
+            raise SpecFieldError("schema", f"not a valid JSON schema: {exc.message}") from None
+        return {"schema": schema}
 
     def build(self, spec: CanarySpec, *, model: str, nonce: str) -> CanaryRequest:
         assert spec.schema is not None, "the catalog requires a schema for structured canaries"

@@ -2,21 +2,20 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from importlib.resources.abc import Traversable
+from typing import Any
 
 from sentinel.canary.protocol import (
-    CHAT_ENDPOINT,
-    COMPLETIONS_ENDPOINT,
     OK,
     CanaryRequest,
     Judgement,
+    KindDefaults,
     Reply,
     base_body,
 )
-from sentinel.canary.result import CanaryKind, Reason
-
-if TYPE_CHECKING:
-    from sentinel.catalog import CanarySpec
+from sentinel.canary.result import Reason
+from sentinel.canary.spec import CHAT_ENDPOINT, COMPLETIONS_ENDPOINT, TEXT, CanarySpec
 
 
 class TextCanary:
@@ -32,9 +31,14 @@ class TextCanary:
     decode step, which is what a hung engine cannot do).
     """
 
-    kind = CanaryKind.TEXT
+    kind = TEXT
+    path = False  # the text canary is the control every path kind is judged against
+    defaults = KindDefaults(deadline=8.0, interval=5.0, jitter=0.1)
     spec_fields: frozenset[str] = frozenset()
     endpoints = frozenset({CHAT_ENDPOINT, COMPLETIONS_ENDPOINT})
+
+    def load_fields(self, given: Mapping[str, Any], assets: Traversable) -> Mapping[str, Any]:
+        return {}
 
     def build(self, spec: CanarySpec, *, model: str, nonce: str) -> CanaryRequest:
         return CanaryRequest(body=base_body(spec, model=model), nonce=nonce)

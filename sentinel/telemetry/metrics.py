@@ -19,9 +19,10 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from sentinel.canary.result import CanaryKind, CanaryResult, Reason
+from sentinel.canary.kinds import names as canary_kinds
+from sentinel.canary.result import CanaryResult, Reason
 from sentinel.health import HealthState
-from sentinel.verdict import HangKind
+from sentinel.verdict import HangKind, hang_kinds
 
 # Canary latencies span a 1-token answer on an idle GPU (tens of ms) to a
 # deadline miss (8-10 s by default, 30 s at most in any sane config).
@@ -107,14 +108,14 @@ class SentinelMetrics:
 
     def _preinitialize(self) -> None:
         """Create the series known up front so rates and alerts work from the first scrape."""
-        for kind in CanaryKind:
+        for kind in canary_kinds():
             self.canary_total.labels(kind.value, SUCCESS, Reason.OK.value)
             for reason in Reason:
                 if reason is not Reason.OK:
                     self.canary_total.labels(kind.value, FAILURE, reason.value)
             self.canary_duration.labels(kind.value)
             self.canary_ttft.labels(kind.value)
-        for hang in HangKind:
+        for hang in hang_kinds():
             self.hang_detections.labels(hang.value)
         for skip in SKIP_REASONS:
             self.canaries_skipped.labels(skip)
@@ -131,6 +132,9 @@ class SentinelMetrics:
         self.canaries_skipped.labels(reason).inc()
 
     def hang_detected(self, kind: HangKind | str) -> None:
+        # The label set stays closed: only hangs the verdict can confirm.
+        if kind not in hang_kinds():
+            raise ValueError(f"unknown hang kind {kind!r}")
         self.hang_detections.labels(HangKind(kind).value).inc()
 
     def server_restarted(self) -> None:

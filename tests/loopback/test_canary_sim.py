@@ -8,6 +8,7 @@ from dataclasses import replace
 import httpx
 import pytest
 
+from sentinel.canary.kinds import KINDS
 from sentinel.canary.result import CanaryKind, Reason
 from sentinel.canary.runner import CanaryRunner
 from sentinel.catalog import CanarySpec, load_catalog
@@ -114,7 +115,7 @@ async def test_error_5xx_is_http_status(healthy_sim: SimProcess) -> None:
 async def test_probe_targets_against_the_sim(healthy_sim: SimProcess) -> None:
     (report,) = await probe_targets([healthy_sim.base_url + "/v1"], timeout=DEADLINE)
     assert report.healthy, report
-    assert {r.kind for r in report.results} == set(CanaryKind)
+    assert {r.kind for r in report.results} == set(KINDS)
     healthy_sim.control.set_fault("structured_hang")
     (report,) = await probe_targets(
         [healthy_sim.base_url], kinds=[CanaryKind.TEXT, CanaryKind.STRUCTURED], timeout=DEADLINE

@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
+import ast
 import base64
 import io
+import pickle
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pytest
 from PIL import Image
 
+import sentinel.canary.spec as spec_module
+from sentinel.canary import kinds
 from sentinel.canary.kinds import KINDS
-from sentinel.canary.protocol import CanaryRequest, Reply
+from sentinel.canary.protocol import CanaryRequest, KindDefaults, Reply
 from sentinel.canary.result import CanaryKind, Reason
-from sentinel.catalog import CanarySpec, load_catalog
+from sentinel.canary.spec import CanarySpec, SpecFieldError
+from sentinel.catalog import default_directory, load_catalog
 
 CATALOG = load_catalog()
 
@@ -30,10 +36,93 @@ def image_of(body: Any) -> bytes:
     return base64.b64decode(url[len(prefix) :])
 
 
-def test_registry_covers_every_kind() -> None:
-    assert set(KINDS) == set(CanaryKind)
+def test_registry_lists_the_builtin_kinds_in_order_each_under_its_own_name() -> None:
+    assert kinds.names()[:3] == (CanaryKind.TEXT, CanaryKind.STRUCTURED, CanaryKind.MULTIMODAL)
     for kind, probe in KINDS.items():
         assert probe.kind is kind
+    assert kinds.CONTROL is CanaryKind.TEXT
+    assert kinds.path_kinds()[:2] == (CanaryKind.STRUCTURED, CanaryKind.MULTIMODAL)
+    assert not kinds.is_path(CanaryKind.TEXT)
+    assert not kinds.is_path(CanaryKind("never-registered"))
+
+
+@pytest.mark.parametrize(
+    ("kind", "defaults"),
+    [
+        (CanaryKind.TEXT, KindDefaults(deadline=8.0, interval=5.0, jitter=0.1)),
+        (CanaryKind.STRUCTURED, KindDefaults(deadline=10.0, interval=10.0, jitter=0.0)),
+        (CanaryKind.MULTIMODAL, KindDefaults(deadline=10.0, interval=10.0, jitter=0.0)),
+    ],
+)
+def test_each_kind_carries_design_defaults(kind: CanaryKind, defaults: KindDefaults) -> None:
+    assert KINDS[kind].defaults == defaults
+
+
+def test_a_kind_name_cannot_be_registered_twice_and_the_control_stays() -> None:
+    with pytest.raises(ValueError, match="already registered"):
+        kinds.register(KINDS[CanaryKind.STRUCTURED])
+    with pytest.raises(ValueError, match="control"):
+        kinds.unregister(CanaryKind.TEXT)
+    assert CanaryKind.TEXT in KINDS
+
+
+def test_kind_names_are_open_interned_strings() -> None:
+    made = CanaryKind("toy-" + "probe")
+    assert made is CanaryKind("toy-probe")
+    assert CanaryKind("text") is CanaryKind.TEXT
+    assert pickle.loads(pickle.dumps(CanaryKind.TEXT)) is CanaryKind.TEXT
+    assert (CanaryKind.TEXT.value, f"{CanaryKind.TEXT}", CanaryKind.TEXT == "text") == (
+        "text",
+        "text",
+        True,
+    )
+    assert type(CanaryKind.TEXT.value) is str
+    with pytest.raises(ValueError, match="non-empty"):
+        CanaryKind("")
+
+
+def test_spec_module_is_a_leaf() -> None:
+    tree = ast.parse(Path(spec_module.__file__).read_text())
+    imported = {
+        node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+    } | {
+        alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import)
+        for alias in node.names
+    }
+    assert not {m for m in imported if m.startswith("sentinel")}
+
+
+SCHEMA_FIELDS: list[tuple[str, Any, str | None]] = [
+    ("nonce enum", {"type": "string", "enum": ["ok-{nonce}"]}, None),
+    ("no nonce", {"type": "string", "enum": ["ok"]}, "{nonce} placeholder"),
+    ("nonce in a key", {"type": "object", "properties": {"k{nonce}": {}}}, None),
+    ("bad type", {"type": "strung", "enum": ["ok-{nonce}"]}, "not a valid JSON schema"),
+]
+
+
+@pytest.mark.parametrize(
+    ("schema", "problem"), [pytest.param(s, p, id=i) for i, s, p in SCHEMA_FIELDS]
+)
+def test_structured_checks_its_schema_field(schema: Any, problem: str | None) -> None:
+    probe = KINDS[CanaryKind.STRUCTURED]
+    if problem is None:
+        assert probe.load_fields({"schema": schema}, default_directory()) == {"schema": schema}
+        return
+    with pytest.raises(SpecFieldError) as caught:
+        probe.load_fields({"schema": schema}, default_directory())
+    assert (caught.value.key, problem in caught.value.problem) == ("schema", True)
+
+
+def test_multimodal_loads_its_image_field_and_refuses_what_is_not_a_picture() -> None:
+    probe = KINDS[CanaryKind.MULTIMODAL]
+    loaded = probe.load_fields({"image": "assets/canary.png"}, default_directory())
+    assert bytes(loaded["image"]).startswith(b"\x89PNG")
+    with pytest.raises(SpecFieldError, match="not an image"):
+        probe.load_fields({"image": "text.yaml"}, default_directory())
+    with pytest.raises(SpecFieldError, match="cannot read"):
+        probe.load_fields({"image": "assets/absent.png"}, default_directory())
 
 
 @pytest.mark.parametrize("name", ["text", "structured", "multimodal"])

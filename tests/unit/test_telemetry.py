@@ -15,6 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 from structlog.typing import EventDict
 
+from sentinel.canary.kinds import KINDS
 from sentinel.canary.result import CanaryKind, CanaryResult, Reason
 from sentinel.health import HealthState, ProbeAnswer
 from sentinel.telemetry.logging import REDACTED, configure_logging, get_logger
@@ -76,7 +77,7 @@ async def test_every_contract_name_is_exposed_once_state_is_known(
 
 def test_known_series_exist_at_zero_from_the_start(metrics: SentinelMetrics) -> None:
     samples = scrape(metrics.registry)
-    for kind in CanaryKind:
+    for kind in KINDS:
         assert (
             value(samples, "sentinel_canary_total", kind=kind, outcome="success", reason="ok") == 0
         )

@@ -25,6 +25,7 @@ from sentinel.verdict import (
     Verdict,
     VerdictState,
     evaluate,
+    hang_kinds,
 )
 
 TEXT = CanaryKind.TEXT
@@ -580,7 +581,20 @@ def test_the_first_path_miss_of_an_epoch(misses_needed: int, hung: bool) -> None
     assert control is not None
     ev = evidence(text(ok(90), control), path_kind(STRUCTURED, [(miss, control)]))
     verdict = once(ev, now=111.0, policy=Policy(path_misses=misses_needed))
-    assert (hang_of(verdict, HangKind.STRUCTURED) is not None) is hung
+    assert (hang_of(verdict, HangKind(STRUCTURED)) is not None) is hung
+
+
+def test_hang_kinds_are_engine_each_registered_path_kind_and_dead() -> None:
+    assert hang_kinds()[:3] == (HangKind.ENGINE, HangKind(STRUCTURED), HangKind(MULTIMODAL))
+    assert hang_kinds()[-1] is HangKind.DEAD
+    assert HangKind(TEXT) not in hang_kinds()
+
+
+def test_a_text_canary_timing_out_beside_itself_is_no_path_hang() -> None:
+    # The text kind is the control, never a path kind, whatever its results say.
+    pairs = [pair(100, TEXT, Reason.TIMEOUT), pair(110, TEXT, Reason.TIMEOUT)]
+    verdict = once(evidence(path_kind(TEXT, pairs), progress_at=120.0), now=121.0)
+    assert verdict.hangs == ()
 
 
 # (policy of the kind, liveness ok, readiness ok)
@@ -792,7 +806,7 @@ def test_new_epoch_ignores_path_misses_of_the_previous_server() -> None:
     old = [pair(100, STRUCTURED, Reason.TIMEOUT), pair(110, STRUCTURED, Reason.TIMEOUT)]
     ev = path_evidence(STRUCTURED, old)
     sidecar = Sidecar()
-    assert hang_of(sidecar.at(121.0, ev), HangKind.STRUCTURED) is not None
+    assert hang_of(sidecar.at(121.0, ev), HangKind(STRUCTURED)) is not None
     restarted = Evidence(
         epoch=1, epoch_started=130.0, kinds=ev.kinds, progress_available=ev.progress_available
     )
