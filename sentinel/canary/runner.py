@@ -1,12 +1,13 @@
 """The canary runner: one canary request over HTTP, judged, as a frozen :class:`CanaryResult`.
 
 It owns the exchange (request, streaming, reply parsing) and the mapping of every
-foreign exception to a closed :class:`Reason`, in one place (:func:`classify`),
-so a failed probe never raises. It does not own time: the caller passes the
-deadline, the runner enforces it on the whole request or stream and, when it
-passes, closes the connection so vLLM aborts the request instead of finishing
-work nobody waits for. Cancellation of the caller's task propagates (after the
-connection is closed).
+exception to a closed :class:`Reason`, in one place (:func:`classify`), so a
+failed probe never raises; transport failures are named by
+:mod:`sentinel.transport`, shared with the evidence adapters. It does not own
+time: the caller passes the deadline, the runner enforces it on the whole
+request or stream and, when it passes, closes the connection so vLLM aborts
+the request instead of finishing work nobody waits for. Cancellation of the
+caller's task propagates (after the connection is closed).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from sentinel.canary.kinds import KINDS
 from sentinel.canary.protocol import CHAT_ENDPOINT, CanaryKindProbe, CanaryRequest, Reply
 from sentinel.canary.result import CanaryResult, Reason
 from sentinel.canary.spec import CanarySpec
+from sentinel.transport import TransportFailure, classify_transport
 
 log = structlog.get_logger(__name__)
 
@@ -63,25 +65,38 @@ class _Progress:
     ttft: float | None = None
 
 
-def classify(exc: BaseException, *, responded: bool) -> tuple[Reason, str]:
-    """The one place foreign exceptions become reasons.
+# The canary vocabulary for each transport failure. Only a refusal or an
+# unreachable address is CONNECT (the scheduler reads it as "nothing listens");
+# a reset, a TLS failure or a broken answer is a server that is there and
+# failed the canary, so it is PROTOCOL, never CONNECT.
+_TRANSPORT_REASONS = {
+    TransportFailure.REFUSED: Reason.CONNECT,
+    TransportFailure.UNREACHABLE: Reason.CONNECT,
+    TransportFailure.TIMEOUT: Reason.TIMEOUT,
+    TransportFailure.RESET: Reason.PROTOCOL,
+    TransportFailure.TLS: Reason.PROTOCOL,
+    TransportFailure.PROTOCOL: Reason.PROTOCOL,
+}
 
-    A connection that fails before any response is CONNECT (refused, reset,
-    unreachable); one that breaks after the headers is PROTOCOL, because the
-    server accepted the request and then broke its answer.
+
+def classify(exc: BaseException, *, responded: bool) -> tuple[Reason, str]:
+    """The one place a canary's exceptions become reasons.
+
+    Transport failures are named by :func:`sentinel.transport.classify_transport`
+    (shared with the evidence adapters) and only translated here; the detail
+    keeps the transport name and whether headers had arrived, so ``/status``
+    tells a reset before a response from one that cut a stream short.
     """
     if isinstance(exc, CanaryFailure):
         return exc.reason, exc.detail
-    if isinstance(exc, TimeoutError | httpx.TimeoutException):
+    if isinstance(exc, TimeoutError):
         return Reason.TIMEOUT, "deadline passed"
-    if isinstance(exc, httpx_sse.SSEError):
+    if isinstance(exc, httpx_sse.SSEError):  # an httpx.TransportError, but the body's fault
         return Reason.BAD_BODY, f"broken event stream: {exc}"
-    if isinstance(exc, httpx.ConnectError):
-        return Reason.CONNECT, f"cannot connect: {exc}"
-    if isinstance(exc, httpx.TransportError | OSError):
-        if not responded:
-            return Reason.CONNECT, f"{type(exc).__name__}: {exc}"
-        return Reason.PROTOCOL, f"{type(exc).__name__}: {exc}"
+    failure = classify_transport(exc)
+    if failure is not None:
+        when = "after the response headers" if responded else "before a response"
+        return _TRANSPORT_REASONS[failure], f"{failure} {when}: {type(exc).__name__}: {exc}"
     if isinstance(exc, ValueError | KeyError | TypeError | UnicodeDecodeError):
         return Reason.BAD_BODY, f"{type(exc).__name__}: {exc}"
     return Reason.PROTOCOL, f"{type(exc).__name__}: {exc}"
@@ -161,7 +176,7 @@ class CanaryRunner:
             reason, detail = classify(exc, responded=progress.responded)
             if isinstance(exc, CanaryFailure) and exc.http_status is not None:
                 progress.http_status = exc.http_status
-            if reason is Reason.PROTOCOL and not isinstance(exc, httpx.HTTPError | OSError):
+            if reason is Reason.PROTOCOL and classify_transport(exc) is None:
                 log.warning("canary_unexpected_error", canary=spec.name, error=detail)
         return CanaryResult(
             name=spec.name,

@@ -3,15 +3,16 @@
 The scraper and the ``/health`` poller both talk HTTP to the inference server
 and both must tell the verdict *why* a request failed: a refused connection
 means the server is gone or restarting, a timeout means it is alive but slow or
-stuck, a bad status means it answered. Foreign exceptions are mapped here, in
-one place, into the closed :class:`EvidenceFailure` enum.
+stuck, a bad status means it answered. Transport failures are named once, by
+:mod:`sentinel.transport` (the canaries use the same classification); this
+module only translates them into the closed :class:`EvidenceFailure` enum.
 """
 
 from __future__ import annotations
 
 from enum import StrEnum
 
-import httpx
+from sentinel.transport import TransportFailure, classify_transport
 
 
 class EvidenceFailure(StrEnum):
@@ -21,19 +22,21 @@ class EvidenceFailure(StrEnum):
     TIMEOUT = "timeout"  # connected (or tried to) but no answer within the deadline
     HTTP_STATUS = "http_status"  # the server answered with a non-2xx status
     BAD_BODY = "bad_body"  # the answer could not be parsed
-    PROTOCOL = "protocol"  # any other transport error
+    PROTOCOL = "protocol"  # reset, TLS or any other transport error: something listens
 
 
-def classify_transport_error(exc: httpx.TransportError) -> EvidenceFailure:
-    """Map an httpx transport error onto :class:`EvidenceFailure`.
+# Only a refusal says the server is gone. A reset or a dropped connection is a
+# listening server that broke its answer, and must not be mistaken for a restart.
+_EVIDENCE_FAILURES = {
+    TransportFailure.REFUSED: EvidenceFailure.CONNECT,
+    TransportFailure.UNREACHABLE: EvidenceFailure.CONNECT,
+    TransportFailure.TIMEOUT: EvidenceFailure.TIMEOUT,
+    TransportFailure.RESET: EvidenceFailure.PROTOCOL,
+    TransportFailure.TLS: EvidenceFailure.PROTOCOL,
+    TransportFailure.PROTOCOL: EvidenceFailure.PROTOCOL,
+}
 
-    ``ConnectTimeout`` is a timeout, not a refusal: a server that is up but
-    whose accept queue is full looks like this, and it must not be mistaken
-    for a restart. A connection dropped after it was accepted is a protocol
-    error for the same reason: only a refusal says the server is gone.
-    """
-    if isinstance(exc, httpx.TimeoutException):
-        return EvidenceFailure.TIMEOUT
-    if isinstance(exc, httpx.ConnectError):
-        return EvidenceFailure.CONNECT
-    return EvidenceFailure.PROTOCOL
+
+def classify_transport_error(exc: BaseException) -> EvidenceFailure:
+    """Map a failed request's exception onto :class:`EvidenceFailure`."""
+    return _EVIDENCE_FAILURES[classify_transport(exc) or TransportFailure.PROTOCOL]

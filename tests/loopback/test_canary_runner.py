@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -21,6 +20,7 @@ from aiohttp import web
 from sentinel.canary.result import CanaryKind, Reason
 from sentinel.canary.runner import CanaryRunner, ModelResolutionError
 from sentinel.catalog import CanarySpec, load_catalog
+from tests.ports import free_port
 
 CATALOG = load_catalog()
 TEXT = CATALOG.get("text")
@@ -167,7 +167,7 @@ SHAPES: list[tuple[str, CanarySpec, Handler, Reason]] = [
         "reset before a response",
         TEXT,
         lambda r: (_ for _ in ()).throw(httpx.ReadError("reset", request=r)),
-        Reason.CONNECT,
+        Reason.PROTOCOL,  # something listens: a failed canary, never a vanished server
     ),
 ]
 
@@ -359,9 +359,7 @@ async def test_cancelling_the_caller_propagates_and_closes_the_connection(
 
 
 async def test_refused_connection_is_connect() -> None:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     async with httpx.AsyncClient() as client:
         runner = CanaryRunner(client, f"http://127.0.0.1:{port}")
         result = await runner.run(TEXT, model="m", deadline=5)
