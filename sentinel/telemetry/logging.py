@@ -6,79 +6,57 @@ terminal, and a single processor chain that sentinel's events and the stdlib
 records of aiohttp, grpc, httpx and friends all pass through, so redaction
 happens in one place.
 
-Redaction is a chain of processors: :func:`redact_secrets` always runs and
-drops credentials by key (``Authorization``, api keys, tokens) and masks bearer
-tokens inside strings; callers add their own processors (diagnostics adds its
-redactor) with ``redactors``.
+Redaction is the last step before rendering, after exceptions and stacks
+have been rendered into strings, so a secret inside an exception message (or
+on any line of a multi-line value) is removed from the traceback that is
+written; callers may add their own processors with ``redactors``.
+
+Until :func:`configure_logging` runs (``sentinel probe``, ``diagnose``,
+``doctor``, library use), structlog's own default would print unredacted lines
+to stdout, which also breaks ``probe --json``. Importing this module installs
+a default instead: redacted lines on stderr at INFO. Every command gets that
+without asking; ``run`` then replaces it with the configured one.
 """
 
 from __future__ import annotations
 
 import logging
-import re
 import sys
-from collections.abc import Mapping, MutableMapping, Sequence
+from collections.abc import Sequence
 from typing import Any, Literal, TextIO
 
 import structlog
-from structlog.typing import EventDict, Processor, WrappedLogger
+from structlog.typing import Processor
+
+from sentinel.telemetry.redact import REDACTED, structlog_processor
+
+__all__ = [
+    "QUIET_LIBRARIES",
+    "REDACTED",
+    "configure_default_logging",
+    "configure_logging",
+    "get_logger",
+    "redact_secrets",
+]
 
 Renderer = Literal["auto", "json", "console"]
-
-REDACTED = "[redacted]"
-# Keys whose values are credentials, compared case-insensitively with "-" and "_" folded.
-SECRET_KEYS = frozenset(
-    {
-        "authorization",
-        "proxyauthorization",
-        "apikey",
-        "xapikey",
-        "token",
-        "accesstoken",
-        "bearer",
-        "password",
-        "secret",
-        "cookie",
-        "setcookie",
-    }
-)
-_BEARER = re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]+")
-_KEY_LIKE = re.compile(r"\bsk-[A-Za-z0-9_-]{8,}")
 
 # Libraries whose stdlib loggers are noisy at INFO; they follow the chosen
 # level but never go below WARNING unless sentinel itself runs at DEBUG.
 QUIET_LIBRARIES = ("aiohttp.access", "httpx", "httpcore", "grpc", "asyncio", "kubernetes")
 
-
-def _is_secret_key(key: str) -> bool:
-    return key.lower().replace("-", "").replace("_", "") in SECRET_KEYS
-
-
-def _scrub(value: Any, depth: int = 0) -> Any:
-    if depth > 6:
-        return value
-    if isinstance(value, str):
-        return _KEY_LIKE.sub(REDACTED, _BEARER.sub(r"\1 " + REDACTED, value))
-    if isinstance(value, Mapping):
-        return {
-            k: (REDACTED if isinstance(k, str) and _is_secret_key(k) else _scrub(v, depth + 1))
-            for k, v in value.items()
-        }
-    if isinstance(value, list | tuple):
-        return type(value)(_scrub(v, depth + 1) for v in value)
-    return value
+#: The redaction processor: every field of an event, by name and by shape.
+redact_secrets: Processor = structlog_processor
 
 
-def redact_secrets(_logger: WrappedLogger, _method: str, event_dict: EventDict) -> EventDict:
-    """Replace credentials with a marker, by key and inside strings.
-
-    Headers are logged as mappings in practice, so a nested ``Authorization``
-    key is caught as well as a top-level ``api_key``.
-    """
-    scrubbed: MutableMapping[str, Any] = event_dict
-    for key in list(scrubbed):
-        scrubbed[key] = REDACTED if _is_secret_key(key) else _scrub(scrubbed[key])
-    return event_dict
+def _render_then_redact(extra: Sequence[Processor] = ()) -> list[Processor]:
+    """Exceptions and stacks to strings first, then redaction: the order that matters."""
+    return [
+        structlog.processors.StackInfoRenderer(),
+        structlog.processors.format_exc_info,
+        redact_secrets,
+        *extra,
+    ]
 
 
 def configure_logging(
@@ -106,8 +84,6 @@ def configure_logging(
         structlog.stdlib.add_logger_name,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
         structlog.stdlib.ExtraAdder(),
-        redact_secrets,
-        *redactors,
     ]
     final: Processor = (
         structlog.dev.ConsoleRenderer(colors=out.isatty())
@@ -118,7 +94,7 @@ def configure_logging(
         foreign_pre_chain=shared,
         processors=[
             structlog.stdlib.ProcessorFormatter.remove_processors_meta,
-            *([] if console else [structlog.processors.format_exc_info]),
+            *_render_then_redact(redactors),
             final,
         ],
     )
@@ -137,7 +113,6 @@ def configure_logging(
         processors=[
             structlog.stdlib.filter_by_level,
             *shared,
-            structlog.processors.StackInfoRenderer(),
             structlog.stdlib.ProcessorFormatter.wrap_for_formatter,
         ],
         logger_factory=structlog.stdlib.LoggerFactory(),
@@ -146,7 +121,38 @@ def configure_logging(
     )
 
 
+def _stderr_logger(*_args: Any) -> structlog.PrintLogger:
+    # sys.stderr looked up per call, so a replaced stderr (pytest, a
+    # redirecting caller) is honoured.
+    return structlog.PrintLogger(sys.stderr)
+
+
+def configure_default_logging() -> None:
+    """Redacted log lines on stderr at INFO, for every command that configures nothing.
+
+    A no-op once structlog is configured (by :func:`configure_logging` or a
+    caller of its own).
+    """
+    if structlog.is_configured():
+        return
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            *_render_then_redact(),
+            structlog.processors.JSONRenderer(),
+        ],
+        logger_factory=_stderr_logger,
+        wrapper_class=structlog.make_filtering_bound_logger(logging.INFO),
+        cache_logger_on_first_use=False,
+    )
+
+
 def get_logger(name: str) -> structlog.stdlib.BoundLogger:
     """A named structlog logger; the name shows as ``logger`` in every event."""
     logger: structlog.stdlib.BoundLogger = structlog.stdlib.get_logger(name)
     return logger
+
+
+configure_default_logging()

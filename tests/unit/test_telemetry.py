@@ -18,7 +18,12 @@ from structlog.typing import EventDict
 from sentinel.canary.kinds import KINDS
 from sentinel.canary.result import CanaryKind, CanaryResult, Reason
 from sentinel.health import HealthState, ProbeAnswer
-from sentinel.telemetry.logging import REDACTED, configure_logging, get_logger
+from sentinel.telemetry.logging import (
+    REDACTED,
+    configure_default_logging,
+    configure_logging,
+    get_logger,
+)
 from sentinel.telemetry.metrics import SentinelMetrics
 from tests.metric_contract import CONTRACT
 
@@ -182,6 +187,7 @@ def restore_logging() -> Iterator[None]:
         root.addHandler(handler)
     root.setLevel(level)
     structlog.reset_defaults()
+    configure_default_logging()
 
 
 @pytest.fixture
