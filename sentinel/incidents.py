@@ -9,6 +9,10 @@ never delays the verdict or the endpoints.
 
 Hang confirmations become Kubernetes Events on the pod (one log line outside
 a cluster), naming the incident bundle when there is one.
+
+Reasons and cause lines quote what sentinel saw (a process title, an error
+body), so they are redacted where they enter, and ``/incidents`` is redacted
+again on the way out.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from sentinel.diagnostics.store import (
 from sentinel.k8s import EventReason, EventReporter
 from sentinel.telemetry.logging import get_logger
 from sentinel.telemetry.metrics import SentinelMetrics
+from sentinel.telemetry.redact import redact, redact_document
 from sentinel.verdict import Action, Hang
 
 log = get_logger("sentinel.incidents")
@@ -93,6 +98,7 @@ class IncidentRecorder:
         """Open an incident (and queue its capture) unless one is open already."""
         if self.current is not None:
             return
+        reason = redact(reason)
         incident = OpenIncident(Trigger(kind, reason), self.clock())
         self.current = incident
         now = incident.opened
@@ -115,7 +121,7 @@ class IncidentRecorder:
             reason = EventReason.WOULD_RESTART
         else:
             reason = EventReason.HANG_DETECTED
-        self._events.put_nowait((reason, hang.reason))
+        self._events.put_nowait((reason, redact(hang.reason)))
 
     # -- the loops -------------------------------------------------------------
     async def run(self) -> None:
@@ -148,7 +154,7 @@ class IncidentRecorder:
                 duration=round(result.duration_s, 3),
             )
             self._events.put_nowait(
-                (EventReason.DIAGNOSTICS, f"{result.cause_line} (bundle {record.path})")
+                (EventReason.DIAGNOSTICS, redact(f"{result.cause_line} (bundle {record.path})"))
             )
 
     async def _event_loop(self) -> None:
@@ -168,7 +174,7 @@ class IncidentRecorder:
     # -- views -----------------------------------------------------------------
     async def incidents_json(self) -> dict[str, object]:
         records = await self.store.incidents_async() if self.store is not None else []
-        return incidents_payload(records)
+        return redact_document(incidents_payload(records))
 
     def routes(self) -> list[web.RouteDef]:
         async def incidents(_request: web.Request) -> web.Response:

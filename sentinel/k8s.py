@@ -18,6 +18,10 @@ identity) sentinel logs one line and posts nothing. A failed post (RBAC, API
 down) is logged and returned, never raised: an Event is a courtesy, the
 verdict does not wait for it.
 
+Every message is redacted before it is built into an Event: a cause line
+quotes a process title, and an Event is readable by anyone who may list
+events in the namespace.
+
 The client is synchronous; :meth:`EventReporter.post` runs it in a worker
 thread with a request timeout so the event loop is never blocked.
 """
@@ -33,11 +37,13 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-import structlog
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-log = structlog.get_logger(__name__)
+from sentinel.telemetry.logging import get_logger
+from sentinel.telemetry.redact import redact
+
+log = get_logger(__name__)
 
 COMPONENT = "sentinel"
 MESSAGE_LIMIT = 1024  # bytes; the API server's limit for an Event note
@@ -104,7 +110,11 @@ def build_event(
     count: int = 1,
     event_type: str = "Warning",
 ) -> Any:
-    """The ``CoreV1Event`` for ``pod``, named like the kubelet names its own (``pod.<hex ns>``)."""
+    """The ``CoreV1Event`` for ``pod``, named like the kubelet names its own (``pod.<hex ns>``).
+
+    The message is redacted here, the one place every Event body is made, and
+    before it is cut, so a cut cannot leave the head of a secret behind.
+    """
     stamp = f"{int(now.timestamp() * 1e9):x}"
     name = f"{pod.name[: NAME_LIMIT - len(stamp) - 1]}.{stamp}"
     return client.CoreV1Event(
@@ -119,7 +129,7 @@ def build_event(
             uid=pod.uid,
         ),
         reason=str(reason),
-        message=truncate_message(message),
+        message=truncate_message(redact(message)),
         type=event_type,
         source=client.V1EventSource(component=COMPONENT, host=pod.node),
         reporting_component=COMPONENT,

@@ -15,9 +15,11 @@ keep answering probes while it runs:
   ``/livez`` is never blocked.
 - :func:`capture` never raises: a section that fails or runs out of time
   records its own error and the others still land.
-- Everything is redacted on the way out: secret flags and variables by name,
-  and the secret values found in any process's argv or environment wherever
-  else they appear.
+- Everything is redacted on the way out (:mod:`sentinel.telemetry.redact`):
+  secrets by name and by shape, and the secret values found in any process's
+  argv or environment, or in the config, wherever else they appear. The cause
+  line is redacted where it is made, because it quotes a process title and
+  travels on to the log, ``/incidents``, ``/status`` and the Event.
 """
 
 from __future__ import annotations
@@ -30,16 +32,21 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
-import structlog
-
 from sentinel import __version__
 from sentinel.canary.result import CanaryResult
 from sentinel.diagnostics import cgroup, gpu, procs, stacks
 from sentinel.diagnostics.cause import Cause, CauseClass, classify
-from sentinel.telemetry.redact import SecretScrubber, redact_argv, secret_values_in_argv
+from sentinel.telemetry.logging import get_logger
+from sentinel.telemetry.redact import (
+    SecretScrubber,
+    redact,
+    redact_argv,
+    secret_values_in_argv,
+    secret_values_in_value,
+)
 
 _T = TypeVar("_T")
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 DEFAULT_BUDGET_S = 8.0
 DEFAULT_CPU_WINDOW_S = 0.5
@@ -98,7 +105,7 @@ async def capture(context: DiagnosticsContext) -> Incident:
     started_wall = datetime.now(UTC)
     started = time.monotonic()
     deadline = started + context.budget_s
-    scrubber = SecretScrubber()
+    scrubber = SecretScrubber(secret_values_in_value(context.config))
     sections: dict[str, Any] = {}
     timings: dict[str, float] = {}
 
@@ -159,6 +166,9 @@ async def capture(context: DiagnosticsContext) -> Incident:
         cause = classify(procs.observations_from_discovery(discovered))
     if "discovery" in sections:  # discovery itself failed: we do not know
         cause = Cause(cause.cause, f"{cause.summary} (process discovery failed)", cause.pid)
+    for item in discovered:
+        scrubber.add_all(secret_values_in_argv(item.cmdline))
+    cause = Cause(cause.cause, scrubber.scrub_text(redact(cause.summary)), cause.pid)
 
     incident_id = incident_id_for(started_wall, context.trigger.kind)
 
@@ -187,8 +197,6 @@ async def capture(context: DiagnosticsContext) -> Incident:
             "section_errors": sections,
             "section_durations_s": timings,
         }
-        for item in discovered:
-            scrubber.add_all(secret_values_in_argv(item.cmdline))
         safe: dict[str, Any] = scrubber.scrub(bundle)
         return safe, scrubber.scrub_text(render_summary(safe))
 

@@ -12,7 +12,10 @@ Owns the layout under the diagnostics directory::
 
 Each incident is written to a hidden temporary directory and renamed into
 place, so a reader (``/incidents``, an operator's ``ls``, a crash mid-write)
-never sees half a bundle. Retention keeps at most ``max_count`` incidents and
+never sees half a bundle. Everything written, and every summary read back,
+passes :func:`sentinel.telemetry.redact.redact`: a bundle made by an older
+version, or by a caller that skipped redaction, still leaks nothing through
+the store. Retention keeps at most ``max_count`` incidents and
 ``max_total_bytes`` on disk, removing the oldest first; the newest incident
 is always kept even when it alone exceeds the size limit.
 
@@ -35,11 +38,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import structlog
-
 from sentinel.diagnostics.bundle import Incident
+from sentinel.telemetry.logging import get_logger
+from sentinel.telemetry.redact import redact
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 BUNDLE_FILE = "bundle.json"
 SUMMARY_FILE = "summary.txt"
@@ -95,14 +98,14 @@ class IncidentStore:
         tmp = Path(tempfile.mkdtemp(prefix=f"{_TMP_PREFIX}{incident.id}-", dir=self.root))
         try:
             (tmp / BUNDLE_FILE).write_text(
-                json.dumps(incident.bundle, indent=1, default=str, sort_keys=False)
+                json.dumps(redact(incident.bundle), indent=1, default=str, sort_keys=False)
             )
-            (tmp / SUMMARY_FILE).write_text(incident.summary)
+            (tmp / SUMMARY_FILE).write_text(redact(incident.summary))
             index = {
                 "started_at": incident.started_at,
                 "trigger": incident.trigger.kind,
                 "cause": incident.cause.value,
-                "summary": incident.cause_line,
+                "summary": redact(incident.cause_line),
                 "duration_s": incident.duration_s,
             }
             (tmp / INDEX_FILE).write_text(json.dumps(index))
@@ -203,7 +206,7 @@ class IncidentStore:
             started_at=meta.get("started_at"),
             trigger=meta.get("trigger"),
             cause=meta.get("cause"),
-            summary=str(meta.get("summary") or ""),
+            summary=redact(str(meta.get("summary") or "")),
             duration_s=meta.get("duration_s"),
             size_bytes=_size(path),
         )

@@ -543,3 +543,22 @@ def structlog_processor(
 
 # Keys structlog and the stdlib bridge keep for themselves: objects, not text.
 _LOG_INTERNALS = frozenset({"_record", "_from_structlog", "exc_info", "_logger", "_name"})
+
+
+def secret_values_in_value(value: Any) -> list[str]:
+    """String values under secret-named keys of a nested value (a config), for a scrubber.
+
+    The configured API key is the case in point: once known, it is removed
+    from an error body that echoes it back under an innocent name.
+    """
+    found: list[str] = []
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            if isinstance(key, str) and is_secret_name(key) and isinstance(item, str) and item:
+                found.append(item)
+            else:
+                found.extend(secret_values_in_value(item))
+    elif isinstance(value, list | tuple):
+        for item in value:
+            found.extend(secret_values_in_value(item))
+    return found
