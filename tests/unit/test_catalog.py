@@ -10,7 +10,9 @@ import pytest
 import yaml
 
 from sentinel.canary.result import CanaryKind
-from sentinel.catalog import CatalogError, default_directory, load_catalog
+from sentinel.catalog import CatalogError, apply_overrides, default_directory, load_catalog
+from sentinel.config import CanaryOverride
+from sentinel.verdict import Action
 
 ASSET = Path(str(default_directory().joinpath("assets", "canary.png")))
 
@@ -201,11 +203,46 @@ def test_disabled_specs_do_not_count_as_kinds(tmp_path: Path) -> None:
     assert len(catalog.specs) == 2
 
 
+def test_overrides_change_only_the_canaries_they_name() -> None:
+    catalog = load_catalog()
+    overrides = {"structured": CanaryOverride(interval=20.0, policy=Action.ALERT, enabled=False)}
+    specs = {s.name: s for s in apply_overrides(catalog.enabled(), overrides)}
+    structured = specs["structured"]
+    assert (structured.interval, structured.policy, structured.enabled) == (20.0, "alert", False)
+    assert type(structured.policy) is str
+    assert structured.deadline == catalog.get("structured").deadline
+    assert specs["text"] == catalog.get("text")
+
+
+def test_an_override_of_no_canary_is_a_catalog_error_naming_it() -> None:
+    catalog = load_catalog()
+    overrides = {"txet": CanaryOverride(interval=1.0), "text": CanaryOverride(interval=2.0)}
+    with pytest.raises(CatalogError) as caught:
+        apply_overrides(catalog.enabled(), overrides, source="sentinel.yaml")
+    assert (caught.value.file, caught.value.key) == ("sentinel.yaml", "canaries")
+    assert "no canary named 'txet' in the catalog" in caught.value.problem
+    assert "(it has multimodal, structured, text)" in caught.value.problem
+
+
 def test_empty_and_missing_directories_are_refused(tmp_path: Path) -> None:
     with pytest.raises(CatalogError, match="no canary files"):
         load_catalog(tmp_path)
     with pytest.raises(CatalogError, match="not a directory"):
         load_catalog(tmp_path / "absent")
+
+
+def test_catalog_reaches_canary_code_only_through_the_registry_and_the_spec() -> None:
+    import ast
+
+    import sentinel.catalog as module
+
+    tree = ast.parse(Path(module.__file__).read_text())
+    canary = {
+        node.module
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("sentinel.canary")
+    }
+    assert canary == {"sentinel.canary.kinds", "sentinel.canary.spec"}
 
 
 def test_catalog_module_does_no_network_or_event_loop_io() -> None:
