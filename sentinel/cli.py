@@ -17,8 +17,7 @@ from typing import Any
 
 from sentinel import __version__
 from sentinel.config import ConfigError, Settings, env_name, load_settings
-
-EXIT_OK, EXIT_UNHEALTHY, EXIT_USAGE = 0, 1, 2
+from sentinel.exitcode import ExitCode
 
 
 def _bool(value: str) -> bool:
@@ -137,15 +136,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             return doctor_main(args)
     except ConfigError as exc:
         print(f"sentinel {command}: configuration error:\n{exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return ExitCode.USAGE
     except KeyboardInterrupt:
-        return 130
+        return ExitCode.INTERRUPTED
     raise AssertionError(f"unhandled command {command}")
 
 
 def _configure_logging(settings: Settings) -> None:
-    from sentinel.telemetry.redact import structlog_processor
     from sentinel.telemetry.logging import configure_logging
+    from sentinel.telemetry.redact import structlog_processor
 
     configure_logging(
         settings.log_level, renderer=settings.log_format, redactors=[structlog_processor]
@@ -161,10 +160,8 @@ def _run(args: argparse.Namespace) -> int:
         from sentinel.daemon import Daemon
 
         daemon = Daemon(settings)
-    except CatalogError as exc:
+    except CatalogError as exc:  # the catalog, or a config override naming no canary in it
         raise ConfigError(str(exc)) from None
-    except KeyError as exc:
-        raise ConfigError(f"canaries: no canary named {exc.args[0]} in the catalog") from None
     return asyncio.run(_serve(daemon))
 
 
@@ -183,27 +180,22 @@ async def _serve(daemon: Any) -> int:
 
         for exc in failures:
             get_logger("sentinel").error("sentinel_failed", error=repr(exc), exc_info=exc)
-        return EXIT_UNHEALTHY
-    return EXIT_OK
+        return ExitCode.UNHEALTHY
+    return ExitCode.OK
 
 
 def _check_config(path: Path) -> int:
-    from sentinel.catalog import CatalogError, load_catalog
-    from sentinel.scheduler import apply_overrides
+    from sentinel.catalog import CatalogError, apply_overrides, load_catalog
 
     settings = load_settings(path, env={}, flags={})
     try:
         catalog = load_catalog(settings.probes)
-        specs = apply_overrides(catalog.enabled(), settings.canaries)
+        specs = apply_overrides(catalog.enabled(), settings.canaries, str(path))
     except CatalogError as exc:
         raise ConfigError(str(exc)) from None
-    except KeyError as exc:
-        raise ConfigError(
-            f"{path}: canaries: no canary named {exc.args[0]} in the catalog"
-        ) from None
-    names = ", ".join(f"{s.name} ({s.kind.value}, every {s.interval:g}s)" for s in specs)
+    names = ", ".join(f"{s.name} ({s.kind}, every {s.interval:g}s)" for s in specs)
     print(f"{path}: ok; target {settings.target}; canaries: {names}")
-    return EXIT_OK
+    return ExitCode.OK
 
 
 if __name__ == "__main__":

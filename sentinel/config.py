@@ -211,20 +211,39 @@ def _describe(exc: ValidationError, origin: Mapping[str, str], config_file: Path
     return "\n".join(lines)
 
 
-def read_api_key(settings: Settings, env: Mapping[str, str] | None = None) -> str | None:
-    """The target's API key from the key file, else ``SENTINEL_API_KEY``; never logged."""
+def read_api_key(
+    source: Settings | Path | None = None, env: Mapping[str, str] | None = None
+) -> str | None:
+    """The target's API key: the key file, else ``SENTINEL_API_KEY``; never logged.
+
+    The one reader for the daemon and ``sentinel probe``. ``source`` is the
+    settings (their ``api_key_file``) or a key file named directly (``probe
+    --api-key-file``); without one, ``SENTINEL_API_KEY_FILE`` names the file.
+    A key file is read the way secret mounts and editors write it: a UTF-8
+    byte-order mark and surrounding whitespace (the trailing newline) are not
+    part of the key. A file of more than one line is refused rather than sent
+    whole, since no server would accept it and the error would name neither
+    the file nor the cause; the message names the file, never its content.
+    """
     env = os.environ if env is None else env
-    if settings.api_key_file is not None:
-        try:
-            key = settings.api_key_file.read_text(encoding="utf-8").strip()
-        except OSError as exc:
-            raise ConfigError(
-                f"api_key_file: cannot read {settings.api_key_file}: {exc.strerror or exc}"
-            ) from None
-        if not key:
-            raise ConfigError(f"api_key_file: {settings.api_key_file} is empty")
-        return key
-    return env.get(ENV_PREFIX + "API_KEY") or None
+    key_file = source.api_key_file if isinstance(source, Settings) else source
+    if key_file is None and env.get(ENV_PREFIX + "API_KEY_FILE"):
+        key_file = Path(env[ENV_PREFIX + "API_KEY_FILE"])
+    if key_file is None:
+        return env.get(ENV_PREFIX + "API_KEY") or None
+    try:
+        text = key_file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else "not UTF-8 text"
+        raise ConfigError(f"api_key_file: cannot read {key_file}: {reason}") from None
+    key = text.removeprefix("\ufeff").strip()
+    if not key:
+        raise ConfigError(f"api_key_file: {key_file} is empty")
+    if len(key.splitlines()) > 1:
+        raise ConfigError(
+            f"api_key_file: {key_file} holds more than one line; it must hold the key alone"
+        )
+    return key
 
 
 def effective_config(settings: Settings) -> dict[str, Any]:

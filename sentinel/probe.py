@@ -12,7 +12,6 @@ import argparse
 import asyncio
 import io
 import json
-import os
 import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -29,10 +28,9 @@ from sentinel.canary.kinds import KINDS
 from sentinel.canary.result import CanaryKind, CanaryResult, Reason
 from sentinel.canary.runner import CanaryRunner, ModelResolutionError
 from sentinel.catalog import Catalog, CatalogError, load_catalog
+from sentinel.config import ConfigError, read_api_key
+from sentinel.exitcode import ExitCode
 
-EXIT_HEALTHY = 0
-EXIT_UNHEALTHY = 1
-EXIT_USAGE = 2
 RESOLVE_DEADLINE = 10.0  # seconds for /v1/models when --timeout is not given
 
 
@@ -134,7 +132,7 @@ async def probe_targets(
 
 
 def exit_code(reports: Iterable[TargetReport]) -> int:
-    return EXIT_HEALTHY if all(r.healthy for r in reports) else EXIT_UNHEALTHY
+    return ExitCode.OK if all(r.healthy for r in reports) else ExitCode.UNHEALTHY
 
 
 def _seconds(value: float | None) -> str:
@@ -242,21 +240,6 @@ def add_probe_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def read_api_key(path: Path | None) -> str | None:
-    """The key: ``--api-key-file``, else ``SENTINEL_API_KEY_FILE``, else ``SENTINEL_API_KEY``."""
-    if path is None and os.environ.get("SENTINEL_API_KEY_FILE"):
-        path = Path(os.environ["SENTINEL_API_KEY_FILE"])
-    if path is not None:
-        try:
-            key = path.read_text(encoding="utf-8").strip()
-        except OSError as exc:
-            raise ProbeUsageError(f"cannot read the API key file {path}: {exc.strerror}") from None
-        if not key:
-            raise ProbeUsageError(f"the API key file {path} is empty")
-        return key
-    return os.environ.get("SENTINEL_API_KEY") or None
-
-
 def probe_main(args: argparse.Namespace) -> int:
     """Run the probe command; 0 all healthy, 1 any unhealthy, 2 usage or configuration error."""
     try:
@@ -273,9 +256,9 @@ def probe_main(args: argparse.Namespace) -> int:
                 catalog=catalog,
             )
         )
-    except (ProbeUsageError, CatalogError) as exc:
+    except (ProbeUsageError, CatalogError, ConfigError) as exc:
         print(f"sentinel probe: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return ExitCode.USAGE
     if args.json:
         print(render_json(reports))
     else:

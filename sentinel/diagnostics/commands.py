@@ -21,8 +21,7 @@ from sentinel.diagnostics import cgroup, procs
 from sentinel.diagnostics.bundle import DEFAULT_BUDGET_S, DiagnosticsContext, Trigger, capture
 from sentinel.diagnostics.doctor import ProbeTimings, fetch_metrics, render_report, run_doctor
 from sentinel.diagnostics.store import IncidentStore, RetentionPolicy
-
-EXIT_USAGE = 2
+from sentinel.exitcode import ExitCode
 
 
 def _add_common(parser: argparse.ArgumentParser) -> None:
@@ -90,7 +89,7 @@ def diagnose_main(args: argparse.Namespace) -> int:
         settings = _settings(args)
     except ConfigError as exc:
         print(f"sentinel diagnose: configuration error:\n{exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return ExitCode.USAGE
 
     async def run() -> int:
         text, error = await fetch_metrics(settings.target)
@@ -115,7 +114,7 @@ def diagnose_main(args: argparse.Namespace) -> int:
         print(incident.cause_line)
         print(f"captured in {incident.duration_s:.2f} s")
         print(f"{record.path}/summary.txt")
-        return 0
+        return ExitCode.OK
 
     return asyncio.run(run())
 
@@ -126,7 +125,7 @@ def doctor_main(args: argparse.Namespace) -> int:
         settings = _settings(args)
     except ConfigError as exc:
         print(f"sentinel doctor: configuration error:\n{exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return ExitCode.USAGE
     timings = ProbeTimings(
         scrape_interval_s=settings.scrape_interval,
         idle_window_s=settings.idle_window,

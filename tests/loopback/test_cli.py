@@ -6,7 +6,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,6 +17,7 @@ import pytest
 
 from sentinel.catalog import default_directory
 from sentinel_sim.launch import SimProcess
+from tests.ports import free_port
 
 
 def sentinel(
@@ -68,6 +68,14 @@ def test_unknown_canary_kind_is_rejected(tmp_path: Path) -> None:
     assert "odd.yaml: kind: unknown canary kind 'audio'" in done.stderr
 
 
+def test_override_of_an_unknown_canary_exits_2_naming_the_file(tmp_path: Path) -> None:
+    config = tmp_path / "sentinel.yaml"
+    config.write_text("canaries: {txet: {interval: 3}}\n", encoding="utf-8")
+    done = sentinel("check-config", str(config))
+    assert done.returncode == 2, done.stderr
+    assert f"{config}: canaries: no canary named 'txet'" in done.stderr
+
+
 def test_check_config_accepts_a_good_file(tmp_path: Path) -> None:
     config = tmp_path / "sentinel.yaml"
     config.write_text("enforce: false\ncanaries: {text: {interval: 3}}\n", encoding="utf-8")
@@ -96,15 +104,8 @@ def test_probe_usage_error_exits_2() -> None:
     assert done.returncode == 2
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 def test_run_serves_and_stops_on_sigterm(sim: SimProcess) -> None:
-    port = _free_port()
+    port = free_port()
     process = subprocess.Popen(
         [
             sys.executable,

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import socket
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +21,7 @@ from sentinel.probe import (
     render_json,
     render_table,
 )
+from tests.ports import free_port
 
 
 def fake_server(*, images: bool = True, hang_structured: bool = False) -> httpx.MockTransport:
@@ -155,7 +155,7 @@ def test_unknown_kind_is_a_usage_error() -> None:
         (["ftp://a"], "not an http(s) URL"),
         (["http://a", "--concurrency", "0"], "--concurrency"),
         (["http://a", "--timeout", "-1"], "--timeout"),
-        (["http://a", "--api-key-file", "/nonexistent/key"], "cannot read the API key file"),
+        (["http://a", "--api-key-file", "/nonexistent/key"], "cannot read /nonexistent/key"),
     ],
 )
 def test_usage_errors_exit_2(
@@ -163,6 +163,17 @@ def test_usage_errors_exit_2(
 ) -> None:
     assert probe_main(parse(*argv)) == 2
     assert message in capsys.readouterr().err
+
+
+def test_api_key_file_of_two_lines_exits_2_without_showing_the_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    key = tmp_path / "key"
+    key.write_text("sk-line-one\nsk-line-two\n", encoding="utf-8")
+    assert probe_main(parse("http://a", "--api-key-file", str(key))) == 2
+    captured = capsys.readouterr()
+    assert f"{key} holds more than one line" in captured.err
+    assert "sk-line" not in captured.err + captured.out
 
 
 def test_bad_probes_dir_exits_2_naming_file_and_key(
@@ -188,9 +199,7 @@ def test_unreachable_target_exits_1_with_json(
 ) -> None:
     monkeypatch.delenv("SENTINEL_API_KEY_FILE", raising=False)
     monkeypatch.setenv("SENTINEL_API_KEY", "sk-env-key")
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     assert probe_main(parse(f"http://127.0.0.1:{port}", "--json", "--timeout", "2")) == 1
     out = capsys.readouterr().out
     document = json.loads(out)

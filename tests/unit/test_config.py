@@ -103,6 +103,38 @@ def test_api_key_from_file_then_env(tmp_path: Path) -> None:
         read_api_key(Settings(api_key_file=key), {})
 
 
+@pytest.mark.parametrize(
+    "content",
+    ["sk-abc\n", "\ufeffsk-abc\n", "  sk-abc \r\n\n", "\ufeff\tsk-abc"],
+    ids=["newline", "bom", "whitespace", "bom-and-tab"],
+)
+def test_api_key_file_drops_bom_and_surrounding_whitespace(tmp_path: Path, content: str) -> None:
+    key = tmp_path / "key"
+    key.write_text(content, encoding="utf-8")
+    assert read_api_key(Settings(api_key_file=key), {}) == "sk-abc"
+    assert read_api_key(key, {}) == "sk-abc"
+
+
+def test_api_key_file_of_several_lines_is_refused_naming_the_file(tmp_path: Path) -> None:
+    key = tmp_path / "key"
+    key.write_text("sk-first-secret\nsk-second-secret\n", encoding="utf-8")
+    with pytest.raises(ConfigError) as caught:
+        read_api_key(Settings(api_key_file=key), {})
+    message = str(caught.value)
+    assert str(key) in message
+    assert "more than one line" in message
+    assert "secret" not in message.replace(str(key), "")
+
+
+def test_api_key_file_from_the_environment(tmp_path: Path) -> None:
+    key = tmp_path / "key"
+    key.write_text("sk-from-env-file\n", encoding="utf-8")
+    env = {"SENTINEL_API_KEY_FILE": str(key), "SENTINEL_API_KEY": "sk-env"}
+    assert read_api_key(None, env) == "sk-from-env-file"
+    with pytest.raises(ConfigError, match="cannot read"):
+        read_api_key(tmp_path / "absent", env)
+
+
 def test_policies_map_onto_the_verdict() -> None:
     s = load_settings(None, {}, {"engine_policy": "alert", "enforce": False})
     policy = s.policy()
