@@ -10,7 +10,6 @@ import asyncio
 import os
 import shutil
 import signal
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,6 +21,7 @@ from chaos.load import LoadConfig, run_load
 from sentinel.catalog import default_directory
 from sentinel_sim.launch import SimProcess
 from tests.loopback.sidecar import Sidecar, eventually, running_sidecar
+from tests.ports import free_port
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -172,15 +172,8 @@ async def test_saturation_never_fails_liveness(policy: str) -> None:
         assert status["priority"]["effective"] is (policy == "priority")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 async def test_server_restart_re_evaluates_startup_without_stale_red() -> None:
-    port = _free_port()
+    port = free_port()
     with SimProcess(scheduling_policy="priority", extra_args=["--port", str(port)]) as first:
         url = first.base_url
         async with running_sidecar(url) as sidecar:

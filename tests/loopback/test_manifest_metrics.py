@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -22,6 +21,7 @@ from typing import TYPE_CHECKING
 import httpx
 import pytest
 
+from tests.ports import free_port
 from tests.unit.test_manifests import all_referenced_metrics, exposed_names
 
 if TYPE_CHECKING:
@@ -33,13 +33,6 @@ pytestmark = pytest.mark.skipif(
 )
 
 DEADLINE_S = 60.0
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 @pytest.fixture

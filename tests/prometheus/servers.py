@@ -13,7 +13,6 @@ import contextlib
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -24,6 +23,8 @@ from typing import Any, TypeVar
 import httpx
 import pytest
 import yaml
+
+from tests.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 MONITORING = ROOT / "manifests" / "components" / "monitoring"
@@ -63,13 +64,6 @@ def tool(name: str) -> str:
     if path is None:
         pytest.skip(f"{name} is not installed: {INSTALL_HINT}")
     return path
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def rule_groups() -> list[dict[str, Any]]:
