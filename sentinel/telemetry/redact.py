@@ -172,8 +172,11 @@ _FLAG_IN_TEXT = re.compile(
 )
 # NAME=value, name: value, name='value' (env dumps, kwargs reprs, exception text).
 _ASSIGN_IN_TEXT = re.compile(
-    r"(?<![\w.-])(?P<name>[A-Za-z_][\w.-]*?)(?P<sep>\s*(?:=|:(?!//))\s*)(?P<q>[\"']?)"
-    r"(?P<value>[^\s\"',&;]+)"
+    r"(?<![\w.-])(?P<name>[A-Za-z_][\w.-]*?)(?:"
+    r"(?P<sep>\s*=\s*)(?P<q>[\"']?)(?P<value>[^\s\"',&;]+)"
+    # "name: value"; a value that is itself followed by ":" is the next name
+    # ("failed: password: x"), so it is not consumed here.
+    r"|(?P<csep>:(?!//)\s*)(?P<cq>[\"']?)(?P<cvalue>[^\s\"',&;:]++)(?!:))"
 )
 _QUOTED_PAIR_IN_TEXT = re.compile(
     r"(?P<q>[\"'])(?P<name>[^\"'\n]+)(?P=q)(?P<sep>\s*:\s*)(?P<vq>[\"'])(?P<value>(?:\\.|(?!(?P=vq)).)*)(?P=vq)"
@@ -202,14 +205,18 @@ def redact_text(text: str) -> str:
         return f"{m['flag']}{m['sep']}{REDACTED}"
 
     def assign(m: re.Match[str]) -> str:
-        value = m["value"]
+        value, sep, quote = (
+            (m["value"], m["sep"], m["q"])
+            if m["sep"] is not None
+            else (m["cvalue"], m["csep"], m["cq"])
+        )
         if (
             not is_secret_name(m["name"])
             or value.startswith(REDACTED)
             or value.lower() in _SCHEME_WORDS
         ):
             return m[0]
-        return f"{m['name']}{m['sep']}{m['q']}{REDACTED}"
+        return f"{m['name']}{sep}{quote}{REDACTED}"
 
     def quoted(m: re.Match[str]) -> str:
         if not is_secret_name(m["name"]) or m["value"] in ("", REDACTED):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -11,13 +12,17 @@ from sentinel.telemetry.redact import (
     REDACTED,
     SecretScrubber,
     is_secret_name,
+    redact,
     redact_argv,
     redact_env,
     redact_headers,
     redact_text,
+    redact_url,
     redact_value,
+    secret_values_in_env,
     structlog_processor,
 )
+from tests import secret_corpus as corpus
 
 
 @pytest.mark.parametrize(
@@ -151,3 +156,103 @@ def test_structlog_processor() -> None:
     assert logs[0]["headers"] == {"Authorization": REDACTED}
     assert logs[0]["api_key"] == REDACTED
     assert logs[0]["n"] == 1
+
+
+# -- by shape, by word parts, and the planted corpus ----------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "secret"),
+    [
+        ("SSH_PASSPHRASE", True),
+        ("GITHUB_PAT", True),
+        ("AUTH", True),
+        ("ANTHROPIC_AUTH", True),
+        ("JWT", True),
+        ("MY_CREDS", True),
+        ("DB_PASS", True),
+        ("REDIS_PWD", True),
+        ("SENTRY_DSN", True),
+        ("X-Amz-Signature", True),
+        ("--passphrase", True),
+        ("clientSecret", True),
+        ("PWD", False),
+        ("KEY_PATH", False),
+        ("--key-file", False),
+        ("--ssl-keyfile", False),
+        ("HF_TOKEN_PATH", False),
+        ("AUTH_TYPE", False),
+        ("pass_config", False),
+        ("author", False),
+        ("--tokenizer", False),
+    ],
+)
+def test_secret_names_by_word_parts(name: str, secret: bool) -> None:
+    assert is_secret_name(name) is secret
+
+
+@pytest.mark.parametrize(
+    ("text", "gone"),
+    [
+        ("proxy at http://user:pw-1234@proxy:3128/x", "pw-1234"),
+        ("s3://AKIAJ7Q2EXAMPLEKEY00:S3-pass-7720@bucket/m", "S3-pass-7720"),
+        ("key AKIAIOSFODNN7EXAMPLE in use", "AKIAIOSFODNN7EXAMPLE"),
+        ("token ghp_R8vK2mQ9xL4tN7wZ1cF5hJ3pB6sD0gY2aE8u", "ghp_R8vK2mQ9x"),
+        ("github_pat_11ABCDEFG0123456789_abcdefghijklmnop", "github_pat_11ABCDEFG"),
+        ("jwt eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jV", "eyJhbGciOiJI"),
+        ("key sk-ant-api03-Qm7Zp2Xk9Lw4Rt6Yv1Nc", "Qm7Zp2Xk9Lw4"),
+        ("slack xoxb-1234567890-0987654321-AbCdEfGh", "xoxb-1234567890"),
+        ("-----BEGIN RSA PRIVATE KEY-----\nMIIEabc123\n-----END RSA PRIVATE KEY-----", "MIIEabc"),
+        ("Proxy-Authorization: Basic dXNlcjpwYXNz", "dXNlcjpwYXNz"),
+        ("failed: password: hunter22x", "hunter22x"),
+        ("kwargs db_pass='dbp-4471-xq'", "dbp-4471-xq"),
+        ("--passphrase Pp-3391-phrase --port 8000", "Pp-3391-phrase"),
+    ],
+)
+def test_text_by_shape(text: str, gone: str) -> None:
+    out = redact_text(text)
+    assert gone not in out, out
+    assert REDACTED in out
+
+
+def test_url_keeps_host_and_path() -> None:
+    url = "http://sentinel:Tg-pass-5512@vllm:8000/v1?api_key=q-9921&model=m"
+    assert redact_url(url) == f"http://{REDACTED}@vllm:8000/v1?api_key={REDACTED}&model=m"
+    assert redact_url("http://127.0.0.1:8000") == "http://127.0.0.1:8000"
+
+
+def test_random_env_values_go_unless_the_name_is_known_harmless() -> None:
+    blob = "Zk9vYmFyQmF6UXV4MTIzNDU2Nzg5MGFiY2RlZg"
+    out = redact_env(
+        {"OPAQUE": blob, "NVIDIA_DRIVER_CAPABILITIES": blob, "WORDS": "compute,utility"}
+    )
+    assert out == {
+        "OPAQUE": REDACTED,
+        "NVIDIA_DRIVER_CAPABILITIES": blob,
+        "WORDS": "compute,utility",
+    }
+
+
+def test_scrubber_remembers_each_line_of_a_multi_line_secret() -> None:
+    scrubber = SecretScrubber(
+        secret_values_in_env({"SENTINEL_API_KEY": "line-one-k1\nline-two-k2"})
+    )
+    assert scrubber.scrub_text("got line-two-k2 back") == f"got {REDACTED} back"
+
+
+def test_the_corpus_through_the_entry_point_leaks_nothing_and_keeps_the_ordinary() -> None:
+    emitted = {
+        "env": redact({"environ": corpus.ENV | corpus.HARMLESS_ENV}),
+        "argv": redact(["vllm", "serve", *corpus.SECRET_ARGV, *corpus.HARMLESS_ARGV]),
+        "config": redact(corpus.CONFIG),
+        "error_body": redact(corpus.ERROR_BODY),
+        "exception": redact(corpus.EXCEPTION_MESSAGE),
+        "target": redact_url(corpus.TARGET_URL),
+    }
+    text = json.dumps(emitted)
+    assert corpus.leaked(text) == []
+    assert len(corpus.SECRETS) >= 40
+    title = " ".join(emitted["argv"])
+    assert [s for s in corpus.SURVIVORS if s not in text and s not in title] == []
+    for name, value in corpus.HARMLESS_ENV.items():
+        assert emitted["env"]["environ"][name] == value
