@@ -17,15 +17,9 @@ from importlib.resources.abc import Traversable
 from typing import Any, Protocol
 
 from sentinel.canary.result import Reason
-from sentinel.canary.spec import (
-    CHAT_ENDPOINT as CHAT_ENDPOINT,
-)
-from sentinel.canary.spec import (
-    COMPLETIONS_ENDPOINT as COMPLETIONS_ENDPOINT,
-)
-from sentinel.canary.spec import (
-    ENDPOINTS as ENDPOINTS,
-)
+
+# Re-exported for the runner, which names the endpoint from here.
+from sentinel.canary.spec import CHAT_ENDPOINT as CHAT_ENDPOINT
 from sentinel.canary.spec import CanaryKind, CanarySpec
 
 

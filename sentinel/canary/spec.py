@@ -15,7 +15,6 @@ from typing import Any, ClassVar, Final, Literal, Self
 
 CHAT_ENDPOINT: Final = "/v1/chat/completions"
 COMPLETIONS_ENDPOINT: Final = "/v1/completions"
-ENDPOINTS = (CHAT_ENDPOINT, COMPLETIONS_ENDPOINT)
 Endpoint = Literal["/v1/chat/completions", "/v1/completions"]
 Policy = Literal["restart", "unready", "alert"]
 
