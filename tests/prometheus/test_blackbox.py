@@ -16,7 +16,8 @@ import httpx
 import pytest
 
 from sentinel_sim.launch import SimProcess
-from tests.prometheus.servers import HERE, Server, free_port, tool
+from tests.ports import free_port
+from tests.prometheus.servers import HERE, Server, tool
 
 CONFIG = HERE / "blackbox.yml"
 # What Prometheus sends with each scrape: blackbox_exporter bounds the probe by it
