@@ -18,7 +18,6 @@ import datetime
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -47,7 +46,8 @@ def _load_all(paths: Sequence[Path]) -> list[Scenario]:
 
 def _run(args: argparse.Namespace) -> int:
     from chaos import report, runner
-    from chaos.runner import RunRecord
+    from chaos.analysis import Summary
+    from chaos.records import RunRecord
     from sentinel.telemetry.logging import configure_logging
 
     console = Console(stderr=True)
@@ -57,9 +57,9 @@ def _run(args: argparse.Namespace) -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     log_file = (out_dir / "sentinel.log").open("w", encoding="utf-8")
     configure_logging("info", renderer="json", stream=log_file)
-    done: list[tuple[dict[str, Any], RunRecord]] = []
+    done: list[tuple[Summary, RunRecord]] = []
 
-    def on_result(summary: dict[str, Any], record: RunRecord) -> None:
+    def on_result(summary: Summary, record: RunRecord) -> None:
         done.append((summary, record))
         report.write(done, out_dir)  # partial report after every scenario
 
@@ -78,7 +78,7 @@ def _run(args: argparse.Namespace) -> int:
     )
     print(paths["markdown"].read_text(encoding="utf-8"))
     console.log(f"report: {paths['json']}, {paths['markdown']}, {paths['png']}")
-    return 0 if all(summary["passed"] for summary, _ in done) else 1
+    return 0 if all(summary.passed for summary, _ in done) else 1
 
 
 def _list(args: argparse.Namespace) -> int:

@@ -26,7 +26,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 from matplotlib.axes import Axes
 
-from chaos.runner import RunRecord
+from chaos.analysis import CANARY_KINDS, Latency, Summary
+from chaos.records import RunRecord
 
 COLORS = {"text": "tab:blue", "structured": "tab:orange", "multimodal": "tab:green"}
 NAIVE_COLOR = "tab:purple"
@@ -41,16 +42,15 @@ def _s(value: Any) -> str:
     return str(value)
 
 
-def _first(values: Sequence[Any]) -> Any:
-    return values[0] if values else None
-
-
-def _p(lat: dict[str, Any], key: str = "p50") -> str:
-    value = lat.get(key)
+def _p(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}"
 
 
-def markdown(summaries: Sequence[dict[str, Any]], title: str = "Chaos scenarios") -> str:
+def _cell(lat: Latency) -> str:
+    return "-" if not lat.count else f"{_p(lat.p50)} / {_p(lat.p99)} ({lat.failed} failed)"
+
+
+def markdown(summaries: Sequence[Summary], title: str = "Chaos scenarios") -> str:
     """The report's table, plus a canary-latency table; all times in seconds."""
     lines = [
         f"## {title}",
@@ -66,30 +66,29 @@ def markdown(summaries: Sequence[dict[str, Any]], title: str = "Chaos scenarios"
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for s in summaries:
-        sen, health, naive = s["sentinel"], s["vllm_health"], s["naive"]
-        result = "pass" if s["passed"] else "**FAIL**"
-        if s.get("error"):
-            result += f" ({s['error'][:60]})"
+        sen, health, naive = s.sentinel, s.vllm_health, s.naive
+        result = "pass" if s.passed else "**FAIL**"
+        if s.error:
+            result += f" ({s.error[:60]})"
         lines.append(
             "| "
             + " | ".join(
                 [
-                    s["name"],
-                    s["target"],
-                    s["fault"],
-                    _s(sen["livez_red_s"])
-                    if s["fault_start_s"] is not None
-                    else f"red samples: {sen['liveness_failed_samples']}",
-                    _s(sen["detection_s"]),
-                    ", ".join(sen["hang_kinds"]) or "-",
-                    _s(health["non_200_s"]),
-                    _s(health["detection_s"]),
-                    _s(naive["tripped_s"])
-                    if s["fault_start_s"] is not None
-                    else f"trips: {naive['trips']}",
-                    _s(naive["detection_s"]),
-                    f"{sen['false_kills']} / {health['false_kills']} / {naive['false_kills']}",
-                    _s(sen["green_again_s"]),
+                    s.name,
+                    s.target,
+                    s.fault,
+                    _s(sen.livez_red_s)
+                    if s.fault_start_s is not None
+                    else f"red samples: {sen.liveness_failed_samples}",
+                    _s(sen.kills.detection_s),
+                    ", ".join(sen.hang_kinds) or "-",
+                    _s(health.non_200_s),
+                    _s(health.kills.detection_s),
+                    _s(naive.tripped_s) if s.fault_start_s is not None else f"trips: {naive.trips}",
+                    _s(naive.kills.detection_s),
+                    f"{sen.kills.false_kills} / {health.kills.false_kills} / "
+                    f"{naive.kills.false_kills}",
+                    _s(sen.green_again_s),
                     result,
                 ]
             )
@@ -104,31 +103,23 @@ def markdown(summaries: Sequence[dict[str, Any]], title: str = "Chaos scenarios"
         "|---|---|---|---|---|",
     ]
     for s in summaries:
-        window = "under_load" if s.get("load") else "all"
+        window = "under_load" if s.load else "all"
         cells = []
-        for kind in ("text", "structured", "multimodal"):
-            lat = s["sentinel"]["canary_latency"].get(kind, {}).get(window, {})
-            if not lat.get("count"):
-                cells.append("-")
-            else:
-                cells.append(f"{_p(lat)} / {_p(lat, 'p99')} ({lat['failed']} failed)")
-        lat = s["naive"]["latency"].get(window, {})
-        cells.append(
-            "-"
-            if not lat.get("count")
-            else f"{_p(lat)} / {_p(lat, 'p99')} ({lat['failed']} failed)"
-        )
-        lines.append(f"| {s['name']} | " + " | ".join(cells) + " |")
-    failed = [(s["name"], c) for s in summaries for c in s.get("checks", []) if not c["ok"]] + [
-        (s["name"], {"check": "run", "detail": s["error"]}) for s in summaries if s.get("error")
+        for kind in CANARY_KINDS:
+            latencies = s.sentinel.canary_latency.get(kind)
+            cells.append("-" if latencies is None else _cell(latencies.window(window)))
+        cells.append(_cell(s.naive.latency.window(window)))
+        lines.append(f"| {s.name} | " + " | ".join(cells) + " |")
+    failed = [(s.name, c.check, c.detail) for s in summaries for c in s.checks if not c.ok] + [
+        (s.name, "run", s.error) for s in summaries if s.error
     ]
     if failed:
         lines += ["", "Failed checks:", ""]
-        lines += [f"- {name}: {c['check']}: {c['detail']}" for name, c in failed]
+        lines += [f"- {name}: {check}: {detail}" for name, check, detail in failed]
     return "\n".join(lines) + "\n"
 
 
-def _shade(ax: Axes, summary: dict[str, Any], record: RunRecord) -> None:
+def _shade(ax: Axes, summary: Summary, record: RunRecord) -> None:
     start = record.fault_start
     if start is not None:
         end = record.fault_end if record.fault_end is not None else record.end
@@ -227,7 +218,7 @@ def _load(ax: Axes, record: RunRecord) -> None:
     ax.legend(loc="upper left", fontsize=6)
 
 
-def scenario_png(summary: dict[str, Any], record: RunRecord, path: Path) -> None:
+def scenario_png(summary: Summary, record: RunRecord, path: Path) -> None:
     """One scenario: canary latency per kind, verdicts and would-be kills, load."""
     fig, axes = plt.subplots(3, 1, figsize=(10, 7), sharex=True, height_ratios=[3, 2, 1.5])
     _latency(axes[0], record, legend=True)
@@ -236,13 +227,13 @@ def scenario_png(summary: dict[str, Any], record: RunRecord, path: Path) -> None
     for ax in axes:
         _shade(ax, summary, record)
     axes[2].set_xlabel("seconds since sentinel started (red: fault window, grey: load)")
-    fig.suptitle(f"{summary['name']}: {summary['fault']} on {summary['target']}", fontsize=10)
+    fig.suptitle(f"{summary.name}: {summary.fault} on {summary.target}", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
 
-def overview_png(runs: Sequence[tuple[dict[str, Any], RunRecord]], path: Path) -> None:
+def overview_png(runs: Sequence[tuple[Summary, RunRecord]], path: Path) -> None:
     """Every scenario in one figure: canary latency over verdict bands, two columns."""
     count = max(1, len(runs))
     columns = 2 if count > 1 else 1
@@ -257,14 +248,14 @@ def overview_png(runs: Sequence[tuple[dict[str, Any], RunRecord]], path: Path) -
         _verdicts(bottom, record)
         for ax in (top, bottom):
             _shade(ax, summary, record)
-        top.set_title(f"{summary['name']} ({summary['target']}): {summary['fault']}", fontsize=9)
+        top.set_title(f"{summary.name} ({summary.target}): {summary.fault}", fontsize=9)
         top.tick_params(labelbottom=False)
     fig.savefig(path, dpi=90, bbox_inches="tight")
     plt.close(fig)
 
 
 def write(
-    runs: Sequence[tuple[dict[str, Any], RunRecord]],
+    runs: Sequence[tuple[Summary, RunRecord]],
     out_dir: Path,
     latest: Path | None = None,
     docs: Path | None = None,
@@ -273,7 +264,7 @@ def write(
     out_dir.mkdir(parents=True, exist_ok=True)
     summaries = [summary for summary, _ in runs]
     document = {
-        "scenarios": summaries,
+        "scenarios": [summary.to_json() for summary in summaries],
         "timelines": {
             record.scenario.name: {
                 "samples": [

@@ -32,6 +32,7 @@ from typing import Any
 import httpx
 import psutil
 
+from chaos.ports import free_port
 from chaos.vllm_engine.faults import FAULT_DIR_ENV, FaultSwitch
 
 ENGINE_TITLE = "VLLM::EngineCore"
@@ -67,12 +68,6 @@ def engine_cpus() -> frozenset[int] | None:
     """
     cpus = sorted(os.sched_getaffinity(0))
     return frozenset(cpus[:-1]) if len(cpus) >= 2 else None
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def port_bindable(port: int) -> bool:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import copy
 import io
+import json
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -13,10 +15,14 @@ import yaml
 from rich.console import Console
 
 from chaos import report
+from chaos.analysis import summarize
 from chaos.naive import NaiveCanary, NaiveResult
-from chaos.prober import KillArithmetic, ProbeSettings
-from chaos.runner import ScenarioRun, SimTarget, summarize
+from chaos.prober import Kill, KillArithmetic, ProbeSettings
+from chaos.records import CanaryPoint, Event, ResultInbox, RunRecord, Sample
+from chaos.runner import ScenarioRun
 from chaos.scenario import MANIFEST, ScenarioError, load_scenario, parse_scenario
+from chaos.targets import SimTarget
+from sentinel.canary.result import CanaryKind, CanaryResult, Reason
 from sentinel.catalog import load_catalog
 
 VALID: dict[str, Any] = {
@@ -133,6 +139,100 @@ def test_naive_canary_trips_once_failures_span_the_hang_window() -> None:
     assert not naive.tripped
 
 
+def _hang_record() -> RunRecord:
+    """A scripted engine hang: fault 10-20 s, /livez red at 14 s, green at 23 s."""
+    scenario = parse_scenario(
+        {
+            **VALID,
+            "fault": {"kind": "engine_hang", "start": 5, "duration": 10},
+            "expect": {"detect_within": 5, "hang_kinds": ["engine"], "green_again_within": 5},
+        },
+        "inline",
+    )
+    record = RunRecord(scenario, ProbeSettings(period=1, timeout=1, failure_threshold=2, grace=2))
+    record.ready_at, record.fault_start, record.fault_end, record.end = 5.0, 10.0, 20.0, 30.0
+    for at in range(5, 30):
+        red = 14 <= at < 23
+        record.samples.append(
+            Sample(float(at), 503 if red else 200, 200, 200, 200, ["engine"] if red else [])
+        )
+    record.canaries = [
+        CanaryPoint("text", 8.0, 0.2, True, "ok"),
+        CanaryPoint("text", 11.0, 1.5, False, "timeout"),
+        CanaryPoint("structured", 12.0, 1.5, False, "timeout"),
+    ]
+    record.kills = {"sentinel": [Kill(16.0, 18.0, 14.0), Kill(3.0, 5.0, 2.0)], "vllm_health": []}
+    record.events = [Event(10.0, "inject")]
+    return record
+
+
+def test_summary_figures_from_a_scripted_record() -> None:
+    summary = summarize(_hang_record())
+    sentinel = summary.sentinel
+    assert sentinel.livez_red_s == 4.0
+    assert sentinel.hang_kinds == ("engine",)
+    assert sentinel.green_again_s == 3.0
+    assert sentinel.first_failed_canary is not None
+    assert (sentinel.first_failed_canary.at_s, sentinel.first_failed_canary.kind) == (2.5, "text")
+    assert sentinel.kills.would_kill_at == (16.0, 3.0)
+    assert (sentinel.kills.detection_s, sentinel.kills.false_kills) == (6.0, 1)
+    text = sentinel.canary_latency["text"]
+    assert (text.all.count, text.all.failed, text.during_fault.count) == (2, 1, 1)
+    assert summary.vllm_health.stayed_200_during_fault
+    assert [c.ok for c in summary.checks] == [True, True, True]
+    assert summary.passed
+
+
+def test_summary_fails_a_check_it_does_not_meet() -> None:
+    record = _hang_record()
+    record.samples = [s for s in record.samples if s.at < 14]  # never red
+    summary = summarize(record)
+    assert not summary.passed
+    assert [c.detail for c in summary.checks if not c.ok] == [
+        "never red",
+        "seen []",
+        "not green again",
+    ]
+
+
+def test_summary_json_keeps_the_report_shape() -> None:
+    doc = summarize(_hang_record()).to_json()
+    assert doc["sentinel"]["detection_s"] == 6.0
+    assert doc["sentinel"]["false_kills"] == 1
+    assert doc["sentinel"]["hang_kinds"] == ["engine"]
+    assert doc["sentinel"]["canary_latency"]["text"]["all"]["count"] == 2
+    assert doc["vllm_health"]["would_kill_at"] == []
+    assert doc["prober"] == {"period": 1, "timeout": 1, "failure_threshold": 2, "grace": 2}
+    assert doc["events"] == [{"at_s": 10.0, "what": "inject"}]
+    assert doc["checks"][0] == {
+        "check": "/livez red within 5s",
+        "ok": True,
+        "detail": "red after 4.0s",
+    }
+    assert json.loads(json.dumps(doc)) == doc
+
+
+def test_result_inbox_hands_over_every_result_once() -> None:
+    inbox = ResultInbox(origin=100.0)
+    results = [
+        CanaryResult("text", CanaryKind.TEXT, Reason.OK, 100.0 + i, 0.1) for i in range(2000)
+    ]
+
+    def write() -> None:
+        for result in results:
+            inbox.put(result)
+
+    writer = threading.Thread(target=write)
+    taken: list[CanaryPoint] = []
+    writer.start()
+    while writer.is_alive():
+        taken += inbox.take()
+    writer.join()
+    taken += inbox.take()
+    assert [p.started for p in taken] == [float(i) for i in range(2000)]
+    assert taken[0] == CanaryPoint("text", 0.0, 0.1, True, "ok")
+
+
 async def test_sim_engine_hang_end_to_end(tmp_path: Path) -> None:
     scenario = parse_scenario(
         {
@@ -166,6 +266,7 @@ async def test_sim_engine_hang_end_to_end(tmp_path: Path) -> None:
     console = Console(file=io.StringIO())
     try:
         await target.start()
+        assert target.sim is not None
         engine_pid = target.sim.engine_pid
         record = await ScenarioRun(scenario, target, tmp_path / "run", console).run()
     finally:
@@ -173,17 +274,20 @@ async def test_sim_engine_hang_end_to_end(tmp_path: Path) -> None:
     assert not psutil.pid_exists(engine_pid) or psutil.Process(engine_pid).status() == "zombie"
     assert record.error is None, record.error
     summary = summarize(record)
-    sentinel, health = summary["sentinel"], summary["vllm_health"]
-    assert summary["passed"], summary["checks"]
-    assert sentinel["livez_red_s"] is not None
-    assert sentinel["livez_red_s"] <= 9
-    assert sentinel["hang_kinds"] == ["engine"]
-    assert sentinel["detection_s"] is not None  # the prober would have killed during the hang
-    assert sentinel["false_kills"] == 0
-    assert health["codes_seen"] == ["200"]
-    assert health["would_kill_at"] == []
-    assert summary["naive"]["false_kills"] == 0
-    assert sentinel["green_again_s"] is not None
+    sentinel, health = summary.sentinel, summary.vllm_health
+    assert summary.passed, summary.checks
+    assert sentinel.livez_red_s is not None
+    assert sentinel.livez_red_s <= 9
+    assert sentinel.hang_kinds == ("engine",)
+    assert sentinel.kills.detection_s is not None  # the prober would have killed during the hang
+    assert sentinel.kills.false_kills == 0
+    assert health.codes_seen == ("200",)
+    assert health.kills.would_kill_at == ()
+    assert summary.naive.kills.false_kills == 0
+    assert sentinel.green_again_s is not None
+    # canary results came over through sentinel's result listener
+    assert {c.kind for c in record.canaries} >= {"text"}
+    assert len({(c.kind, c.started) for c in record.canaries}) == len(record.canaries)
     paths = report.write([(summary, record)], tmp_path / "report", latest=tmp_path / "latest")
     for path in (paths["png"], tmp_path / "report" / "sim-engine-hang-short.png"):
         assert path.stat().st_size > 10_000

@@ -1,0 +1,225 @@
+"""The servers a chaos scenario runs against: the simulated vLLM or a real vLLM.
+
+Each target keeps one port for its whole life, so a restarted server is the same
+target to sentinel, and applies a scenario's fault in its own way (a signal to
+the engine process, the simulator's control port, or the real vLLM's fault
+plugin). The heavy pieces import lazily: a sim-only run never loads the real
+vLLM's environment code.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+import httpx
+
+from chaos.ports import free_port
+from chaos.scenario import Scenario, TargetSpec
+
+if TYPE_CHECKING:
+    from chaos.vllm_engine.server import VllmServer
+    from sentinel_sim.launch import SimProcess
+
+
+class Target(Protocol):
+    """What the runner needs of a server under test."""
+
+    spec: TargetSpec
+    base_url: str
+
+    async def start(self) -> float: ...
+    async def stop(self) -> None: ...
+    async def healthy(self) -> bool: ...
+    async def inject(self, scenario: Scenario) -> str: ...
+    async def clear(self, scenario: Scenario) -> str: ...
+    def alive(self) -> bool: ...
+    async def restart(self) -> float: ...
+
+
+class SimTarget:
+    """The simulated vLLM on a fixed port, so a restarted one is the same target."""
+
+    def __init__(self, spec: TargetSpec, workdir: Path) -> None:
+        self.spec = spec
+        self.port = free_port()
+        self.base_url = f"http://127.0.0.1:{self.port}"
+        self.workdir = workdir
+        self.sim: SimProcess | None = None
+
+    def _new(self) -> SimProcess:
+        from sentinel_sim.launch import SimProcess
+
+        options: dict[str, Any] = dict(self.spec.sim_options)
+        if self.spec.max_num_seqs is not None:
+            options["max_num_seqs"] = self.spec.max_num_seqs
+        return SimProcess(
+            scheduling_policy=self.spec.scheduling_policy,
+            extra_args=["--port", str(self.port)],
+            log_path=self.workdir / "sim.log",
+            **options,
+        )
+
+    def _running(self) -> SimProcess:
+        if self.sim is None:
+            raise RuntimeError("the simulator is not started")
+        return self.sim
+
+    async def start(self) -> float:
+        started = time.monotonic()
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.sim = self._new()
+        await asyncio.to_thread(self.sim.start)
+        return time.monotonic() - started
+
+    async def stop(self) -> None:
+        if self.sim is not None:
+            await asyncio.to_thread(self.sim.stop)
+            self.sim = None
+
+    async def restart(self) -> float:
+        await self.stop()
+        return await self.start()
+
+    def alive(self) -> bool:
+        return self.sim is not None and self.sim.returncode() is None
+
+    async def healthy(self) -> bool:
+        if not self.alive():
+            return False
+        sim = self._running()
+        await asyncio.to_thread(sim.control.clear_all)
+        with contextlib.suppress(OSError):
+            os.kill(sim.engine_pid, signal.SIGCONT)
+        return True
+
+    async def inject(self, scenario: Scenario) -> str:
+        sim, fault = self._running(), scenario.fault
+        if fault.kind == "sigstop":
+            os.kill(sim.engine_pid, signal.SIGSTOP)
+            return f"SIGSTOP VLLM::EngineCore pid {sim.engine_pid}"
+        if fault.kind == "sigkill":
+            os.kill(sim.engine_pid, signal.SIGKILL)
+            return f"SIGKILL VLLM::EngineCore pid {sim.engine_pid}"
+        params: dict[str, Any] = dict(fault.params)  # a fault's own knobs, never a duration
+        await asyncio.to_thread(sim.control.set_fault, fault.kind, **params)
+        return f"fault {fault.kind} {fault.params or ''}".strip()
+
+    async def clear(self, scenario: Scenario) -> str:
+        sim = self._running()
+        if scenario.fault.kind == "sigstop":
+            os.kill(sim.engine_pid, signal.SIGCONT)
+            return "SIGCONT VLLM::EngineCore"
+        await asyncio.to_thread(sim.control.clear_all)
+        return f"fault {scenario.fault.kind} cleared"
+
+
+class VllmTarget:
+    """A real vLLM (CPU build, tiny generated model) on a fixed port."""
+
+    def __init__(self, spec: TargetSpec, workdir: Path) -> None:
+        self.spec = spec
+        self.port = free_port()
+        self.base_url = f"http://127.0.0.1:{self.port}"
+        # absolute: vLLM runs in its log's folder and must find the same fault directory
+        self.workdir = workdir.resolve()
+        self.server: VllmServer | None = None
+
+    def _build(self) -> VllmServer:
+        from chaos.vllm_engine import env as engine_env
+        from chaos.vllm_engine.server import VllmServer
+
+        env = engine_env.ensure_env()
+        model = engine_env.ensure_model(env, self.spec.model)
+        port = self.port
+
+        class FixedPortServer(VllmServer):
+            def command(self) -> list[str]:
+                self.port = port  # the same URL across restarts: sentinel's target is fixed
+                return super().command()
+
+        extra = list(self.spec.extra_args)
+        if self.spec.max_num_seqs is not None:
+            extra += ["--max-num-seqs", str(self.spec.max_num_seqs)]
+        return FixedPortServer(
+            env.python,
+            model,
+            served_model_name=f"tiny-{self.spec.model}",
+            fault_dir=self.workdir / "faults",
+            log_path=self.workdir / "vllm.log",
+            scheduling_policy=self.spec.scheduling_policy,
+            extra_args=extra,
+        )
+
+    def _built(self) -> VllmServer:
+        if self.server is None:
+            raise RuntimeError("the vLLM server is not built")
+        return self.server
+
+    async def start(self) -> float:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        if self.server is None:
+            self.server = await asyncio.to_thread(self._build)
+        server = self.server
+        server.faults.clear_all()
+        await asyncio.to_thread(server.start)
+        return float(await asyncio.to_thread(server.wait_ready, self.spec.start_timeout))
+
+    async def stop(self) -> None:
+        if self.server is not None:
+            await asyncio.to_thread(self.server.stop)
+
+    async def restart(self) -> float:
+        server = self._built()
+        server.faults.clear_all()
+        return float(await asyncio.to_thread(server.restart, self.spec.start_timeout))
+
+    def alive(self) -> bool:
+        return self.server is not None and bool(self.server.alive())
+
+    async def healthy(self) -> bool:
+        if not self.alive():
+            return False
+        server = self._built()
+        server.faults.clear_all()
+        await asyncio.to_thread(server.resume_all)
+
+        def one() -> bool:
+            with httpx.Client(base_url=self.base_url) as client:
+                return server.complete(client, timeout=30.0) is not None
+
+        return await asyncio.to_thread(one)
+
+    def _title(self, scenario: Scenario) -> str:
+        from chaos.vllm_engine.server import ENGINE_TITLE, WORKER_TITLE
+
+        return WORKER_TITLE if scenario.fault.process == "worker" else ENGINE_TITLE
+
+    async def inject(self, scenario: Scenario) -> str:
+        server, fault = self._built(), scenario.fault
+        if fault.kind in ("sigstop", "sigkill"):
+            signum = signal.SIGSTOP if fault.kind == "sigstop" else signal.SIGKILL
+            title = self._title(scenario)
+            pids = server.signal(title, signum)
+            return f"{signum.name} {title} pid {', '.join(map(str, pids))}"
+        params: dict[str, Any] = dict(fault.params)  # a fault's own knobs, never a duration
+        server.faults.set(fault.kind, **params)
+        return f"plugin fault {fault.kind} {fault.params or ''}".strip()
+
+    async def clear(self, scenario: Scenario) -> str:
+        server = self._built()
+        if scenario.fault.kind == "sigstop":
+            title = self._title(scenario)
+            server.signal(title, signal.SIGCONT)
+            return f"SIGCONT {title}"
+        server.faults.clear_all()
+        return f"plugin fault {scenario.fault.kind} cleared"
+
+
+def make_target(spec: TargetSpec, workdir: Path) -> Target:
+    return SimTarget(spec, workdir) if spec.kind == "sim" else VllmTarget(spec, workdir)
