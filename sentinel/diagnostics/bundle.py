@@ -123,7 +123,7 @@ async def capture(context: DiagnosticsContext) -> Incident:
     discovered: list[procs.Discovered] = found or []
 
     # Step 2: everything else at once.
-    async def processes() -> list[procs.ProcessSnapshot]:
+    async def processes() -> list[procs.ProcessRecord]:
         await asyncio.sleep(min(context.cpu_window_s, remaining() / 4))
         return await asyncio.to_thread(procs.describe, discovered, scrubber=scrubber)
 
@@ -146,7 +146,7 @@ async def capture(context: DiagnosticsContext) -> Incident:
         _section(sections, timings, "stacks", stack_dumps, remaining()),
         _section(sections, timings, "gpu", gpu_state, remaining()),
     )
-    snapshots: list[procs.ProcessSnapshot] = snaps or []
+    snapshots: list[procs.ProcessRecord] = snaps or []
 
     threads = [
         cgroup.threads_from_snapshot(s.pid, s.title, s.environ, s.cpu_affinity, s.num_threads)

@@ -1,14 +1,16 @@
 """The one-line cause of a suspected hang, classified from what the kernel says.
 
 Owns the closed :class:`CauseClass` enum and the pure classifier
-:func:`classify`. The inputs are only scheduling state, CPU use over a short
-window and the kernel wait channel of each vLLM process. Stack frames are kept
-out on purpose: a classifier that recognised fault-injection frames would pass
-every chaos test and say nothing about a real hang.
+:func:`classify`. Roles and states are the evidence layer's process
+vocabulary (:mod:`sentinel.evidence.processes`), not a copy of it. The
+inputs are only scheduling state, CPU use over a short window and the kernel
+wait channel of each vLLM process. Stack frames are kept out on purpose: a
+classifier that recognised fault-injection frames would pass every chaos test
+and say nothing about a real hang.
 
 Rules, first match wins (the order goes from "no doubt" to "inferred"):
 
-1. *process gone*: no vLLM process is visible, or one is a zombie, dead or
+1. *process gone*: no vLLM process is visible, or one is a zombie or
    vanished while the bundle was taken.
 2. *process stopped*: a process is stopped (SIGSTOP, or a tracer holds it).
 3. *uninterruptible wait*: a process sleeps in state D, typically inside a GPU
@@ -25,6 +27,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
+from sentinel.evidence.processes import GONE_STATES, ProcessRole, ProcessState
+
 
 class CauseClass(StrEnum):
     ENGINE_BLOCKED = "engine_blocked"
@@ -34,36 +38,12 @@ class CauseClass(StrEnum):
     PROCESS_GONE = "process_gone"
 
 
-class ProcessRole(StrEnum):
-    """What a vLLM process is, told from its title or command line."""
-
-    API_SERVER = "api_server"
-    ENGINE_CORE = "engine_core"
-    WORKER = "worker"
-    OTHER = "other"
-
-
-class ProcessStatus(StrEnum):
-    """A process's scheduling state as the bundle reports it."""
-
-    RUNNING = "running"
-    SLEEPING = "sleeping"
-    IDLE = "idle"
-    STOPPED = "stopped"
-    DISK_WAIT = "disk-wait"
-    ZOMBIE = "zombie"
-    DEAD = "dead"
-    GONE = "gone"  # vanished between discovery and the snapshot
-    UNKNOWN = "unknown"  # unreadable (the reason is recorded beside it)
-
-
 # Percent of one core over the measurement window. A Python loop spinning on one
 # core shows 90-100 %; a process blocked on a queue shows well under 5 %. The
 # threshold sits low enough that a spinning process sharing an oversubscribed
 # core with a neighbour still counts as spinning.
 SPINNING_CPU_PERCENT = 50.0
 
-_GONE = frozenset({ProcessStatus.ZOMBIE, ProcessStatus.DEAD, ProcessStatus.GONE})
 _ENGINE_ROLES = (ProcessRole.ENGINE_CORE, ProcessRole.WORKER)
 
 
@@ -74,7 +54,7 @@ class ProcessObservation:
     pid: int
     title: str
     role: ProcessRole
-    status: ProcessStatus
+    status: ProcessState
     cpu_percent: float | None = None
     wchan: str | None = None
 
@@ -96,14 +76,14 @@ def classify(
         return Cause(CauseClass.PROCESS_GONE, "process gone: no vLLM process is visible")
 
     for proc in _by_role(processes):
-        if proc.status in _GONE:
+        if proc.status in GONE_STATES:
             return Cause(
                 CauseClass.PROCESS_GONE,
                 f"process gone: {_name(proc)} is {proc.status.value}",
                 proc.pid,
             )
     for proc in _by_role(processes):
-        if proc.status is ProcessStatus.STOPPED:
+        if proc.status is ProcessState.STOPPED:
             return Cause(
                 CauseClass.PROCESS_STOPPED,
                 f"process stopped: {_name(proc)} is stopped (SIGSTOP or a tracer); "
@@ -111,7 +91,7 @@ def classify(
                 proc.pid,
             )
     for proc in _by_role(processes):
-        if proc.status is ProcessStatus.DISK_WAIT:
+        if proc.status is ProcessState.DISK_SLEEP:
             return Cause(
                 CauseClass.UNINTERRUPTIBLE_WAIT,
                 f"uninterruptible wait: {_name(proc)} sleeps in state D"

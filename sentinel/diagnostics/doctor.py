@@ -33,7 +33,7 @@ from rich.console import Console
 from rich.table import Table
 
 from sentinel.diagnostics import cgroup, procs
-from sentinel.diagnostics.cause import ProcessRole
+from sentinel.evidence.processes import ProcessRole
 
 PROGRESS_COUNTERS = ("vllm:generation_tokens_total", "vllm:iteration_tokens_total")
 
@@ -285,7 +285,7 @@ async def run_doctor(
     """Gather the inputs (processes, cgroup, one /metrics scrape) and run every check."""
     match = process_match or procs.ProcessMatch()
 
-    def local() -> tuple[list[procs.ProcessSnapshot], cgroup.CgroupSection]:
+    def local() -> tuple[list[procs.ProcessRecord], cgroup.CgroupSection]:
         snaps = procs.describe(procs.discover(match))
         threads = [
             cgroup.threads_from_snapshot(s.pid, s.title, s.environ, s.cpu_affinity, s.num_threads)

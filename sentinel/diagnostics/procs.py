@@ -1,7 +1,9 @@
 """The process-tree section of a bundle: every vLLM process, as psutil sees it.
 
 Owns discovery of vLLM processes for diagnostics (by process title or command
-line, plus their descendants) and the per-process snapshot: pid, parent,
+line, plus their descendants) and the per-process :class:`ProcessRecord`
+(roles, states and vLLM's patterns are the evidence layer's one process
+vocabulary, :mod:`sentinel.evidence.processes`): pid, parent,
 title, status, CPU use over a short window, kernel wait channel, threads, RSS,
 open files, connections, start time and the (redacted) environment.
 
@@ -25,7 +27,14 @@ from typing import Any, TypeVar
 
 import psutil
 
-from sentinel.diagnostics.cause import ProcessObservation, ProcessRole, ProcessStatus
+from sentinel.diagnostics.cause import ProcessObservation
+from sentinel.evidence.processes import (
+    GONE_STATES,
+    VLLM_PATTERNS,
+    ProcessRole,
+    ProcessState,
+    process_state,
+)
 from sentinel.telemetry.redact import (
     SecretScrubber,
     redact_argv,
@@ -36,25 +45,14 @@ from sentinel.telemetry.redact import (
 
 _T = TypeVar("_T")
 
-DEFAULT_TITLES = ("VLLM::EngineCore", "VLLM::Worker")
-DEFAULT_CMDLINES = ("vllm.entrypoints.openai.api_server", "vllm serve", "sentinel_sim")
+# vLLM's own patterns, from the evidence layer's one vocabulary; the
+# ``--process-title`` and ``--process-cmdline`` flags replace them.
+DEFAULT_TITLES = VLLM_PATTERNS.titles
+DEFAULT_CMDLINES = VLLM_PATTERNS.api
 MAX_PROCESSES = 64  # a runaway fork tree must not turn one bundle into thousands of dumps
 MAX_OPEN_FILES = 200
 MAX_TITLE = 240
 MAX_ENV_ANCESTORS = 3
-
-_STATUS = {
-    psutil.STATUS_RUNNING: ProcessStatus.RUNNING,
-    psutil.STATUS_WAKING: ProcessStatus.RUNNING,
-    psutil.STATUS_SLEEPING: ProcessStatus.SLEEPING,
-    psutil.STATUS_IDLE: ProcessStatus.IDLE,
-    psutil.STATUS_PARKED: ProcessStatus.IDLE,
-    psutil.STATUS_DISK_SLEEP: ProcessStatus.DISK_WAIT,
-    psutil.STATUS_STOPPED: ProcessStatus.STOPPED,
-    psutil.STATUS_TRACING_STOP: ProcessStatus.STOPPED,
-    psutil.STATUS_ZOMBIE: ProcessStatus.ZOMBIE,
-    psutil.STATUS_DEAD: ProcessStatus.DEAD,
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,21 +81,8 @@ class ProcessMatch:
 
 
 def role_of(name: str, cmdline: Sequence[str]) -> ProcessRole:
-    joined = " ".join(cmdline) or name
-    head = joined.split(" ", 1)[0]
-    if "EngineCore" in head or "EngineCor" in name:
-        return ProcessRole.ENGINE_CORE
-    if "Worker" in head and head.startswith("VLLM"):
-        return ProcessRole.WORKER
-    if any(pattern in joined for pattern in DEFAULT_CMDLINES):
-        return ProcessRole.API_SERVER
-    return ProcessRole.OTHER
-
-
-def status_of(raw: str | None) -> ProcessStatus:
-    if raw is None:
-        return ProcessStatus.UNKNOWN
-    return _STATUS.get(raw, ProcessStatus.UNKNOWN)
+    """The role by vLLM's own patterns; a matched descendant without one is ``other``."""
+    return VLLM_PATTERNS.classify(name, cmdline) or ProcessRole.OTHER
 
 
 @dataclass(slots=True)
@@ -109,7 +94,7 @@ class Discovered:
     ppid: int | None
     name: str
     cmdline: list[str]
-    status: ProcessStatus
+    status: ProcessState
     raw_status: str | None
     role: ProcessRole
     discovered_at: float
@@ -151,7 +136,7 @@ def _discover_one(proc: psutil.Process) -> Discovered:
         errors["status"] = "gone"
     except (psutil.Error, OSError) as exc:
         errors["status"] = _reason(exc)
-    status = ProcessStatus.GONE if errors.get("status") == "gone" else status_of(raw_status)
+    status = ProcessState.GONE if errors.get("status") == "gone" else process_state(raw_status)
     name = _try(errors, "name", proc.name) or ""
     cmdline = _try(errors, "cmdline", proc.cmdline) or []
     ppid = _try(errors, "ppid", proc.ppid)
@@ -172,15 +157,15 @@ def _discover_one(proc: psutil.Process) -> Discovered:
 
 
 @dataclass(frozen=True, slots=True)
-class ProcessSnapshot:
+class ProcessRecord:
     """One process in the bundle. Secrets in argv and environment are already redacted."""
 
     pid: int
     ppid: int | None
     title: str
     role: ProcessRole
-    status: ProcessStatus  # read before any stack dump ran
-    status_after: ProcessStatus | None  # read again at the end of the CPU window
+    status: ProcessState  # read before any stack dump ran
+    status_after: ProcessState | None  # read again at the end of the CPU window
     cpu_percent: float | None
     cpu_window_s: float
     wchan: str | None
@@ -201,7 +186,7 @@ class ProcessSnapshot:
         # The status read before the dumps is authoritative, except that a
         # process that died during the window is gone, whatever it was before.
         status = self.status
-        if self.status_after in (ProcessStatus.GONE, ProcessStatus.ZOMBIE, ProcessStatus.DEAD):
+        if self.status_after in GONE_STATES:
             status = self.status_after
         return ProcessObservation(
             pid=self.pid,
@@ -218,14 +203,14 @@ def describe(
     *,
     proc_root: Path = Path("/proc"),
     scrubber: SecretScrubber | None = None,
-) -> list[ProcessSnapshot]:
+) -> list[ProcessRecord]:
     """Close the CPU window and read everything else about each discovered process."""
     return [_describe_one(item, proc_root, scrubber) for item in discovered]
 
 
 def _describe_one(
     item: Discovered, proc_root: Path, scrubber: SecretScrubber | None
-) -> ProcessSnapshot:
+) -> ProcessRecord:
     proc = item.process
     errors = dict(item.errors)
     window = max(time.monotonic() - item.discovered_at, 0.0)
@@ -233,9 +218,9 @@ def _describe_one(
     after_raw: str | None = None
     try:
         after_raw = proc.status()
-        status_after: ProcessStatus | None = status_of(after_raw)
+        status_after: ProcessState | None = process_state(after_raw)
     except psutil.NoSuchProcess:
-        status_after = ProcessStatus.GONE
+        status_after = ProcessState.GONE
     except (psutil.Error, OSError):
         status_after = None
 
@@ -252,7 +237,7 @@ def _describe_one(
     memory = _try(errors, "memory_info", proc.memory_info)
     created = _try(errors, "create_time", proc.create_time)
     title = title_of(item.name, item.cmdline)
-    return ProcessSnapshot(
+    return ProcessRecord(
         pid=item.pid,
         ppid=item.ppid,
         title=title,
@@ -341,7 +326,7 @@ def observations_from_discovery(discovered: Sequence[Discovered]) -> list[Proces
     ]
 
 
-def snapshot_json(snapshot: ProcessSnapshot) -> dict[str, Any]:
+def snapshot_json(snapshot: ProcessRecord) -> dict[str, Any]:
     from dataclasses import asdict
 
     return asdict(snapshot)

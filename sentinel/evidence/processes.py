@@ -25,20 +25,33 @@ import psutil
 
 
 class ProcessRole(StrEnum):
-    API = "api"
-    ENGINE = "engine"
+    """What a vLLM process is, told from its title or command line.
+
+    The one role vocabulary: the watcher, ``/status``, diagnostics bundles and
+    the cause classifier all speak it.
+    """
+
+    API_SERVER = "api_server"
+    ENGINE_CORE = "engine_core"
     WORKER = "worker"
+    OTHER = "other"  # a descendant of a vLLM process with no role of its own
 
 
 class ProcessState(StrEnum):
-    """A process's scheduling state, reduced to what the verdict distinguishes."""
+    """A process's scheduling state, reduced to what the verdict and bundles distinguish."""
 
     RUNNING = "running"
     SLEEPING = "sleeping"
-    DISK_SLEEP = "disk-sleep"
+    IDLE = "idle"  # the kernel's idle sleep (I); as alive as sleeping
+    DISK_SLEEP = "disk-sleep"  # uninterruptible (D): inside a driver call or on I/O
     STOPPED = "stopped"  # SIGSTOP or a tracer: alive but makes no progress
     ZOMBIE = "zombie"
-    GONE = "gone"  # seen earlier behind the same API server, no longer there
+    GONE = "gone"  # seen earlier (or a moment ago) and no longer there
+    UNKNOWN = "unknown"  # unreadable or a kernel state psutil does not name
+
+
+# States of a process that can never make progress again.
+GONE_STATES = frozenset({ProcessState.ZOMBIE, ProcessState.GONE})
 
 
 class SchedulingPolicy(StrEnum):
@@ -48,22 +61,23 @@ class SchedulingPolicy(StrEnum):
 
 _STATES = {
     psutil.STATUS_RUNNING: ProcessState.RUNNING,
-    psutil.STATUS_SLEEPING: ProcessState.SLEEPING,
-    psutil.STATUS_IDLE: ProcessState.SLEEPING,
     psutil.STATUS_WAKING: ProcessState.RUNNING,
+    psutil.STATUS_SLEEPING: ProcessState.SLEEPING,
+    psutil.STATUS_IDLE: ProcessState.IDLE,
+    psutil.STATUS_PARKED: ProcessState.IDLE,
     psutil.STATUS_DISK_SLEEP: ProcessState.DISK_SLEEP,
     psutil.STATUS_STOPPED: ProcessState.STOPPED,
     psutil.STATUS_TRACING_STOP: ProcessState.STOPPED,
     psutil.STATUS_ZOMBIE: ProcessState.ZOMBIE,
-    psutil.STATUS_DEAD: ProcessState.GONE,
+    psutil.STATUS_DEAD: ProcessState.GONE,  # X: being reaped, about to vanish
 }
 
 
 def process_state(status: str | None) -> ProcessState:
-    """Map a psutil status string; unknown kernel states count as alive and sleeping."""
+    """Map a psutil status string; an unreadable or unnamed state is ``unknown``, not dead."""
     if status is None:
-        return ProcessState.GONE
-    return _STATES.get(status, ProcessState.SLEEPING)
+        return ProcessState.UNKNOWN
+    return _STATES.get(status, ProcessState.UNKNOWN)
 
 
 COMM_LENGTH = 15  # Linux TASK_COMM_LEN minus the terminating NUL
@@ -71,26 +85,30 @@ COMM_LENGTH = 15  # Linux TASK_COMM_LEN minus the terminating NUL
 
 @dataclass(frozen=True, slots=True)
 class ProcessPatterns:
-    """How vLLM's processes are recognised.
+    """How vLLM's processes are recognised: the one set of patterns.
 
-    The API server by a substring of its joined command line; the engine and
-    workers by their process title (vLLM sets ``VLLM::EngineCore`` and
-    ``VLLM::Worker``, with suffixes such as ``_DP0`` or ``_TP1``).
+    The API server by a substring of its joined command line (vLLM's own:
+    ``python -m vllm.entrypoints.openai.api_server`` or ``vllm serve``); the
+    engine and workers by their process title (vLLM sets ``VLLM::EngineCore``
+    and ``VLLM::Worker``, with suffixes such as ``_DP0`` or ``_TP1``). Only
+    real vLLM is named here: a simulator or a test is recognised by wearing
+    the same command line or title, or by patterns passed in.
     """
 
-    api: tuple[str, ...] = (
-        "vllm.entrypoints.openai.api_server",
-        "vllm serve",
-        "sentinel_sim",
-    )
+    api: tuple[str, ...] = ("vllm.entrypoints.openai.api_server", "vllm serve")
     engine: tuple[str, ...] = ("VLLM::EngineCore",)
     worker: tuple[str, ...] = ("VLLM::Worker",)
+
+    @property
+    def titles(self) -> tuple[str, ...]:
+        """The process titles of the engine side, engine first."""
+        return self.engine + self.worker
 
     def classify(self, name: str, cmdline: Sequence[str]) -> ProcessRole | None:
         """The role a process plays, judged by its name and command line."""
         title = cmdline[0] if cmdline else ""
         for role, patterns in (
-            (ProcessRole.ENGINE, self.engine),
+            (ProcessRole.ENGINE_CORE, self.engine),
             (ProcessRole.WORKER, self.worker),
         ):
             # The kernel keeps only COMM_LENGTH characters of a name, and a
@@ -99,8 +117,11 @@ class ProcessPatterns:
                 return role
         joined = " ".join(cmdline)
         if any(p in joined for p in self.api):
-            return ProcessRole.API
+            return ProcessRole.API_SERVER
         return None
+
+
+VLLM_PATTERNS = ProcessPatterns()
 
 
 def scheduling_policy(cmdline: Sequence[str]) -> SchedulingPolicy | None:
@@ -193,7 +214,9 @@ class _Row:
             pid=self.pid,
             role=role,
             name=self.name,
-            state=process_state(self.status),
+            # psutil reports no status for a process it could not read at all,
+            # which in a shared PID namespace means it vanished while listed.
+            state=ProcessState.GONE if self.status is None else process_state(self.status),
             create_time=self.create_time,
             ppid=self.ppid,
             cpu_seconds=self.cpu_seconds,
@@ -273,13 +296,15 @@ class ProcessWatcher:
         apis = [
             row
             for row in rows
-            if roles[row.pid] is ProcessRole.API
-            and not any(roles.get(a) is ProcessRole.API for a in _ancestors(row.pid, parents))
+            if roles[row.pid] is ProcessRole.API_SERVER
+            and not any(
+                roles.get(a) is ProcessRole.API_SERVER for a in _ancestors(row.pid, parents)
+            )
         ]
         if len(apis) > 1 and self.listen_port is not None:
             apis = [row for row in apis if _listens_on(row.pid, self.listen_port)] or apis
         api_row = min(apis, key=lambda r: (r.create_time, r.pid), default=None)
-        api = None if api_row is None else api_row.info(ProcessRole.API)
+        api = None if api_row is None else api_row.info(ProcessRole.API_SERVER)
 
         identity = None if api is None else (api.pid, api.create_time)
         if identity != self._identity:
@@ -298,9 +323,9 @@ class ProcessWatcher:
             )
 
         engines = [
-            row.info(ProcessRole.ENGINE)
+            row.info(ProcessRole.ENGINE_CORE)
             for row in rows
-            if roles[row.pid] is ProcessRole.ENGINE and belongs(row)
+            if roles[row.pid] is ProcessRole.ENGINE_CORE and belongs(row)
         ]
         workers = [
             row.info(ProcessRole.WORKER)
@@ -316,7 +341,7 @@ class ProcessWatcher:
         ]
         for p in engines + workers:
             self._seen[(p.pid, p.create_time)] = p
-        engines += [p for p in vanished if p.role is ProcessRole.ENGINE]
+        engines += [p for p in vanished if p.role is ProcessRole.ENGINE_CORE]
         workers += [p for p in vanished if p.role is ProcessRole.WORKER]
 
         policy: SchedulingPolicy | None = None

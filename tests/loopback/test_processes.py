@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 import psutil
 import pytest
 
+from sentinel.diagnostics import procs
 from sentinel.evidence.processes import (
     ProcessPatterns,
     ProcessRole,
@@ -133,7 +134,7 @@ async def test_engine_stop_kill_and_reap_are_seen(fake_vllm: FakeVllm) -> None:
     assert snap.scheduling_policy is SchedulingPolicy.PRIORITY
     (engine,) = snap.engines
     assert engine.pid == fake_vllm.engine_pid
-    assert engine.role is ProcessRole.ENGINE
+    assert engine.role is ProcessRole.ENGINE_CORE
     assert engine.name.startswith("VLLM::EngineCor")
     assert snap.workers[0].role is ProcessRole.WORKER
     assert engine.state in {ProcessState.SLEEPING, ProcessState.RUNNING}
@@ -212,10 +213,12 @@ def test_scheduling_policy_from_a_command_line(
 @pytest.mark.parametrize(
     ("name", "cmdline", "role"),
     [
-        ("python", ["python", "-m", "vllm.entrypoints.openai.api_server"], ProcessRole.API),
-        ("vllm", ["/usr/bin/python", "/usr/bin/vllm", "serve", "tiny"], ProcessRole.API),
-        ("python", ["python", "-m", "sentinel_sim", "--port", "0"], ProcessRole.API),
-        ("VLLM::EngineCor", ["VLLM::EngineCore_DP0"], ProcessRole.ENGINE),
+        ("python", ["python", "-m", "vllm.entrypoints.openai.api_server"], ProcessRole.API_SERVER),
+        ("vllm", ["/usr/bin/python", "/usr/bin/vllm", "serve", "tiny"], ProcessRole.API_SERVER),
+        # Only real vLLM is named: a simulator is found by wearing vLLM's command line.
+        ("python", ["python", "-m", "sentinel_sim", "--port", "0"], None),
+        ("VLLM::EngineCor", ["VLLM::EngineCore_DP0"], ProcessRole.ENGINE_CORE),
+        ("VLLM::EngineCor", [], ProcessRole.ENGINE_CORE),  # a zombie keeps only its comm
         ("VLLM::Worker_TP", ["VLLM::Worker_TP1"], ProcessRole.WORKER),
         ("python", ["python", "-m", "http.server"], None),
     ],
@@ -231,5 +234,24 @@ def test_process_states_map_to_the_closed_set() -> None:
     assert process_state(psutil.STATUS_TRACING_STOP) is ProcessState.STOPPED
     assert process_state(psutil.STATUS_ZOMBIE) is ProcessState.ZOMBIE
     assert process_state(psutil.STATUS_DISK_SLEEP) is ProcessState.DISK_SLEEP
-    assert process_state(psutil.STATUS_IDLE) is ProcessState.SLEEPING
-    assert process_state(None) is ProcessState.GONE
+    assert process_state(psutil.STATUS_IDLE) is ProcessState.IDLE
+    assert process_state(psutil.STATUS_DEAD) is ProcessState.GONE
+    assert process_state("a-state-psutil-does-not-name") is ProcessState.UNKNOWN
+    assert process_state(None) is ProcessState.UNKNOWN
+
+
+@pytest.mark.parametrize(
+    ("name", "cmdline"),
+    [
+        ("python", ["python", "-m", "vllm.entrypoints.openai.api_server", "--port", "8000"]),
+        ("VLLM::EngineCor", ["VLLM::EngineCore_DP0"]),
+        ("VLLM::Worker_TP", ["VLLM::Worker_TP1"]),
+        ("python", ["python", "-c", "pass"]),
+    ],
+)
+def test_diagnostics_and_the_watcher_name_roles_alike(name: str, cmdline: list[str]) -> None:
+    """One vocabulary: a bundle and /status never disagree on what a process is."""
+    watcher_role = ProcessPatterns().classify(name, cmdline)
+    assert procs.role_of(name, cmdline) is (watcher_role or ProcessRole.OTHER)
+    matched = procs.ProcessMatch().matches(name, cmdline)
+    assert matched is (watcher_role is not None)

@@ -4,22 +4,17 @@ from __future__ import annotations
 
 import pytest
 
-from sentinel.diagnostics.cause import (
-    CauseClass,
-    ProcessObservation,
-    ProcessRole,
-    ProcessStatus,
-    classify,
-)
+from sentinel.diagnostics.cause import CauseClass, ProcessObservation, classify
+from sentinel.evidence.processes import ProcessRole, ProcessState
 
-S = ProcessStatus
+S = ProcessState
 R = ProcessRole
 
 
 def proc(
     pid: int,
     role: ProcessRole,
-    status: ProcessStatus = S.SLEEPING,
+    status: ProcessState = S.SLEEPING,
     cpu: float | None = 1.0,
     wchan: str | None = "do_epoll_wait",
 ) -> ProcessObservation:
@@ -58,16 +53,22 @@ CASES: list[tuple[str, list[ProcessObservation], CauseClass, int | None]] = [
     ),
     (
         "stopped beats D",
-        [proc(2, R.ENGINE_CORE, S.DISK_WAIT), proc(3, R.WORKER, S.STOPPED)],
+        [proc(2, R.ENGINE_CORE, S.DISK_SLEEP), proc(3, R.WORKER, S.STOPPED)],
         CauseClass.PROCESS_STOPPED,
         3,
+    ),
+    (
+        "an unreadable state is not a dead process",
+        [API, proc(2, R.ENGINE_CORE, S.UNKNOWN, 0.0)],
+        CauseClass.ENGINE_BLOCKED,
+        2,
     ),
     (
         "worker in D state",
         [
             API,
             proc(2, R.ENGINE_CORE),
-            proc(3, R.WORKER, S.DISK_WAIT, 0.0, "os_wait_for_completion"),
+            proc(3, R.WORKER, S.DISK_SLEEP, 0.0, "os_wait_for_completion"),
         ],
         CauseClass.UNINTERRUPTIBLE_WAIT,
         3,
