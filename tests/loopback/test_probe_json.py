@@ -1,0 +1,98 @@
+"""``sentinel probe --json URL | python -m json.tool`` holds for every fault of the simulator.
+
+stdout carries the JSON document and nothing else; whatever sentinel logs
+while probing a broken server goes to stderr. The command runs as a user
+runs it: a real process, piped into ``json.tool``.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from sentinel_sim.faults import Fault
+from sentinel_sim.launch import SimProcess
+
+# (fault, parameters): every fault, both garbage modes; the exit fault last, on its own sim.
+CASES: list[tuple[str, dict[str, Any]]] = [
+    (Fault.ENGINE_HANG.value, {}),
+    (Fault.STRUCTURED_HANG.value, {}),
+    (Fault.MULTIMODAL_HANG.value, {}),
+    (Fault.STREAM_STALL.value, {"after": 1}),
+    (Fault.SLOW_DECODE.value, {"factor": 20}),
+    (Fault.ERROR_5XX.value, {"rate": 1.0}),
+    (Fault.GARBAGE.value, {"mode": "invalid_json"}),
+    (Fault.GARBAGE.value, {"mode": "schema_break"}),
+    (Fault.BLACKHOLE.value, {}),
+]
+PROBE_TIMEOUT_S = 2
+
+
+def probe_piped(url: str) -> subprocess.CompletedProcess[str]:
+    probe = shlex.join(
+        [
+            sys.executable,
+            "-m",
+            "sentinel",
+            "probe",
+            "--json",
+            "--timeout",
+            str(PROBE_TIMEOUT_S),
+            url,
+        ]
+    )
+    tool = shlex.join([sys.executable, "-m", "json.tool"])
+    # The pipeline's status is json.tool's, as a user's shell sees it; the
+    # probe's own status goes to stderr for the assertion below.
+    script = (
+        f'{probe} | {tool}; s=("${{PIPESTATUS[@]}}"); echo "probe-rc=${{s[0]}}" >&2; exit ${{s[1]}}'
+    )
+    return subprocess.run(
+        ["bash", "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+@pytest.fixture(scope="module")
+def sim() -> Iterator[SimProcess]:
+    with SimProcess(max_num_seqs=4) as running:
+        yield running
+
+
+def test_every_fault_case_is_covered() -> None:
+    assert {name for name, _ in CASES} | {Fault.EXIT.value} == {f.value for f in Fault}
+
+
+@pytest.mark.parametrize(("fault", "params"), CASES, ids=lambda c: str(c))
+def test_probe_json_is_only_json(sim: SimProcess, fault: str, params: dict[str, Any]) -> None:
+    sim.control.clear_all()
+    sim.control.set_fault(fault, duration=60, **params)
+    try:
+        result = probe_piped(sim.base_url)
+    finally:
+        sim.control.clear_all()
+    # json.tool fails on any non-JSON line in stdout; probe itself exits 0 or
+    # 1 (healthy or not), never 2 (usage) here.
+    assert result.returncode == 0, (result.stdout[-2000:], result.stderr[-2000:])
+    assert result.stderr.rstrip().endswith(("probe-rc=0", "probe-rc=1")), result.stderr[-2000:]
+    document = json.loads(result.stdout)
+    assert [t["url"] for t in document["targets"]] == [sim.base_url]
+
+
+def test_probe_json_after_the_server_exits() -> None:
+    with SimProcess() as sim:
+        url = sim.base_url
+        sim.control.set_fault(Fault.EXIT.value)
+        sim.wait_exit(timeout=10)
+        result = probe_piped(url)
+    assert result.returncode == 0, (result.stdout[-2000:], result.stderr[-2000:])
+    assert json.loads(result.stdout)["targets"][0]["url"] == url
