@@ -1,5 +1,5 @@
-"""``python -m sentinel_sim``: run the simulated vLLM (see :mod:`sentinel_sim.server`)."""
+"""``python -m sentinel_sim``: run the simulated vLLM (see :mod:`sentinel_sim.app`)."""
 
-from sentinel_sim.server import main
+from sentinel_sim.app import main
 
 raise SystemExit(main())

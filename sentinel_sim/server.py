@@ -1,16 +1,8 @@
-"""The API process: starts the engine child, serves both ports, owns faults and metrics.
+"""The API process's state: the engine child, faults, metrics and requests in flight.
 
-Start-up order: control port first (so faults can be set during a simulated
-model load), then the engine child, then the OpenAI port once the engine says
-it is ready (like vLLM, whose port opens only after the engine is up), then
-one JSON "ready" line on stdout (and ``--ready-file``)::
-
-    {"event": "ready", "port": 8000, "control_port": 8001, "engine_pid": 1234,
-     "api_pid": 1233, "model": "sim-model", "scheduling_policy": "fcfs"}
-
-When the engine dies (SIGKILL, crash) ``/health`` answers 503 for
-``dead_exit_delay`` seconds and the process exits with status 1, as vLLM's
-API server does. SIGTERM or SIGINT stops the engine and exits 0.
+:class:`SimServer` is what the OpenAI routes (:mod:`sentinel_sim.openai_api`)
+and the control routes (:mod:`sentinel_sim.control_api`) act on; the process
+around it (ports, signals, start-up order) is :mod:`sentinel_sim.app`.
 """
 
 from __future__ import annotations
@@ -24,15 +16,11 @@ import signal
 import socket
 import sys
 import threading
-from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-import setproctitle
-from aiohttp import web
-
 from sentinel_sim import ipc
-from sentinel_sim.config import SimConfig, parse_args
+from sentinel_sim.config import SimConfig
 from sentinel_sim.faults import ENGINE_FAULTS, ActiveFault, Fault, FaultSpec, FaultTable
 from sentinel_sim.metrics import VllmMetrics
 from sentinel_sim.model import Reply
@@ -329,103 +317,3 @@ class SimServer:
         self.mm_executor.shutdown(wait=False, cancel_futures=True)
         for task in self._tasks:
             task.cancel()
-
-
-def _ready_line(server: SimServer, port: int, control_port: int) -> str:
-    return json.dumps(
-        {
-            "event": "ready",
-            "port": port,
-            "control_port": control_port,
-            "engine_pid": server.engine_pid,
-            "api_pid": os.getpid(),
-            "model": server.config.model,
-            "scheduling_policy": server.config.scheduling_policy,
-        }
-    )
-
-
-def _write_ready_file(path: str, line: str) -> None:
-    """Atomically, so a watcher never reads half a line."""
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as handle:
-        handle.write(line + "\n")
-    os.replace(tmp, path)
-
-
-def _bound_port(site: web.TCPSite) -> int:
-    server = site._server
-    assert isinstance(server, asyncio.base_events.Server)
-    return int(server.sockets[0].getsockname()[1])
-
-
-async def serve(config: SimConfig) -> int:
-    from sentinel_sim.control_api import build_control_app
-    from sentinel_sim.openai_api import build_openai_app
-
-    server = SimServer(config)
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, server.stopping.set)
-
-    control_runner = web.AppRunner(build_control_app(server), access_log=None, shutdown_timeout=1.0)
-    await control_runner.setup()
-    control_site = web.TCPSite(control_runner, config.control_host, config.control_port)
-    await control_site.start()
-    openai_runner = web.AppRunner(
-        build_openai_app(server), access_log=None, handler_cancellation=True, shutdown_timeout=1.0
-    )
-    await openai_runner.setup()
-    try:
-        await server.start_engine()
-        for spec in config.faults:
-            server.set_fault(spec)
-        openai_site = web.TCPSite(openai_runner, config.host, config.port, backlog=4096)
-        await openai_site.start()
-        line = _ready_line(server, _bound_port(openai_site), _bound_port(control_site))
-        if config.ready_file:
-            _write_ready_file(config.ready_file, line)
-        print(line, flush=True)
-        await server.stopping.wait()
-    except EngineDead as exc:
-        print(f"engine failed to start: {exc}", file=sys.stderr, flush=True)
-        server.exit_code = 1
-    finally:
-        server.mm_gate.set()
-        server.open_gate.set()
-        await server.shutdown_engine()
-        await openai_runner.cleanup()
-        await control_runner.cleanup()
-        server.close()
-    return server.exit_code
-
-
-# vLLM's API server module: sentinel recognises the API process by it on the
-# command line, so the simulator wears it too and production code never has to
-# name a test double.
-VLLM_API_MODULE = "vllm.entrypoints.openai.api_server"
-
-
-def take_vllm_api_title(args: Sequence[str]) -> str:
-    """Retitle this process as vLLM's API server, keeping its arguments.
-
-    The arguments stay because sentinel reads flags such as
-    ``--scheduling-policy`` from the API server's command line. The kernel's
-    short name (``comm``) is put back, so the process is still named as the
-    interpreter that runs it, like a real ``python -m vllm...`` server.
-    """
-    name = setproctitle.getthreadtitle()
-    title = " ".join(["python", "-m", VLLM_API_MODULE, *args])
-    setproctitle.setproctitle(title)
-    if name:
-        setproctitle.setthreadtitle(name)
-    return title
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``python -m sentinel_sim``; ``argv`` None means this process's."""
-    if argv is None:
-        argv = sys.argv[1:]
-        take_vllm_api_title(argv)
-    config = parse_args(argv)
-    return asyncio.run(serve(config))

@@ -12,7 +12,7 @@ import httpx
 import psutil
 import pytest
 
-from sentinel.evidence.processes import ProcessPatterns, ProcessRole
+from sentinel.evidence.processes import ProcessPatterns
 from sentinel_sim.launch import PROCESS_TITLE, SimProcess, SimStartError
 
 
@@ -34,15 +34,20 @@ def test_engine_child_is_titled_like_vllm() -> None:
 
 
 def test_api_process_wears_vllm_api_server_command_line() -> None:
-    """Recognised by vLLM's own pattern alone: nothing in sentinel names the simulator."""
+    """Recognised by vLLM's own patterns alone: nothing in sentinel names the simulator."""
     vllm_only = ProcessPatterns(api=("vllm.entrypoints.openai.api_server",))
+    real_api = vllm_only.classify("python", ["python", "-m", "vllm.entrypoints.openai.api_server"])
+    real_engine = vllm_only.classify("VLLM::EngineCor", ["VLLM::EngineCore"])
+    assert real_api is not None
+    assert real_engine is not None
+    assert real_api != real_engine
     with SimProcess() as sim:
         api = psutil.Process(sim.api_pid)
         assert "sentinel_sim" not in " ".join(api.cmdline())
-        assert vllm_only.classify(api.name(), api.cmdline()) is ProcessRole.API
+        assert vllm_only.classify(api.name(), api.cmdline()) is real_api
         assert api.name().startswith("python"), api.name()
         engine = psutil.Process(sim.engine_pid)
-        assert vllm_only.classify(engine.name(), engine.cmdline()) is ProcessRole.ENGINE
+        assert vllm_only.classify(engine.name(), engine.cmdline()) is real_engine
 
 
 def test_sigstop_engine_freezes_generation_not_health() -> None:
