@@ -210,11 +210,12 @@ def redact_text(text: str) -> str:
             if m["sep"] is not None
             else (m["cvalue"], m["csep"], m["cq"])
         )
-        if (
-            not is_secret_name(m["name"])
-            or value.startswith(REDACTED)
-            or value.lower() in _SCHEME_WORDS
-        ):
+        name = m["name"]
+        if value.startswith(REDACTED) or value.lower() in _SCHEME_WORDS:
+            return m[0]
+        # An upper-case NAME=value is an environment entry: judged as one.
+        env_like = sep.strip() == "=" and name.isupper()
+        if not (is_secret_env(name, value) if env_like else is_secret_name(name)):
             return m[0]
         return f"{m['name']}{sep}{quote}{REDACTED}"
 
@@ -538,13 +539,8 @@ def structlog_processor(
     strings (``format_exc_info``, ``StackInfoRenderer``), so a secret inside an
     exception message is removed from the rendered traceback too.
     """
-    for key, value in list(event_dict.items()):
-        if key in _LOG_INTERNALS:
-            continue
-        if is_secret_name(key) and _is_scalar(value):
-            event_dict[key] = REDACTED
-        else:
-            event_dict[key] = redact_value(value)
+    fields = {k: v for k, v in event_dict.items() if k not in _LOG_INTERNALS}
+    event_dict.update(redact_value(fields))
     return event_dict
 
 

@@ -264,3 +264,23 @@ def test_console_renderer_when_asked() -> None:
 def test_unknown_level_is_rejected() -> None:
     with pytest.raises(ValueError, match="loud"):
         configure_logging("loud", stream=io.StringIO())
+
+
+@pytest.mark.usefixtures("restore_logging")
+def test_unconfigured_commands_log_redacted_lines_to_stderr_only(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # What `sentinel probe` gets: nobody called configure_logging.
+    structlog.reset_defaults()
+    configure_default_logging()
+    try:
+        raise RuntimeError("dial http://u:pw-55123@vllm:8000 failed")
+    except RuntimeError:
+        structlog.get_logger("sentinel.canary").exception("canary_failed", api_key="sk-k-77812")
+    out, err = capsys.readouterr()
+    assert out == ""
+    (event,) = (json.loads(line) for line in err.splitlines())
+    assert event["event"] == "canary_failed"
+    assert "pw-55123" not in err
+    assert "sk-k-77812" not in err
+    assert "RuntimeError" in event["exception"]
