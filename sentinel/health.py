@@ -78,9 +78,6 @@ class HealthState:
         """Record that ``loop`` is alive; it is stale once ``max_gap`` seconds pass."""
         self._heartbeats[loop] = (self._clock(), max_gap)
 
-    def forget(self, loop: str) -> None:
-        self._heartbeats.pop(loop, None)
-
     def sidecar_health(self) -> ProbeAnswer:
         """Whether every registered loop ticked within its allowed gap."""
         now = self._clock()

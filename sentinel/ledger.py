@@ -43,13 +43,6 @@ class KindRecord:
         self.enabled, self.disabled_reason = True, ""
 
 
-@dataclass(slots=True)
-class EpochChange:
-    epoch: int
-    reason: str
-    at: float
-
-
 class Ledger:
     """In-memory evidence about one target server."""
 
@@ -59,7 +52,6 @@ class Ledger:
         self.epoch = 0
         self.epoch_started = now
         self.epoch_reason = "sentinel started"
-        self.epochs: deque[EpochChange] = deque(maxlen=20)
         self.reachable: bool | None = None
         self.model: str | None = None
         self.health_status: int | None = None
@@ -70,7 +62,6 @@ class Ledger:
         self.last_canary_activity = float("-inf")
         self.sends: deque[tuple[float, Mapping[str, float]]] = deque(maxlen=256)
         self.startup_passed = False
-        self.metrics_failing_since: float | None = None
         self._token = 0
 
     # -- epochs -------------------------------------------------------------
@@ -79,7 +70,6 @@ class Ledger:
         self.epoch += 1
         self.epoch_started = now
         self.epoch_reason = reason
-        self.epochs.append(EpochChange(self.epoch, reason, now))
         for record in self.records.values():
             record.clear()
         self.progress.reset()

@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
 from sentinel.canary.result import CanaryKind, CanaryResult, Reason
 from sentinel.canary.runner import CanaryRunner, ModelResolutionError
 from sentinel.catalog import CanarySpec
-from sentinel.config import CanaryOverride
 from sentinel.ledger import Ledger
 from sentinel.telemetry.logging import get_logger
 from sentinel.telemetry.metrics import SentinelMetrics
@@ -30,27 +29,6 @@ ResultHook = Callable[[CanaryResult], None]
 
 DEFAULT_MAX_TOKENS = 16
 DEFAULT_PROMPT_ESTIMATE = 2048.0  # before a canary of the kind succeeded (images cost many)
-
-
-def apply_overrides(
-    specs: tuple[CanarySpec, ...], overrides: dict[str, CanaryOverride]
-) -> tuple[CanarySpec, ...]:
-    """The catalog's specs with the config's per-canary overrides applied."""
-    unknown = sorted(set(overrides) - {s.name for s in specs})
-    if unknown:
-        raise KeyError(", ".join(unknown))
-    out = []
-    for spec in specs:
-        override = overrides.get(spec.name)
-        if override is not None:
-            changes = {
-                k: v for k, v in override.model_dump(exclude_none=True).items() if v is not None
-            }
-            if "policy" in changes:
-                changes["policy"] = str(changes["policy"])
-            spec = replace(spec, **changes)
-        out.append(spec)
-    return tuple(out)
 
 
 class Scheduler:
@@ -66,6 +44,7 @@ class Scheduler:
         idle_window: float,
         configured_model: str | None = None,
         clock: Callable[[], float],
+        sleep: Callable[[float], Awaitable[None]],
         beat: Callable[[str, float], None],
         on_result: ResultHook | None = None,
         rng: random.Random | None = None,
@@ -77,6 +56,7 @@ class Scheduler:
         self.idle_window = idle_window
         self.configured_model = configured_model
         self.clock = clock
+        self.sleep = sleep  # paired with the clock: a virtual clock brings its own sleep
         self.beat = beat
         self.on_result = on_result
         self.rng = rng or random.Random()
@@ -86,13 +66,10 @@ class Scheduler:
         self.control_spec = text[0] if text else None
 
     async def run(self) -> None:
+        """One loop per enabled spec until cancelled; a loop that dies ends them all."""
         async with asyncio.TaskGroup() as group:
             for spec in self.specs:
                 group.create_task(self._loop(spec), name=f"canary:{spec.name}")
-
-    def loop_names(self) -> list[tuple[str, float]]:
-        """(heartbeat name, max gap) of every loop, for ``/healthz``."""
-        return [(f"canary:{s.name}", self._max_gap(s)) for s in self.specs]
 
     @staticmethod
     def _max_gap(spec: CanarySpec) -> float:
@@ -109,7 +86,7 @@ class Scheduler:
             if retry:
                 continue
             delay = spec.interval * (1 + self.rng.uniform(-spec.jitter, spec.jitter))
-            await asyncio.sleep(max(0.0, started + delay - self.clock()))
+            await self.sleep(max(0.0, started + delay - self.clock()))
 
     async def _tick(self, spec: CanarySpec) -> bool:
         """One cadence step; True asks for an immediate retry (a missed deadline)."""

@@ -100,8 +100,13 @@ class GrpcHealthServer:
         """
         seen = self._state.snapshot().version
         while True:
+            # asyncio.timeout, not wait_for: on Python 3.11 wait_for swallows a
+            # cancellation that arrives as the wait completes (a snapshot
+            # published right before the daemon cancels this loop), and the
+            # loop would then outlive shutdown.
             try:
-                snapshot = await asyncio.wait_for(self._state.wait_changed(seen), self._tick)
+                async with asyncio.timeout(self._tick):
+                    snapshot = await self._state.wait_changed(seen)
             except TimeoutError:
                 snapshot = self._state.snapshot()
             seen = snapshot.version

@@ -1,0 +1,246 @@
+"""The evaluator: the single writer of :class:`HealthState`.
+
+Once per evaluation interval it freezes the ledger into evidence, runs the pure
+verdict, and acts on what changed: a new server epoch (forget cached
+baselines, count the restart), a confirmed hang (metric, incident, the phrased
+outcome in the log), a suspicion (opens an incident), flips of the kubelet
+answers (history), and the engine's scheduling policy (the priority report).
+It then builds the ``/status`` document and publishes one snapshot.
+
+It also accounts for time sentinel did not observe: when its own loop did not
+run for a while (CPU starvation, a pause), whatever timed out meanwhile may be
+sentinel's fault, so the verdict counts its windows from then on.
+
+On shutdown it turns readiness red first and keeps it red, so the pod leaves
+its Service before anything else stops.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from typing import Any
+
+from sentinel.canary.result import Reason
+from sentinel.config import Settings
+from sentinel.health import HealthSnapshot, HealthState
+from sentinel.incidents import IncidentRecorder
+from sentinel.ledger import Ledger
+from sentinel.observers import Observations
+from sentinel.serve.status import PriorityReport, Transition, status_document
+from sentinel.telemetry.logging import get_logger
+from sentinel.telemetry.metrics import SentinelMetrics
+from sentinel.verdict import (
+    Action,
+    Evidence,
+    Hang,
+    ProbeAnswer,
+    Verdict,
+    VerdictState,
+    evaluate,
+)
+
+log = get_logger("sentinel.evaluator")
+
+TRANSITIONS_KEPT = 100
+SHUTTING_DOWN = "sentinel is shutting down"
+
+
+class Evaluator:
+    """Judges the ledger and publishes the health snapshot; nothing else writes it."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        ledger: Ledger,
+        state: HealthState,
+        metrics: SentinelMetrics,
+        incidents: IncidentRecorder,
+        observations: Observations,
+        config: Mapping[str, Any],
+        on_server_restart: Callable[[], None] = lambda: None,
+    ) -> None:
+        self.settings = settings
+        self.policy = settings.policy()
+        self.ledger = ledger
+        self.state = state
+        self.metrics = metrics
+        self.incidents = incidents
+        self.observations = observations
+        self.config = config
+        self.on_server_restart = on_server_restart
+        self.verdict_state = VerdictState()
+        self.verdict: Verdict | None = None
+        self.priority = PriorityReport()
+        self.transitions: deque[Transition] = deque(maxlen=TRANSITIONS_KEPT)
+        self.hangs_confirmed = 0
+        self.stalls = 0
+        self.observed_since = float("-inf")
+        self.stall_threshold = max(2.0, settings.eval_interval * 4)
+        self.shutting_down = False
+        self._seen_epoch = ledger.epoch
+        self._last_evaluation: float | None = None
+
+    async def evaluate(self, now: float) -> Verdict:
+        """Judge the ledger at ``now`` and publish the result."""
+        ledger = self.ledger
+        if ledger.epoch != self._seen_epoch:
+            self._seen_epoch = ledger.epoch
+            self.metrics.server_restarted()
+            self.on_server_restart()
+            log.warning("server_restart_seen", epoch=ledger.epoch, reason=ledger.epoch_reason)
+        self._check_own_stall(now)
+        evidence = ledger.evidence(
+            now, freshness=self.settings.evidence_freshness, observed_since=self.observed_since
+        )
+        previous = self.verdict
+        self.verdict_state, verdict = evaluate(self.verdict_state, evidence, self.policy, now)
+        self.verdict = verdict
+        ledger.startup_passed = verdict.startup.ok
+        for hang in verdict.new_hangs:
+            self._hang_confirmed(hang, verdict)
+        found = suspicion(evidence, verdict)
+        if found is not None:
+            self.incidents.suspect(*found)
+        elif not verdict.hangs:
+            self.incidents.all_clear()
+        self._log_transitions(previous, verdict, now)
+        self._update_priority()
+        await self.state.publish(self._snapshot(verdict, now))
+        return verdict
+
+    async def shut_down(self, now: float) -> None:
+        """Turn readiness red now and keep it red for every later evaluation.
+
+        Idempotent: the daemon calls it when asked to stop and again on its
+        way out after a failure.
+        """
+        if self.shutting_down:
+            return
+        self.shutting_down = True
+        log.info("readiness_withdrawn", why=SHUTTING_DOWN)
+        current = self.state.snapshot()
+        await self.state.publish(replace(current, readiness=ProbeAnswer(False, SHUTTING_DOWN, now)))
+
+    def _check_own_stall(self, now: float) -> None:
+        last, self._last_evaluation = self._last_evaluation, now
+        if last is None:
+            return
+        gap = now - last
+        if gap > self.stall_threshold:
+            self.observed_since = now
+            self.stalls += 1
+            log.warning(
+                "sentinel_stalled",
+                seconds=round(gap, 3),
+                why="sentinel's own loop did not run; hang windows restart from now",
+            )
+
+    def _hang_confirmed(self, hang: Hang, verdict: Verdict) -> None:
+        self.metrics.hang_detected(hang.kind)
+        self.hangs_confirmed += 1
+        enforce = self.settings.enforce
+        self.incidents.hang_confirmed(hang, enforce=enforce, braked=verdict.brake_engaged)
+        log.warning(
+            "hang_confirmed",
+            kind=str(hang.kind),
+            action=hang.action.value,
+            outcome=hang_outcome(hang, enforce=enforce, braked=verdict.brake_engaged),
+            reason=hang.reason,
+        )
+
+    def _log_transitions(self, previous: Verdict | None, verdict: Verdict, now: float) -> None:
+        for probe in ("liveness", "readiness", "startup"):
+            answer = getattr(verdict, probe)
+            before = None if previous is None else getattr(previous, probe)
+            if before is None or before.ok != answer.ok:
+                self.transitions.append(Transition(now, probe, answer.ok, answer.reason))
+                log.info("verdict_changed", probe=probe, ok=answer.ok, reason=answer.reason)
+
+    def _update_priority(self) -> None:
+        configured = self.settings.scheduling_policy
+        if configured != "auto":
+            report = PriorityReport(configured, "config")
+        else:
+            snapshot = self.ledger.processes
+            found = None if snapshot is None else snapshot.scheduling_policy
+            report = (
+                PriorityReport()
+                if found is None
+                else PriorityReport(found.value, "engine command line")
+            )
+        if report.policy == self.priority.policy:
+            return
+        self.priority = report
+        if report.policy is None:
+            log.info("priority_unknown", why="no vLLM process visible and none configured")
+        elif report.effective:
+            log.info("priority_effective", policy=report.policy, source=report.source)
+        else:
+            log.warning(
+                "priority_not_effective",
+                policy=report.policy,
+                source=report.source,
+                why="vLLM ignores request priority unless run with --scheduling-policy priority",
+            )
+
+    def _snapshot(self, verdict: Verdict, now: float) -> HealthSnapshot:
+        readiness = verdict.readiness
+        if self.shutting_down:
+            readiness = ProbeAnswer(False, SHUTTING_DOWN, now)
+        incidents = self.incidents
+        return HealthSnapshot(
+            liveness=verdict.liveness,
+            readiness=readiness,
+            startup=verdict.startup,
+            enforce=self.settings.enforce,
+            priority_effective=self.priority.effective,
+            progress_at=self.ledger.progress.last_progress_at,
+            brake_engaged=verdict.brake_engaged,
+            status=status_document(
+                now=now,
+                target=self.settings.target,
+                enforce=self.settings.enforce,
+                config=self.config,
+                ledger=self.ledger,
+                verdict=verdict,
+                episodes=self.verdict_state.episodes,
+                brake_window=self.policy.brake_window,
+                priority=self.priority,
+                stalls=self.stalls,
+                last_scrape_error=self.observations.last_scrape_error,
+                incident=incidents.current,
+                recent_incidents=incidents.recent,
+                transitions=self.transitions,
+            ),
+        )
+
+
+def hang_outcome(hang: Hang, *, enforce: bool, braked: bool) -> str:
+    """What a confirmed hang does to the pod, in words for the log."""
+    if braked:
+        return "brake engaged: unready, not restarting"
+    if hang.action is Action.RESTART and not enforce:
+        return "would restart (observe-only)"
+    return {
+        Action.RESTART: "liveness failing",
+        Action.UNREADY: "readiness failing",
+        Action.ALERT: "alert only",
+    }[hang.action]
+
+
+def suspicion(evidence: Evidence, verdict: Verdict) -> tuple[str, str] | None:
+    """Why a hang is suspected now (a trigger for diagnostics), or None."""
+    if verdict.hangs:
+        hang = verdict.hangs[0]
+        return f"{hang.kind}-hang", hang.reason
+    if evidence.engine_down_since is not None:
+        return "engine-down", evidence.engine_down_detail or "engine process down"
+    if evidence.health_failing_since is not None:
+        return "vllm-health-failing", "vLLM /health is failing"
+    for kind in evidence.kinds.values():
+        if kind.enabled and kind.results and kind.results[-1].reason is Reason.TIMEOUT:
+            return "missed-deadline", f"a {kind.kind} canary missed its deadline"
+    return None

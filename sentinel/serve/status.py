@@ -1,0 +1,172 @@
+"""The ``/status`` document, built by one pure function.
+
+:func:`status_document` reads nothing but its arguments: no clock, no I/O, no
+event loop. Every age in the document is ``now`` minus a time it was given, so
+a table-driven test can pin the whole document at one instant. The evaluator
+calls it once per evaluation and publishes the result inside the health
+snapshot; the HTTP view only serves what was published.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sentinel import __version__
+from sentinel.canary.result import CanaryResult, Reason
+from sentinel.diagnostics.store import IncidentRecord
+from sentinel.evidence.processes import SchedulingPolicy
+from sentinel.incidents import OpenIncident
+from sentinel.ledger import Ledger
+from sentinel.verdict import Verdict
+
+RECENT_RESULTS = 10  # canary results shown per kind
+RECENT_INCIDENTS = 5
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    """One flip of a kubelet-facing answer, kept for the document's history."""
+
+    at: float
+    probe: str
+    ok: bool
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class PriorityReport:
+    """Which scheduling policy the engine runs with, and how sentinel knows."""
+
+    policy: str | None = None  # None: unknown (no process visible, none configured)
+    source: str = "unknown"
+
+    @property
+    def effective(self) -> bool | None:
+        """Whether vLLM honours the canaries' priority (None while unknown)."""
+        return None if self.policy is None else self.policy == SchedulingPolicy.PRIORITY.value
+
+
+def status_document(
+    *,
+    now: float,
+    target: str,
+    enforce: bool,
+    config: Mapping[str, Any],
+    ledger: Ledger,
+    verdict: Verdict,
+    episodes: Iterable[float],
+    brake_window: float,
+    priority: PriorityReport,
+    stalls: int,
+    last_scrape_error: str,
+    incident: OpenIncident | None,
+    recent_incidents: Sequence[IncidentRecord],
+    transitions: Iterable[Transition],
+) -> dict[str, Any]:
+    """The JSON-able ``/status`` body at ``now`` (monotonic seconds, like every time given)."""
+
+    def age(t: float | None) -> float | None:
+        return None if t is None else round(now - t, 3)
+
+    canaries: dict[str, Any] = {}
+    for kind, record in ledger.records.items():
+        results = list(record.results)
+        canaries[str(kind)] = {
+            "enabled": record.enabled,
+            "disabled_reason": record.disabled_reason or None,
+            "action": record.action.value,
+            "outstanding_for": [age(t) for t in record.outstanding.values()],
+            "last": [result_json(r, now) for r in results[-RECENT_RESULTS:]],
+            "passing": bool(results) and results[-1].ok,
+        }
+    processes = ledger.processes
+    return {
+        "version": __version__,
+        "target": target,
+        "model": ledger.model,
+        "enforce": enforce,
+        "server": {
+            "epoch": ledger.epoch,
+            "epoch_age": age(ledger.epoch_started),
+            "epoch_reason": ledger.epoch_reason,
+            "reachable": ledger.reachable,
+            "vllm_health_status": ledger.health_status,
+        },
+        "priority": {
+            "policy": priority.policy,
+            "source": priority.source,
+            "effective": priority.effective,
+        },
+        "evidence": {
+            "progress_signals": list(ledger.progress.signals),
+            "progress_available": bool(ledger.progress.signals),
+            "progress_age": age(ledger.progress.last_progress_at),
+            "real_completion_age": age(ledger.progress.last_real_completion_at),
+            "last_scrape_age": age(ledger.progress.last_sample_at),
+            "last_scrape_error": last_scrape_error or None,
+            "engine_down": ledger.engine_down_detail or None,
+            "processes": None
+            if processes is None
+            else {
+                "api": None
+                if processes.api is None
+                else {"pid": processes.api.pid, "state": processes.api.state.value},
+                "engines": [
+                    {"pid": p.pid, "name": p.name, "role": p.role.value, "state": p.state.value}
+                    for p in processes.engine_processes
+                ],
+            },
+        },
+        "canaries": canaries,
+        "verdict": {
+            "hangs": [
+                {
+                    "kind": str(h.kind),
+                    "action": h.action.value,
+                    "reason": h.reason,
+                    "for": age(h.since),
+                }
+                for h in verdict.hangs
+            ],
+            "brake_engaged": verdict.brake_engaged,
+            "would_restart": verdict.would_restart,
+            "sentinel_stalls": stalls,
+            "hang_episodes_last_hour": len([t for t in episodes if now - t < brake_window]),
+        },
+        "incidents": {
+            "open": None
+            if incident is None
+            else {
+                "trigger": incident.trigger.kind,
+                "reason": incident.trigger.reason,
+                "for": age(incident.opened),
+                "bundle": None if incident.record is None else incident.record.path,
+            },
+            "recent": [r.to_json() for r in recent_incidents[:RECENT_INCIDENTS]],
+        },
+        "history": [
+            {"ago": age(t.at), "probe": t.probe, "ok": t.ok, "reason": t.reason}
+            for t in transitions
+        ],
+        "config": config,
+    }
+
+
+def result_json(result: CanaryResult, now: float) -> dict[str, Any]:
+    """One canary result as the document shows it: ages, not timestamps."""
+    out: dict[str, Any] = {
+        "name": result.name,
+        "ok": result.ok,
+        "reason": result.reason.value,
+        "ago": round(now - result.finished, 3),
+        "duration": round(result.duration, 4),
+    }
+    if result.ttft is not None:
+        out["ttft"] = round(result.ttft, 4)
+    if result.detail:
+        out["detail"] = result.detail
+    if result.reason is not Reason.OK and result.http_status is not None:
+        out["http_status"] = result.http_status
+    return out

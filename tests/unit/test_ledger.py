@@ -1,0 +1,161 @@
+"""The ledger: canary bookkeeping per epoch, restarts, and the evidence it freezes.
+
+Pure and synchronous: every method takes "now", so the times below are the
+whole story.
+"""
+
+from __future__ import annotations
+
+from sentinel.canary.result import CanaryKind, CanaryResult, Reason
+from sentinel.evidence.metrics import MetricsSample
+from sentinel.ledger import HISTORY, Ledger
+from sentinel.verdict import Action
+
+TEXT, STRUCTURED = CanaryKind("text"), CanaryKind("structured")
+
+
+def _ledger(now: float = 0.0) -> Ledger:
+    return Ledger(
+        [(TEXT, Action.RESTART, None), (STRUCTURED, Action.UNREADY, 3.0)],
+        now,
+    )
+
+
+def _result(kind: CanaryKind = TEXT, at: float = 0.0, reason: Reason = Reason.OK) -> CanaryResult:
+    return CanaryResult(
+        name=str(kind), kind=kind, reason=reason, started=at, duration=0.5, completion_tokens=2
+    )
+
+
+def test_a_sent_canary_is_outstanding_until_done() -> None:
+    ledger = _ledger()
+    token = ledger.canary_sent(TEXT, 10.0)
+    other = ledger.canary_sent(STRUCTURED, 11.0)
+    assert token != other
+    assert ledger.in_flight() == 2
+    assert ledger.records[TEXT].outstanding == {token: 10.0}
+    ledger.canary_done(TEXT, token, _result(at=10.0), 10.5, epoch=0)
+    assert ledger.in_flight() == 1
+    assert list(ledger.records[TEXT].results) == [_result(at=10.0)]
+    assert ledger.last_canary_activity == 10.5
+
+
+def test_a_path_result_is_kept_beside_its_control() -> None:
+    ledger = _ledger()
+    token = ledger.canary_sent(STRUCTURED, 1.0)
+    control = _result(TEXT, 1.0)
+    ledger.canary_done(STRUCTURED, token, _result(STRUCTURED, 1.0), 2.0, control=control, epoch=0)
+    record = ledger.records[STRUCTURED]
+    assert list(record.controls) == [control]
+    assert len(record.results) == 1
+
+
+def test_a_result_from_an_earlier_epoch_is_dropped_but_not_left_outstanding() -> None:
+    ledger = _ledger()
+    token = ledger.canary_sent(TEXT, 1.0)
+    ledger.new_epoch("API server restarted", 2.0)
+    ledger.canary_done(TEXT, token, _result(at=1.0), 3.0, epoch=0)
+    assert list(ledger.records[TEXT].results) == []
+    assert ledger.in_flight() == 0
+
+
+def test_history_is_bounded() -> None:
+    ledger = _ledger()
+    for i in range(HISTORY + 5):
+        token = ledger.canary_sent(TEXT, float(i))
+        ledger.canary_done(TEXT, token, _result(at=float(i)), i + 0.5, epoch=0)
+    results = ledger.records[TEXT].results
+    assert len(results) == HISTORY
+    assert results[0].started == 5.0
+
+
+def test_a_new_epoch_forgets_the_previous_server() -> None:
+    ledger = _ledger(now=0.0)
+    token = ledger.canary_sent(TEXT, 1.0)
+    ledger.canary_done(TEXT, token, _result(at=1.0), 1.5, epoch=0)
+    ledger.disable(STRUCTURED, "no grammar backend")
+    ledger.model = "m"
+    ledger.startup_passed = True
+    ledger.observe_health(503, 2.0)
+    ledger.progress.observe(MetricsSample(2.0, counters={"completions": 1.0}))
+
+    ledger.new_epoch("a vLLM counter went down", 5.0)
+
+    assert (ledger.epoch, ledger.epoch_started, ledger.epoch_reason) == (
+        1,
+        5.0,
+        "a vLLM counter went down",
+    )
+    assert list(ledger.records[TEXT].results) == []
+    assert ledger.records[STRUCTURED].enabled  # a new server may take the kind again
+    assert ledger.records[STRUCTURED].disabled_reason == ""
+    assert ledger.model is None
+    assert not ledger.startup_passed
+    assert ledger.health_failing_since is None
+    assert ledger.progress.last_sample_at is None
+
+
+def test_refusal_opens_an_epoch_only_after_the_server_answered() -> None:
+    ledger = _ledger()
+    ledger.saw_refusal(1.0)  # never reachable yet: still starting, not a restart
+    assert (ledger.epoch, ledger.reachable) == (0, False)
+    ledger.saw_answer()
+    ledger.saw_refusal(2.0)
+    assert (ledger.epoch, ledger.epoch_reason, ledger.reachable) == (
+        1,
+        "connection refused",
+        False,
+    )
+    ledger.saw_refusal(3.0)  # still down: the same epoch
+    assert ledger.epoch == 1
+
+
+def test_budget_counts_canaries_sent_in_a_half_open_interval() -> None:
+    ledger = _ledger()
+    ledger.canary_sent(TEXT, 1.0, {"generation_tokens": 2.0})
+    ledger.canary_sent(TEXT, 2.0, {"generation_tokens": 3.0, "prompt_tokens": 10.0})
+    ledger.canary_sent(TEXT, 3.0)  # no budget given: not counted
+    assert ledger.budget_sent_between(1.0, 2.0) == {"generation_tokens": 3.0, "prompt_tokens": 10.0}
+    assert ledger.budget_sent_between(0.0, 2.0) == {"generation_tokens": 5.0, "prompt_tokens": 10.0}
+    assert ledger.budget_sent_between(2.0, 9.0) == {}
+
+
+def test_busy_while_real_completions_are_recent() -> None:
+    ledger = _ledger()
+    assert not ledger.busy(100.0, 30.0)  # nothing seen yet
+    ledger.progress.observe(MetricsSample(9.0, counters={"completions": 4.0}))
+    ledger.progress.observe(MetricsSample(10.0, counters={"completions": 5.0}))
+    assert ledger.busy(40.0, 30.0)
+    assert not ledger.busy(40.5, 30.0)
+
+
+def test_health_failing_since_holds_the_first_failure() -> None:
+    ledger = _ledger()
+    ledger.observe_health(503, 1.0)
+    ledger.observe_health(500, 2.0)
+    assert (ledger.health_status, ledger.health_failing_since) == (500, 1.0)
+    ledger.observe_health(200, 3.0)
+    assert ledger.health_failing_since is None
+
+
+def test_evidence_freezes_each_kind_and_counts_progress_only_when_fresh() -> None:
+    ledger = _ledger()
+    ledger.canary_sent(TEXT, 4.0)
+    ledger.disable(STRUCTURED, "unsupported")
+    ledger.progress.observe(MetricsSample(5.0, counters={"generation_tokens": 1.0}))
+    ledger.progress.observe(MetricsSample(6.0, counters={"generation_tokens": 9.0}))
+
+    fresh = ledger.evidence(7.0, freshness=2.0, observed_since=3.0)
+    assert fresh.progress_available
+    assert fresh.last_progress_at == 6.0
+    assert fresh.observed_since == 3.0
+    assert fresh.kinds[TEXT].outstanding == (4.0,)
+    assert fresh.kinds[STRUCTURED].action is Action.UNREADY
+    assert fresh.kinds[STRUCTURED].latency_slo == 3.0
+    assert not fresh.kinds[STRUCTURED].enabled
+
+    stale = ledger.evidence(8.5, freshness=2.0)
+    assert not stale.progress_available
+    # Frozen: later canaries do not change evidence already taken.
+    ledger.canary_sent(TEXT, 9.0)
+    assert fresh.kinds[TEXT].outstanding == (4.0,)
