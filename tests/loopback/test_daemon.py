@@ -13,11 +13,13 @@ import signal
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from chaos.load import LoadConfig, run_load
+from sentinel.canary.result import CanaryResult
 from sentinel.catalog import default_directory
 from sentinel_sim.launch import SimProcess
 from tests.loopback.sidecar import Sidecar, eventually, running_sidecar
@@ -257,6 +259,61 @@ async def test_sidecar_healthz_fails_when_a_loop_stops_ticking(sim: SimProcess) 
         await eventually(sidecar_failing, 15, "/healthz 503 after the loop stopped")
         assert "evaluate" in str((await sidecar.json("/healthz"))["reason"])
         assert await sidecar.grpc_status("") == "NOT_SERVING"
+
+
+async def test_result_listeners_see_each_recorded_result_and_a_failing_one_is_ignored(
+    sim: SimProcess,
+) -> None:
+    seen: list[bool] = []
+
+    def broken(result: CanaryResult) -> None:
+        raise RuntimeError("a listener bug")
+
+    async with running_sidecar(sim.base_url) as sidecar:
+        daemon = sidecar.daemon
+
+        def recorded(result: CanaryResult) -> None:
+            seen.append(result in daemon.ledger.records[result.kind].results)
+
+        daemon.add_result_listener(broken)
+        daemon.add_result_listener(recorded)
+
+        async def several() -> bool:
+            return len(seen) >= 4
+
+        await eventually(several, 20, "four canary results through the listener")
+        await _wait_green(sidecar)  # the raising listener stopped no canary loop
+    assert all(seen)
+
+
+async def test_shutdown_turns_readiness_red_before_any_server_stops(
+    sim: SimProcess, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stops: list[tuple[str, int]] = []
+    async with running_sidecar(sim.base_url) as sidecar:
+        await _wait_green(sidecar)
+        daemon = sidecar.daemon
+        assert daemon.grpc is not None
+        assert daemon.http is not None
+        url = daemon.http.url
+        grpc_stop, http_stop = daemon.grpc.stop, daemon.http.stop
+
+        async def readyz() -> int:
+            async with httpx.AsyncClient(timeout=3.0) as client:
+                return (await client.get(url + "/readyz")).status_code
+
+        async def spy_grpc_stop(grace: float = 2.0) -> None:
+            stops.append(("grpc", await readyz()))
+            await grpc_stop(grace)
+
+        async def spy_http_stop() -> None:
+            stops.append(("http", await readyz()))
+            await http_stop()
+
+        monkeypatch.setattr(daemon.grpc, "stop", spy_grpc_stop)
+        monkeypatch.setattr(daemon.http, "stop", spy_http_stop)
+    assert stops == [("grpc", 503), ("http", 503)]  # each once, readiness already red
+    assert "shutting down" in daemon.state.snapshot().readiness.reason
 
 
 def _sample(text: str, name: str, **labels: str) -> float:
