@@ -18,6 +18,7 @@ API server does. SIGTERM or SIGINT stops the engine and exits 0.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import signal
@@ -29,6 +30,7 @@ from aiohttp import web
 
 from sentinel_sim.config import SimConfig, parse_args
 from sentinel_sim.control_api import build_control_app
+from sentinel_sim.fault_gates import close_listener
 from sentinel_sim.openai_api import build_openai_app
 from sentinel_sim.server import EngineDead, SimServer
 
@@ -75,6 +77,7 @@ async def serve(config: SimConfig) -> int:
         build_openai_app(server), access_log=None, handler_cancellation=True, shutdown_timeout=1.0
     )
     await openai_runner.setup()
+    server.close_listener = functools.partial(close_listener, openai_runner)
     try:
         await server.start_engine()
         for spec in config.faults:
@@ -92,6 +95,7 @@ async def serve(config: SimConfig) -> int:
     finally:
         server.mm_gate.set()
         server.open_gate.set()
+        server.metrics_gate.set()
         await server.shutdown_engine()
         await openai_runner.cleanup()
         await control_runner.cleanup()

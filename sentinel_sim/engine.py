@@ -8,8 +8,17 @@ the Prometheus state. So when this process is stopped (SIGSTOP) or blocked
 the API process keeps answering ``/health``; when it dies, the API process
 sees its socket close, answers ``/health`` with 503 and exits.
 
-The loop steps every ``1 / decode_tps`` seconds (times ``factor`` under
-``slow_decode``) while there is work, and blocks on its socket when idle.
+The loop steps every ``1 / decode_tps`` seconds (times ``factor``, or
+``token_s`` outright, under ``slow_decode``) while there is work, and blocks on
+its socket when idle.
+
+The busy-looking hang shapes live here too. ``stuck_running`` and the churn
+faults seed real requests (not the caller's, as a hung production server has
+its clients' requests stuck), take one step so they are running with a token
+each, then block like ``engine_hang``; while blocked, ``waiting_churn`` keeps
+publishing a changing waiting gauge and ``preemption_churn`` a growing
+preemption counter, and nothing else. ``stall_after_first`` seeds the same
+stuck requests and lets every request have exactly one token.
 """
 
 from __future__ import annotations
@@ -30,11 +39,14 @@ from typing import Any
 import setproctitle
 
 from sentinel_sim import ipc
-from sentinel_sim.faults import ActiveFault, Fault, FaultTable
+from sentinel_sim.faults import HUNG_FAULTS, STUCK_FAULTS, ActiveFault, Fault, FaultTable
 from sentinel_sim.scheduler import EngineRequest, Scheduler
 
 PROCESS_TITLE = "VLLM::EngineCore"
 _PR_SET_PDEATHSIG = 1
+# A seeded stuck request: a modest prompt and reply, so it finishes soon once the hang ends.
+_STUCK_PROMPT_TOKENS = 48
+_STUCK_MAX_TOKENS = 32
 
 
 def _die_with_parent() -> None:
@@ -64,6 +76,8 @@ class Engine:
         self.pending: list[tuple[Any, ...]] = []  # work received while the engine hangs
         self.running = True
         self.gauges_dirty = False
+        self._next_stuck_rid = -1  # seeded requests use negative ids, unknown to the API side
+        self._churn_tick = 0
 
     # -- messages ------------------------------------------------------------
 
@@ -86,12 +100,15 @@ class Engine:
         kind = message[0]
         if kind == "fault":
             _, name, params, until = message
-            self.faults.put(ActiveFault(Fault(name), params, until))
+            fault = Fault(name)
+            self.faults.put(ActiveFault(fault, params, until))
+            if fault in STUCK_FAULTS and self._hung() in (None, self.faults.get(fault)):
+                self._seed_stuck(int(params["requests"]))
         elif kind == "clear":
             self.faults.clear(None if message[1] is None else Fault(message[1]))
         elif kind == "shutdown":
             self.running = False
-        elif self.faults.get(Fault.ENGINE_HANG) is not None:
+        elif self._hung() is not None:
             self.pending.append(message)
         else:
             self._apply(message)
@@ -109,6 +126,31 @@ class Engine:
                 self.scheduler.abort(rid)
             self.gauges_dirty = True
 
+    def _hung(self) -> ActiveFault | None:
+        """The fault that blocks the engine loop, if any is in force."""
+        for fault in HUNG_FAULTS:
+            entry = self.faults.get(fault)
+            if entry is not None:
+                return entry
+        return None
+
+    def _seed_stuck(self, count: int) -> None:
+        """Admit ``count`` real requests and give each its first token, before the hang bites.
+
+        Without these a hung engine would show an empty ``running`` gauge,
+        which real hung servers rarely do: their clients' requests are stuck.
+        """
+        if count <= 0:
+            return
+        now = time.monotonic()
+        for _ in range(count):
+            rid, self._next_stuck_rid = self._next_stuck_rid, self._next_stuck_rid - 1
+            self.scheduler.add(
+                EngineRequest(rid, _STUCK_PROMPT_TOKENS, _STUCK_MAX_TOKENS, None, 0, now)
+            )
+        self.gauges_dirty = True
+        self._step(now)
+
     def _publish(self, message: tuple[Any, ...]) -> None:
         try:
             self.sock.sendall(ipc.encode(message))
@@ -118,15 +160,32 @@ class Engine:
     # -- the loop ------------------------------------------------------------
 
     def _blocked_in_engine_hang(self, hang: ActiveFault) -> None:
-        """The engine_hang fault: no steps, no stats; only a clear or the deadline ends it."""
-        timeout = None if hang.until is None else max(0.0, hang.until - time.monotonic())
+        """A hung engine: no steps, no stats; only a clear or the deadline ends it.
+
+        Under the churn faults the loop wakes every ``period`` to publish the
+        one thing that still moves (the waiting gauge, or preemptions).
+        """
+        now = time.monotonic()
+        timeout = None if hang.until is None else max(0.0, hang.until - now)
+        churn = hang.fault in (Fault.WAITING_CHURN, Fault.PREEMPTION_CHURN)
+        if churn:
+            period = float(hang.params["period"])
+            timeout = period if timeout is None else min(timeout, period)
         self._receive(timeout)
+        if churn and self.running and self._hung() is hang:
+            self._churn_tick += 1
+            stats = self.scheduler.idle_stats()
+            if hang.fault is Fault.WAITING_CHURN:
+                stats = stats._replace(waiting=stats.waiting + 1 + self._churn_tick % 3)
+            else:
+                stats = stats._replace(preemptions=1)
+            self._publish(("step", [], stats))
 
     def run(self) -> None:
         next_step = 0.0
         was_busy = False
         while self.running:
-            hang = self.faults.get(Fault.ENGINE_HANG)
+            hang = self._hung()
             if hang is not None:
                 self._blocked_in_engine_hang(hang)
                 was_busy = False
@@ -158,18 +217,29 @@ class Engine:
 
     def _period(self) -> float:
         slow = self.faults.get(Fault.SLOW_DECODE)
-        return self.period * (float(slow.params["factor"]) if slow else 1.0)
+        if slow is None:
+            return self.period
+        token_s = float(slow.params.get("token_s", 0.0))
+        return token_s if token_s > 0 else self.period * float(slow.params["factor"])
+
+    def _stall_after(self) -> int | None:
+        stall = self.faults.get(Fault.STREAM_STALL)
+        after = None if stall is None else int(stall.params["after"])
+        if self.faults.get(Fault.STALL_AFTER_FIRST) is not None:
+            after = 1 if after is None else min(after, 1)
+        return after
 
     def _step(self, now: float) -> None:
-        stall = self.faults.get(Fault.STREAM_STALL)
         result = self.scheduler.step(
             now,
             period=self._period(),
-            stall_after=int(stall.params["after"]) if stall else None,
+            stall_after=self._stall_after(),
             defer_structured=self.faults.get(Fault.STRUCTURED_HANG) is not None,
+            no_decode=self.faults.get(Fault.PREFILL_NO_DECODE) is not None,
         )
         stats = result.stats
         changed = bool(result.outputs) or self.gauges_dirty
+        changed = changed or (stats is not None and stats.iteration_tokens > 0)
         if stats is not None and (changed or stats.preemptions):
             self._publish(("step", result.outputs, stats))
             self.gauges_dirty = False

@@ -29,12 +29,37 @@ class Fault(StrEnum):
     GARBAGE = "garbage"  # replies broken: `mode` invalid_json | schema_break
     BLACKHOLE = "blackhole"  # connections accepted, requests never answered
     EXIT = "exit"  # the API server exits (after `delay` seconds)
+    # Hang shapes that look busy: the engine makes no progress while something still moves.
+    STUCK_RUNNING = "stuck_running"  # engine hung with `requests` real requests in running
+    WAITING_CHURN = "waiting_churn"  # engine hung; the waiting gauge keeps changing
+    PREEMPTION_CHURN = "preemption_churn"  # engine hung; num_preemptions_total keeps growing
+    PREFILL_NO_DECODE = "prefill_no_decode"  # prompts are prefilled; no token is ever decoded
+    STALL_AFTER_FIRST = "stall_after_first"  # every stream stops after its first token
+    # Broken shapes: every request fails fast.
+    RESET_ALL = "reset_all"  # each generation request's connection closed, no response
+    EMPTY_200 = "empty_200"  # HTTP 200 with zero generated tokens, engine untouched
+    LISTENER_CLOSED = "listener_closed"  # the API port closes for good; the process lives
+    METRICS_LAPSE = "metrics_lapse"  # /metrics never answers; serving goes on
 
+
+#: Faults during which the engine takes no step at all (its loop is blocked).
+HUNG_FAULTS = frozenset(
+    {Fault.ENGINE_HANG, Fault.STUCK_RUNNING, Fault.WAITING_CHURN, Fault.PREEMPTION_CHURN}
+)
+
+#: Faults that leave real (non-canary) requests stuck in ``running``, seeded by the engine.
+STUCK_FAULTS = frozenset(
+    {Fault.STUCK_RUNNING, Fault.WAITING_CHURN, Fault.PREEMPTION_CHURN, Fault.STALL_AFTER_FIRST}
+)
 
 #: Faults that act inside the engine process and are forwarded to it.
-ENGINE_FAULTS = frozenset(
-    {Fault.ENGINE_HANG, Fault.STRUCTURED_HANG, Fault.STREAM_STALL, Fault.SLOW_DECODE}
-)
+ENGINE_FAULTS = HUNG_FAULTS | {
+    Fault.STRUCTURED_HANG,
+    Fault.STREAM_STALL,
+    Fault.SLOW_DECODE,
+    Fault.PREFILL_NO_DECODE,
+    Fault.STALL_AFTER_FIRST,
+}
 
 GARBAGE_MODES = ("invalid_json", "schema_break")
 
@@ -87,7 +112,7 @@ def _status(value: Any) -> int:
 def _count(value: Any) -> int:
     number = int(value)
     if number < 0:
-        raise FaultError(f"after must be >= 0, got {value!r}")
+        raise FaultError(f"must be >= 0, got {value!r}")
     return number
 
 
@@ -97,11 +122,24 @@ _PARAMS: dict[Fault, dict[str, tuple[Callable[[Any], Any], Any]]] = {
     Fault.STRUCTURED_HANG: {},
     Fault.MULTIMODAL_HANG: {},
     Fault.STREAM_STALL: {"after": (_count, 1)},
-    Fault.SLOW_DECODE: {"factor": (_positive("factor"), 10.0)},
+    # token_s > 0 sets the step period outright (2.0: two seconds per token); else factor.
+    Fault.SLOW_DECODE: {
+        "factor": (_positive("factor"), 10.0),
+        "token_s": (_non_negative("token_s"), 0.0),
+    },
     Fault.ERROR_5XX: {"rate": (_rate, 1.0), "status": (_status, 500)},
     Fault.GARBAGE: {"mode": (_mode, "invalid_json")},
     Fault.BLACKHOLE: {},
     Fault.EXIT: {"delay": (_non_negative("delay"), 0.0), "code": (int, 1)},
+    Fault.STUCK_RUNNING: {"requests": (_count, 1)},
+    Fault.WAITING_CHURN: {"requests": (_count, 1), "period": (_positive("period"), 0.5)},
+    Fault.PREEMPTION_CHURN: {"requests": (_count, 1), "period": (_positive("period"), 0.5)},
+    Fault.PREFILL_NO_DECODE: {},
+    Fault.STALL_AFTER_FIRST: {"requests": (_count, 1)},
+    Fault.RESET_ALL: {},
+    Fault.EMPTY_200: {},
+    Fault.LISTENER_CLOSED: {},
+    Fault.METRICS_LAPSE: {},
 }
 
 

@@ -187,8 +187,8 @@ class VllmMetrics:
         self.kv_usage.set(stats.kv_usage)
         if stats.preemptions:
             self.preemptions.inc(stats.preemptions)
-        if not had_outputs:
-            return
+        if not had_outputs and not stats.iteration_tokens:
+            return  # a step that processed no token (vLLM records no iteration then)
         self.prompt_tokens.inc(stats.prompt_tokens)
         self.generation_tokens.inc(stats.generation_tokens)
         self.iteration_tokens.observe(stats.iteration_tokens)

@@ -20,8 +20,10 @@ import binascii
 import io
 import math
 import re
+import uuid
 import zlib
 from dataclasses import dataclass
+from typing import Any
 
 from PIL import Image, UnidentifiedImageError
 
@@ -95,3 +97,33 @@ def unconstrained_reply(prompt_text: str) -> Reply:
 
 def fixed_reply(text: str) -> Reply:
     return Reply(tuple(split_tokens(text)))
+
+
+def model_card(model: str, created: int, max_model_len: int) -> dict[str, Any]:
+    """One entry of ``GET /v1/models``, field for field as vLLM 0.32 lists a model."""
+    card: dict[str, Any] = {
+        "id": model,
+        "object": "model",
+        "created": created,
+        "owned_by": "vllm",
+        "root": model,
+        "parent": None,
+        "max_model_len": max_model_len,
+        "permission": [
+            {
+                "id": "modelperm-" + uuid.uuid4().hex,
+                "object": "model_permission",
+                "created": created,
+                "allow_create_engine": False,
+                "allow_sampling": True,
+                "allow_logprobs": True,
+                "allow_search_indices": False,
+                "allow_view": True,
+                "allow_fine_tuning": False,
+                "organization": "*",
+                "group": None,
+                "is_blocking": False,
+            }
+        ],
+    }
+    return card

@@ -18,144 +18,36 @@ import json
 import threading
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
-from http import HTTPStatus
+from collections.abc import Mapping
 from typing import Any
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from sentinel_sim.fault_gates import fault_middleware
+from sentinel_sim.faults import Fault
 from sentinel_sim.model import (
-    CHAT_TOKENS_ASSISTANT,
-    CHAT_TOKENS_PER_MESSAGE,
     ImageError,
     Reply,
-    count_tokens,
     fixed_reply,
     image_tokens,
+    model_card,
     unconstrained_reply,
 )
+from sentinel_sim.openai_request import (
+    PRIORITY_HEADER,
+    Prepared,
+    RequestError,
+    ValidationFailure,
+    chat_prompt,
+    completion_prompt,
+    error_response,
+    int_field,
+)
 from sentinel_sim.server import EngineDead, Pending, SimServer
-from sentinel_sim.structured import Constraint, ConstraintError, constraint_of
+from sentinel_sim.structured import ConstraintError, constraint_of
 
-PRIORITY_HEADER = "X-Vllm-Priority"
 SSE_HEADERS = {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache"}
-_ERROR_TYPES = {
-    400: "BadRequestError",
-    404: "NotFoundError",
-    500: "InternalServerError",
-    501: "NotImplementedError",
-    503: "ServiceUnavailableError",
-}
-
-
-class RequestError(Exception):
-    """Becomes a vLLM-shaped error response."""
-
-    def __init__(self, status: int, message: str, *, param: str | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.param = param
-
-
-class ValidationFailure(RequestError):
-    """A body that does not fit the request schema.
-
-    vLLM rejects these in request validation, before its own checks, with the
-    type ``Bad Request`` and the offending field as ``body.<field>``.
-    """
-
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(400, f"1 validation error: {message}", param=f"body.{field}")
-
-
-def error_response(
-    status: int, message: str, *, param: str | None = None, err_type: str | None = None
-) -> web.Response:
-    if err_type is None:
-        err_type = _ERROR_TYPES.get(status, HTTPStatus(status).phrase.replace(" ", "") + "Error")
-    body = {"error": {"message": message, "type": err_type, "param": param, "code": status}}
-    return web.json_response(body, status=status)
-
-
-@dataclass(slots=True)
-class Prepared:
-    """A validated generation request, ready for the engine."""
-
-    prompt_text: str
-    prompt_tokens: int
-    image_urls: list[str]
-    constraint: Constraint | None
-    max_tokens: int
-    min_tokens: int
-    ignore_eos: bool
-    priority: int
-    stream: bool
-    include_usage: bool
-    continuous_usage: bool
-
-
-def _chat_prompt(body: Mapping[str, Any]) -> tuple[str, int, list[str]]:
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not messages:
-        raise ValidationFailure("messages", "messages must be a non-empty list")
-    texts: list[str] = []
-    tokens = CHAT_TOKENS_ASSISTANT
-    images: list[str] = []
-    for message in messages:
-        if not isinstance(message, Mapping) or "role" not in message:
-            raise RequestError(400, "each message needs a role")
-        tokens += CHAT_TOKENS_PER_MESSAGE
-        content = message.get("content")
-        if content is None:
-            continue
-        if isinstance(content, str):
-            texts.append(content)
-            tokens += count_tokens(content)
-            continue
-        if not isinstance(content, list):
-            raise ValidationFailure(
-                "messages", "message content must be a string or a list of parts"
-            )
-        for part in content:
-            if not isinstance(part, Mapping):
-                raise RequestError(400, "content parts must be objects")
-            kind = part.get("type")
-            if kind == "text":
-                text = str(part.get("text", ""))
-                texts.append(text)
-                tokens += count_tokens(text)
-            elif kind == "image_url":
-                image = part.get("image_url")
-                url = image.get("url") if isinstance(image, Mapping) else image
-                if not isinstance(url, str):
-                    raise RequestError(400, "image_url.url must be a string")
-                images.append(url)
-            else:
-                raise RequestError(400, f"Unknown part type: {kind}")
-    return "\n".join(texts), tokens, images
-
-
-def _completion_prompt(body: Mapping[str, Any]) -> tuple[str, int]:
-    prompt = body.get("prompt")
-    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
-        prompt = prompt[0]
-    if isinstance(prompt, str):
-        return prompt, 1 + count_tokens(prompt)  # + BOS
-    if isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
-        return " ".join(map(str, prompt)), len(prompt)
-    raise RequestError(400, "prompt must be a string or a list of token ids")
-
-
-def _int_field(body: Mapping[str, Any], name: str, default: int | None) -> int | None:
-    value = body.get(name, default)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise RequestError(400, f"{name} must be an integer")
-    return value
 
 
 def _preprocess_images(urls: list[str], gate: threading.Event) -> int:
@@ -183,32 +75,7 @@ class OpenAIApi:
         )
 
     async def models(self, request: web.Request) -> web.Response:
-        model = self.config.model
-        card = {
-            "id": model,
-            "object": "model",
-            "created": self.created,
-            "owned_by": "vllm",
-            "root": model,
-            "parent": None,
-            "max_model_len": self.config.max_model_len,
-            "permission": [
-                {
-                    "id": "modelperm-" + uuid.uuid4().hex,
-                    "object": "model_permission",
-                    "created": self.created,
-                    "allow_create_engine": False,
-                    "allow_sampling": True,
-                    "allow_logprobs": True,
-                    "allow_search_indices": False,
-                    "allow_view": True,
-                    "allow_fine_tuning": False,
-                    "organization": "*",
-                    "group": None,
-                    "is_blocking": False,
-                }
-            ],
-        }
+        card = model_card(self.config.model, self.created, self.config.max_model_len)
         return web.json_response({"object": "list", "data": [card]})
 
     # -- generation ------------------------------------------------------------
@@ -231,18 +98,12 @@ class OpenAIApi:
                 eos_at = None
             else:
                 eos_at = max(self.config.reply_tokens, prepared.min_tokens, 1)
-            try:
-                pending = self.server.submit(
-                    reply,
-                    prompt_tokens=prepared.prompt_tokens,
-                    max_tokens=prepared.max_tokens,
-                    eos_at=eos_at,
-                    priority=prepared.priority,
-                    arrival=arrival,
-                    structured=prepared.constraint is not None,
-                )
-            except EngineDead as exc:
-                raise RequestError(500, str(exc)) from None
+            if self.server.faults.get(Fault.EMPTY_200) is not None:
+                # A broken front end: 200, zero tokens, and the engine never sees it.
+                pending = Pending(0, reply, prepared.prompt_tokens)
+                pending.finish = "stop"
+            else:
+                pending = self._submit(prepared, reply, eos_at, arrival)
         except RequestError as exc:
             return error_response(
                 exc.status,
@@ -256,6 +117,22 @@ class OpenAIApi:
             return await self._complete(pending, prepared, chat=chat)
         finally:
             self.server.abort(pending)  # no-op unless the client left before the end
+
+    def _submit(
+        self, prepared: Prepared, reply: Reply, eos_at: int | None, arrival: float
+    ) -> Pending:
+        try:
+            return self.server.submit(
+                reply,
+                prompt_tokens=prepared.prompt_tokens,
+                max_tokens=prepared.max_tokens,
+                eos_at=eos_at,
+                priority=prepared.priority,
+                arrival=arrival,
+                structured=prepared.constraint is not None,
+            )
+        except EngineDead as exc:
+            raise RequestError(500, str(exc)) from None
 
     async def _prepare(self, request: web.Request, *, chat: bool) -> Prepared:
         try:
@@ -273,9 +150,9 @@ class OpenAIApi:
         if self.server.dead:
             raise RequestError(500, "EngineCore encountered an issue.")
         if chat:
-            text, prompt_tokens, images = _chat_prompt(body)
+            text, prompt_tokens, images = chat_prompt(body)
         else:
-            (text, prompt_tokens), images = _completion_prompt(body), []
+            (text, prompt_tokens), images = completion_prompt(body), []
         if images:
             if self.config.text_only:
                 raise RequestError(
@@ -301,9 +178,9 @@ class OpenAIApi:
                 f"has {prompt_tokens} input tokens. Please reduce the length of the input "
                 "messages.",
             )
-        max_tokens = _int_field(body, "max_completion_tokens", None)
+        max_tokens = int_field(body, "max_completion_tokens", None)
         if max_tokens is None:
-            max_tokens = _int_field(body, "max_tokens", None)
+            max_tokens = int_field(body, "max_tokens", None)
         if max_tokens is None:
             max_tokens = limit - prompt_tokens
         if max_tokens < 1:
@@ -323,7 +200,7 @@ class OpenAIApi:
             except ValueError:
                 raise RequestError(400, f"{PRIORITY_HEADER} must be an integer") from None
         else:
-            priority = _int_field(body, "priority", 0) or 0
+            priority = int_field(body, "priority", 0) or 0
         if self.config.scheduling_policy == "fcfs":
             priority = 0  # accepted and silently ignored, as vLLM does
         options = body.get("stream_options")
@@ -334,7 +211,7 @@ class OpenAIApi:
             image_urls=images,
             constraint=constraint,
             max_tokens=max_tokens,
-            min_tokens=_int_field(body, "min_tokens", 0) or 0,
+            min_tokens=int_field(body, "min_tokens", 0) or 0,
             ignore_eos=bool(body.get("ignore_eos", False)),
             priority=priority,
             stream=bool(body.get("stream", False)),
@@ -498,23 +375,7 @@ class OpenAIApi:
 def build_openai_app(server: SimServer) -> web.Application:
     api = OpenAIApi(server)
 
-    @web.middleware
-    async def blackhole(
-        request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
-    ) -> web.StreamResponse:
-        """The ``blackhole`` fault: the connection was accepted; nothing is read or answered."""
-        if not server.open_gate.is_set():
-            transport = request.transport
-            if transport is not None:
-                transport.pause_reading()
-            try:
-                await server.open_gate.wait()
-            finally:
-                if transport is not None and not transport.is_closing():
-                    transport.resume_reading()
-        return await handler(request)
-
-    app = web.Application(middlewares=[blackhole], client_max_size=64 * 1024 * 1024)
+    app = web.Application(middlewares=[fault_middleware(server)], client_max_size=64 * 1024 * 1024)
     app.router.add_post("/v1/chat/completions", api.chat)
     app.router.add_post("/v1/completions", api.completions)
     app.router.add_get("/v1/models", api.models)

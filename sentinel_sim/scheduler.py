@@ -189,8 +189,13 @@ class Scheduler:
         period: float,
         stall_after: int | None = None,
         defer_structured: bool = False,
+        no_decode: bool = False,
     ) -> StepResult:
-        """Advance one iteration; ``stall_after`` withholds tokens past that many (stream stall)."""
+        """Advance one iteration; ``stall_after`` withholds tokens past that many (stream stall).
+
+        ``no_decode`` (the ``prefill_no_decode`` fault) prefills prompts (their
+        tokens are counted, as in a prefill-only step) and decodes nothing.
+        """
         result = StepResult()
         prompt_tokens = 0
         generation_tokens = 0
@@ -202,6 +207,9 @@ class Scheduler:
         # 1. running requests, in admission order
         for request in list(self.running):
             if not request.is_running or now < request.prefill_done_at:
+                continue
+            if no_decode:
+                prompt_tokens += self._count_prompt(request)
                 continue
             if stall_after is not None and request.generated >= stall_after:
                 continue
@@ -251,6 +259,9 @@ class Scheduler:
                     request.prefill_done_at = now + prefill
                     continue
                 request.prefill_done_at = now
+                if no_decode:
+                    prompt_tokens += self._count_prompt(request)
+                    continue
                 if stall_after is not None and request.generated >= stall_after:
                     continue
                 generated, prompt, done = self._advance(request, now, result, finished, ttfts, itls)
@@ -277,6 +288,14 @@ class Scheduler:
             finished=tuple(finished),
         )
         return result
+
+    @staticmethod
+    def _count_prompt(request: EngineRequest) -> int:
+        """The prompt tokens a prefill adds to ``prompt_tokens_total``, once per request."""
+        if request.prompt_counted:
+            return 0
+        request.prompt_counted = True
+        return request.prompt_tokens
 
     def _advance(
         self,

@@ -16,6 +16,7 @@ import signal
 import socket
 import sys
 import threading
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -80,6 +81,10 @@ class SimServer:
         self.mm_gate.set()
         self.open_gate = asyncio.Event()  # cleared while the blackhole fault is on
         self.open_gate.set()
+        self.metrics_gate = asyncio.Event()  # cleared while the metrics_lapse fault is on
+        self.metrics_gate.set()
+        # Set by the process around us: closes the OpenAI port for good (listener_closed).
+        self.close_listener: Callable[[], Awaitable[None]] | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._adds: list[tuple[Any, ...]] = []
         self._aborts: list[int] = []
@@ -230,6 +235,8 @@ class SimServer:
                 spec.duration, self._expire, spec.fault, entry
             )
         self._apply_gates()
+        if spec.fault is Fault.LISTENER_CLOSED and self.close_listener is not None:
+            self._spawn(self.close_listener())
         if spec.fault is Fault.EXIT:
             loop.call_later(float(entry.params["delay"]), self._exit_now, int(entry.params["code"]))
         return entry
@@ -254,10 +261,14 @@ class SimServer:
             self.mm_gate.set()
         else:
             self.mm_gate.clear()
-        if self.faults.get(Fault.BLACKHOLE) is None:
-            self.open_gate.set()
-        else:
-            self.open_gate.clear()
+        for fault, gate in (
+            (Fault.BLACKHOLE, self.open_gate),
+            (Fault.METRICS_LAPSE, self.metrics_gate),
+        ):
+            if self.faults.get(fault) is None:
+                gate.set()
+            else:
+                gate.clear()
 
     def should_fail_5xx(self) -> int | None:
         entry = self.faults.get(Fault.ERROR_5XX)
