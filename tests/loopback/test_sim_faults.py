@@ -277,3 +277,224 @@ async def test_exit_fault_ends_the_server() -> None:
         async with httpx.AsyncClient(base_url=sim.base_url, timeout=2) as http:
             with pytest.raises(httpx.ConnectError):
                 await http.get("/health")
+
+
+# -- the busy-looking hang shapes and the broken shapes ----------------------
+
+_WORK = (
+    "vllm:prompt_tokens_total",
+    "vllm:generation_tokens_total",
+    "vllm:request_success_total",
+    "vllm:iteration_tokens_total_count",
+    "vllm:iteration_tokens_total_sum",
+)
+
+
+async def _scrape(client: httpx.AsyncClient) -> str:
+    return (await client.get("/metrics")).text
+
+
+def _work(text: str) -> dict[str, float]:
+    """The completed-work counters: what a hung engine must leave flat."""
+    return {name: _metric(text, name) for name in _WORK}
+
+
+async def _gauge_at_least(client: httpx.AsyncClient, name: str, value: float, what: str) -> None:
+    async def reached() -> bool:
+        return _metric(await _scrape(client), name) >= value
+
+    await _poll(reached, what)
+
+
+async def _hung_request(client: httpx.AsyncClient) -> None:
+    with pytest.raises(httpx.ReadTimeout):
+        await client.post("/v1/chat/completions", json=_chat(), timeout=0.6)
+
+
+async def test_stuck_running_hangs_with_real_requests_in_running(
+    client: httpx.AsyncClient, control: SimControl
+) -> None:
+    control.set_fault("stuck_running", requests=2)
+    await _gauge_at_least(client, "vllm:num_requests_running", 2, "2 stuck requests running")
+    before = await _scrape(client)
+    await _hung_request(client)
+    after = await _scrape(client)
+    assert _work(after) == _work(before)
+    assert _metric(after, "vllm:num_requests_running") == 2
+    assert (await client.get("/health")).status_code == 200
+    control.clear_fault("stuck_running")
+    await _ok(client, _chat())
+
+
+@pytest.mark.parametrize(
+    ("fault", "moving"),
+    [
+        ("waiting_churn", "vllm:num_requests_waiting"),
+        ("preemption_churn", "vllm:num_preemptions_total"),
+    ],
+)
+async def test_churn_moves_one_series_while_work_stays_flat(
+    client: httpx.AsyncClient, control: SimControl, fault: str, moving: str
+) -> None:
+    control.set_fault(fault, period=0.1)
+    await _gauge_at_least(client, "vllm:num_requests_running", 1, "a stuck request running")
+    first = await _scrape(client)
+    seen = {_metric(first, moving)}
+
+    async def moved_twice() -> bool:
+        seen.add(_metric(await _scrape(client), moving))
+        return len(seen) >= 3
+
+    await _poll(moved_twice, f"{moving} to keep changing")
+    await _hung_request(client)
+    assert _work(await _scrape(client)) == _work(first)
+    control.clear_fault(fault)
+    await _ok(client, _chat())
+
+
+async def test_prefill_no_decode_counts_prompts_and_decodes_nothing(
+    client: httpx.AsyncClient, control: SimControl
+) -> None:
+    control.set_fault("prefill_no_decode")
+    before = await _scrape(client)
+    await _hung_request(client)
+
+    async def prefilled() -> bool:
+        now = await _scrape(client)
+        return _metric(now, "vllm:prompt_tokens_total") > _metric(
+            before, "vllm:prompt_tokens_total"
+        )
+
+    await _poll(prefilled, "the prompt to be prefilled")
+    after = await _scrape(client)
+    assert _metric(after, "vllm:generation_tokens_total") == _metric(
+        before, "vllm:generation_tokens_total"
+    )
+    assert _metric(after, "vllm:request_success_total") == _metric(
+        before, "vllm:request_success_total"
+    )
+    assert _metric(after, "vllm:iteration_tokens_total_sum") > _metric(
+        before, "vllm:iteration_tokens_total_sum"
+    )
+    control.clear_fault("prefill_no_decode")
+    await _ok(client, _chat())
+
+
+async def test_stall_after_first_gives_each_stream_one_token(
+    client: httpx.AsyncClient, control: SimControl
+) -> None:
+    control.set_fault("stall_after_first")
+    await _gauge_at_least(client, "vllm:num_requests_running", 1, "a stuck request running")
+    body = _chat(max_tokens=10, ignore_eos=True, stream=True)
+    async with client.stream("POST", "/v1/chat/completions", json=body) as response:
+        lines = response.aiter_lines()
+
+        async def next_content() -> str:
+            while True:
+                line = await anext(lines)
+                if line.startswith("data: ") and line != "data: [DONE]":
+                    delta = json.loads(line[6:])["choices"][0]["delta"]
+                    if delta.get("content"):
+                        return str(delta["content"])
+
+        await asyncio.wait_for(next_content(), 10)
+        second = asyncio.ensure_future(next_content())
+        done, _ = await asyncio.wait({second}, timeout=0.5)
+        assert not done, "a second token arrived"
+        second.cancel()
+    control.clear_fault("stall_after_first")
+    await _ok(client, _chat())
+
+
+async def test_reset_all_closes_generation_without_a_response(
+    client: httpx.AsyncClient, control: SimControl
+) -> None:
+    control.set_fault("reset_all")
+    for body in (_chat(), _chat(stream=True)):
+        with pytest.raises((httpx.RemoteProtocolError, httpx.ReadError)):
+            await client.post("/v1/chat/completions", json=body)
+    assert (await client.get("/health")).status_code == 200
+    assert (await client.get("/metrics")).status_code == 200
+    control.clear_fault("reset_all")
+    await _ok(client, _chat())
+
+
+async def test_error_5xx_storm_answers_instantly(
+    client: httpx.AsyncClient, control: SimControl
+) -> None:
+    control.set_fault("stuck_running")  # even in front of a hung engine
+    control.set_fault("error_5xx", rate=1.0)
+    started = time.monotonic()
+    for _ in range(5):
+        response = await client.post("/v1/chat/completions", json=_chat(), timeout=2.0)
+        assert response.status_code == 500
+    assert time.monotonic() - started < 2.0
+
+
+async def test_empty_200_answers_zero_tokens_and_leaves_the_engine_alone(
+    client: httpx.AsyncClient, control: SimControl
+) -> None:
+    async def quiet() -> bool:  # earlier tests' stuck requests finish once their fault ends
+        text = await _scrape(client)
+        return _metric(text, "vllm:num_requests_running") == 0
+
+    await _poll(quiet, "an idle engine")
+    control.set_fault("empty_200")
+    before = await _scrape(client)
+    reply = await _ok(client, _chat())
+    assert reply["choices"][0]["message"]["content"] == ""
+    assert reply["usage"]["completion_tokens"] == 0
+    body = _chat(stream=True, stream_options={"include_usage": True})
+    async with client.stream("POST", "/v1/chat/completions", json=body) as stream:
+        assert stream.status_code == 200
+        data = [line[6:] async for line in stream.aiter_lines() if line.startswith("data: ")]
+    assert data[-1] == "[DONE]"
+    chunks = [json.loads(payload) for payload in data[:-1]]
+    assert (
+        "".join(c["choices"][0]["delta"].get("content", "") for c in chunks if c["choices"]) == ""
+    )
+    assert chunks[-1]["usage"]["completion_tokens"] == 0
+    assert _work(await _scrape(client)) == _work(before)
+
+
+async def test_metrics_lapse_hangs_scrapes_while_serving(
+    client: httpx.AsyncClient, control: SimControl
+) -> None:
+    control.set_fault("metrics_lapse")
+    with pytest.raises(httpx.ReadTimeout):
+        await client.get("/metrics", timeout=0.5)
+    await _ok(client, _chat())
+    assert (await client.get("/health")).status_code == 200
+    control.clear_fault("metrics_lapse")
+    assert (await client.get("/metrics")).status_code == 200
+
+
+async def test_slow_decode_two_seconds_per_token_is_expressible(
+    client: httpx.AsyncClient, control: SimControl
+) -> None:
+    control.set_fault("slow_decode", token_s=0.3)
+    started = time.monotonic()
+    reply = await _ok(client, _chat(max_tokens=3, ignore_eos=True))
+    assert reply["usage"]["completion_tokens"] == 3
+    assert time.monotonic() - started >= 0.85  # three steps of 0.3 s
+    assert control.faults()[0]["params"]["token_s"] == 0.3
+
+
+async def test_listener_closed_refuses_while_the_process_lives() -> None:
+    async with SimProcess() as sim, httpx.AsyncClient(base_url=sim.base_url, timeout=2) as http:
+        assert (await http.get("/health")).status_code == 200
+        sim.control.set_fault("listener_closed")
+
+        async def refused() -> bool:
+            try:
+                async with httpx.AsyncClient(base_url=sim.base_url, timeout=2) as fresh:
+                    await fresh.get("/health")
+            except httpx.ConnectError:
+                return True
+            return False
+
+        await _poll(refused, "the API port to refuse connections")
+        assert sim.returncode() is None
+        assert sim.control.state()["engine_alive"] is True
+        sim.control.clear_fault("listener_closed")
+        assert await refused()  # for good: clearing does not reopen it
