@@ -73,6 +73,15 @@ class Settings(BaseModel):
     engine_policy: Action = Action.RESTART
     dead_policy: Action = Action.RESTART
     shutdown_timeout: float = Field(default=5.0, gt=0)
+    # Caps on what the target may send (hostile or merely huge answers).
+    # vLLM's whole exposition is well under 1 MiB and the series sentinel
+    # reads number a few dozen, even with data-parallel engines.
+    health_timeout: float = Field(default=2.0, gt=0, le=60)
+    metrics_max_bytes: int = Field(default=8 * 1024 * 1024, ge=64 * 1024)
+    metrics_max_lines: int = Field(default=100_000, ge=100)
+    metrics_max_line_bytes: int = Field(default=64 * 1024, ge=1024)
+    metrics_max_series: int = Field(default=1_000, ge=10)
+    canary_max_bytes: int = Field(default=1024 * 1024, ge=4096)
     canaries: dict[str, CanaryOverride] = Field(default_factory=dict)
 
     log_format: Literal["auto", "json", "console"] = "auto"

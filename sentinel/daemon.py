@@ -1,9 +1,12 @@
 """The daemon: wires evidence, canaries, the evaluator and the views under one TaskGroup.
 
 Long-running loops (canaries, the observers, evaluation, diagnostics, gRPC
-publishing) all run in one ``asyncio.TaskGroup``: if one dies, the group
-cancels the rest and ``run`` raises, so the process exits non-zero and
-Kubernetes restarts the sidecar.
+publishing) all run in one ``asyncio.TaskGroup``, each supervised: an
+exception from a read, a parse, a canary, a bundle or an Event is recorded
+(``sentinel_loop_errors_total{loop}``, ``/status``, a rate-limited log line)
+and the loop carries on or is started again. A sidecar that exits restarts the
+healthy server it guards (its liveness probe points here), so only a signal
+ends the daemon; a loop that stops ticking turns ``/healthz`` red instead.
 
 Shutdown is ordered and bounded: readiness red first (``/readyz`` answers 503
 while everything else still runs, so the pod leaves its Service before its
@@ -34,13 +37,13 @@ from sentinel.catalog import Catalog, apply_overrides, load_catalog
 from sentinel.config import Settings, effective_config, read_api_key, split_host_port
 from sentinel.diagnostics.bundle import DiagnosticsContext, Trigger
 from sentinel.evaluator import Evaluator
-from sentinel.evidence.metrics import MetricsScraper
+from sentinel.evidence.metrics import MetricsScraper, ScrapeLimits
 from sentinel.evidence.processes import ProcessWatcher
 from sentinel.evidence.vllm_health import VllmHealthPoller
 from sentinel.health import HealthState
 from sentinel.incidents import IncidentRecorder
 from sentinel.ledger import Ledger
-from sentinel.observers import Observers, Step, every
+from sentinel.observers import LoopFailures, Observers, Step, every, supervised
 from sentinel.scheduler import Scheduler
 from sentinel.serve.grpc import GrpcHealthServer
 from sentinel.serve.http import HttpServer
@@ -83,6 +86,8 @@ class Daemon:
         self.runner: CanaryRunner | None = None
         self._listeners: list[ResultListener] = []
         self.observers = Observers(self.ledger, clock, scrape_interval=settings.scrape_interval)
+        self.failures = LoopFailures(clock, self.metrics.loop_failed)
+        self.observers.observations.failures = self.failures
         self.incidents = IncidentRecorder.build(
             settings.diagnostics_dir,
             enabled=settings.diagnostics,
@@ -140,7 +145,11 @@ class Daemon:
             httpx.AsyncClient(timeout=timeout, limits=limits) as canary_client,
         ):
             self.runner = CanaryRunner(
-                canary_client, settings.target, api_key=self.api_key, clock=self.clock
+                canary_client,
+                settings.target,
+                api_key=self.api_key,
+                clock=self.clock,
+                max_body_bytes=settings.canary_max_bytes,
             )
             periodic = self._observer_steps(evidence_client)
             await self.http.start()
@@ -161,10 +170,18 @@ class Daemon:
             self.started.set()
             try:
                 async with asyncio.TaskGroup() as group:
+                    runner, grpc = self.runner, self.grpc
                     loops = [
-                        group.create_task(self._scheduler(self.runner).run(), name="scheduler"),
-                        group.create_task(self.grpc.publish(), name="grpc-publish"),
-                        group.create_task(self.incidents.run(), name="incidents"),
+                        group.create_task(
+                            self._supervised("scheduler", lambda: self._scheduler(runner).run()),
+                            name="scheduler",
+                        ),
+                        group.create_task(
+                            self._supervised("grpc-publish", grpc.publish), name="grpc-publish"
+                        ),
+                        group.create_task(
+                            self._supervised("incidents", self.incidents.run), name="incidents"
+                        ),
                     ]
                     loops += [
                         group.create_task(self._every(name, interval, step), name=name)
@@ -245,10 +262,18 @@ class Daemon:
     def _observer_steps(self, client: httpx.AsyncClient) -> list[tuple[str, float, Step]]:
         """(heartbeat name, interval, step) of every periodic loop besides the canaries."""
         settings, observers = self.settings, self.observers
-        scraper = MetricsScraper(
-            client, settings.target, self.clock, timeout=settings.scrape_timeout
+        limits = ScrapeLimits(
+            max_bytes=settings.metrics_max_bytes,
+            max_lines=settings.metrics_max_lines,
+            max_line_bytes=settings.metrics_max_line_bytes,
+            max_series=settings.metrics_max_series,
         )
-        health = VllmHealthPoller(client, settings.target, self.clock)
+        scraper = MetricsScraper(
+            client, settings.target, self.clock, timeout=settings.scrape_timeout, limits=limits
+        )
+        health = VllmHealthPoller(
+            client, settings.target, self.clock, timeout=settings.health_timeout
+        )
         steps: list[tuple[str, float, Step]] = [
             ("scrape", settings.scrape_interval, observers.scrape_step(scraper)),
             ("vllm-health", settings.health_interval, observers.health_step(health)),
@@ -260,7 +285,18 @@ class Daemon:
         return steps
 
     async def _every(self, name: str, interval: float, step: Step) -> None:
-        await every(name, interval, step, beat=self.state.beat, clock=self.clock, sleep=self.sleep)
+        await every(
+            name,
+            interval,
+            step,
+            beat=self.state.beat,
+            clock=self.clock,
+            sleep=self.sleep,
+            failures=self.failures,
+        )
+
+    async def _supervised(self, name: str, run: Callable[[], Awaitable[None]]) -> None:
+        await supervised(name, run, self.failures, sleep=self.sleep)
 
     async def _evaluate_step(self) -> None:
         await self.evaluator.evaluate(self.clock())

@@ -13,18 +13,25 @@ diagnostics bundles, the last scrape error for ``/status``) lives in
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from sentinel.evidence.failure import EvidenceFailure
 from sentinel.evidence.metrics import MetricsScraper, ScrapeError
 from sentinel.evidence.processes import ProcessWatcher
 from sentinel.evidence.vllm_health import VllmHealthPoller
 from sentinel.ledger import Ledger
+from sentinel.telemetry.logging import get_logger
+
+log = get_logger("sentinel.observers")
 
 METRICS_KEPT = 5  # recent raw /metrics texts kept for diagnostics bundles
+LOG_EVERY = 30.0  # seconds between two log lines about the same failing loop
+MAX_ERROR_DETAIL = 300
 
 Step = Callable[[], Awaitable[None]]
 Sleep = Callable[[float], Awaitable[None]]
@@ -38,6 +45,75 @@ class Observations:
         default_factory=lambda: deque(maxlen=METRICS_KEPT)
     )  # (wall-clock time, exposition text)
     last_scrape_error: str = ""
+    last_health_error: str = ""  # why the last /health poll gave no evidence
+    failures: LoopFailures | None = None
+
+    def errors_json(self, now: float) -> dict[str, Any]:
+        """The evidence and loop errors as ``/status`` shows them."""
+        return {
+            "health": self.last_health_error or None,
+            "loops": {} if self.failures is None else self.failures.to_json(now),
+        }
+
+
+@dataclass(slots=True)
+class LoopFailure:
+    """What one loop has survived so far."""
+
+    count: int = 0
+    last: str = ""
+    last_at: float = 0.0
+    logged_at: float = float("-inf")
+    unlogged: int = 0  # failures since the last log line
+
+
+class LoopFailures:
+    """The failures every supervised loop caught: counted, kept, logged sparingly.
+
+    ``on_failure`` is told the loop's name for each one (the daemon counts
+    them in ``sentinel_loop_errors_total``).
+    """
+
+    def __init__(
+        self,
+        clock: Callable[[], float],
+        on_failure: Callable[[str], None] | None = None,
+        *,
+        log_every: float = LOG_EVERY,
+    ) -> None:
+        self._clock = clock
+        self._on_failure = on_failure
+        self._log_every = log_every
+        self.loops: dict[str, LoopFailure] = {}
+
+    def record(self, loop: str, exc: BaseException) -> None:
+        """Note ``exc`` caught in ``loop``; never raises."""
+        now = self._clock()
+        entry = self.loops.setdefault(loop, LoopFailure())
+        entry.count += 1
+        entry.last = f"{type(exc).__name__}: {exc}"[:MAX_ERROR_DETAIL]
+        entry.last_at = now
+        entry.unlogged += 1
+        if self._on_failure is not None:
+            with contextlib.suppress(Exception):  # a broken counter must not break supervision
+                self._on_failure(loop)
+        if now - entry.logged_at >= self._log_every:
+            log.error(
+                "loop_error",
+                loop=loop,
+                error=entry.last,
+                since_last_log=entry.unlogged,
+                total=entry.count,
+                exc_info=exc,
+            )
+            entry.logged_at = now
+            entry.unlogged = 0
+
+    def to_json(self, now: float) -> dict[str, Any]:
+        return {
+            name: {"errors": f.count, "last": f.last, "ago": round(now - f.last_at, 3)}
+            for name, f in self.loops.items()
+        }
 
 
 async def every(
@@ -48,17 +124,50 @@ async def every(
     beat: Callable[[str, float], None],
     clock: Callable[[], float],
     sleep: Sleep = asyncio.sleep,
+    failures: LoopFailures | None = None,
 ) -> None:
     """Run ``step`` every ``interval`` seconds, beating the ``name`` heartbeat.
 
     A step that overruns delays the next one instead of stacking up; a loop
-    that stops beating for several intervals turns ``/healthz`` red.
+    that stops beating for several intervals turns ``/healthz`` red. With
+    ``failures`` given, an exception from ``step`` is recorded there and the
+    loop carries on (cancellation still ends it).
     """
     while True:
         beat(name, interval * 4 + 5)
         started = clock()
-        await step()
+        if failures is None:
+            await step()
+        else:
+            try:
+                await step()
+            except Exception as exc:
+                failures.record(name, exc)
         await sleep(max(0.0, started + interval - clock()))
+
+
+async def supervised(
+    name: str,
+    run: Callable[[], Awaitable[None]],
+    failures: LoopFailures,
+    *,
+    backoff: float = 1.0,
+    sleep: Sleep = asyncio.sleep,
+) -> None:
+    """Run ``run()`` until cancelled, starting it again after any exception.
+
+    For the long-running loops that are not a simple periodic step (the
+    canary scheduler, the incident loops, the gRPC publisher): one that
+    raises is recorded and restarted after ``backoff`` seconds, so only a
+    signal ends the daemon. A loop that keeps failing keeps beating nothing,
+    which ``/healthz`` reports.
+    """
+    while True:
+        try:
+            await run()
+        except Exception as exc:
+            failures.record(name, exc)
+        await sleep(backoff)
 
 
 class Observers:
@@ -114,11 +223,22 @@ class Observers:
     def health_step(self, poller: VllmHealthPoller) -> Step:
         """One ``/health`` poll; a refused connection may open a new epoch."""
 
+        seen = self.observations
+
         async def step() -> None:
             poll = await poller.poll()
-            if poll.failure is EvidenceFailure.CONNECT:
-                self.ledger.saw_refusal(self.clock())
+            if poll.failure is not None:
+                seen.last_health_error = f"{poll.failure.value}: {poll.detail}"
+                if poll.failure is EvidenceFailure.CONNECT:
+                    self.ledger.saw_refusal(self.clock())
+            elif poll.no_endpoint:
+                # 404, a redirect, 401/403: a server without vLLM's /health.
+                seen.last_health_error = (
+                    f"no health endpoint (HTTP {poll.status}): no evidence either way"
+                )
+                self.ledger.observe_health(None, self.clock())
             elif poll.status is not None:
+                seen.last_health_error = ""
                 self.ledger.observe_health(poll.status, self.clock())
 
         return step

@@ -19,12 +19,20 @@ from __future__ import annotations
 import errno
 import socket
 import ssl
-from collections.abc import Iterator
+import zlib
+from collections.abc import AsyncIterator, Iterator
 from enum import StrEnum
 
 import httpx
 
-__all__ = ["TransportFailure", "classify_transport"]
+__all__ = [
+    "BodyDecodingError",
+    "BodyTooLarge",
+    "TransportFailure",
+    "classify_transport",
+    "iter_capped",
+    "read_capped",
+]
 
 
 class TransportFailure(StrEnum):
@@ -36,6 +44,20 @@ class TransportFailure(StrEnum):
     RESET = "reset"  # accepted, then reset or closed before a response
     TLS = "tls"  # the TLS handshake or certificate check failed
     PROTOCOL = "protocol"  # malformed HTTP, a body cut short, any other transport error
+    OVERSIZED = "oversized"  # the body ran past its byte cap and was abandoned
+    DECODING = "decoding"  # the body does not decode as its Content-Encoding says
+
+
+class BodyTooLarge(Exception):
+    """A body that ran past its byte cap; the rest was never read."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"body larger than {limit} bytes, abandoned")
+        self.limit = limit
+
+
+class BodyDecodingError(Exception):
+    """A body whose Content-Encoding is unknown or whose bytes do not decode as it says."""
 
 
 # errno values that mean "no route to anything", as distinct from a refusal by
@@ -58,6 +80,10 @@ def classify_transport(exc: BaseException) -> TransportFailure | None:
     malformed answer.
     """
     chain = list(_causes(exc))
+    if any(isinstance(e, BodyTooLarge) for e in chain):
+        return TransportFailure.OVERSIZED
+    if any(isinstance(e, BodyDecodingError | httpx.DecodingError) for e in chain):
+        return TransportFailure.DECODING
     # Timeouts first: TimeoutError is an OSError, and an httpx ConnectTimeout is
     # a slow accept queue, not a refusal.
     if any(isinstance(e, TimeoutError | httpx.TimeoutException) for e in chain):
@@ -111,3 +137,68 @@ def _causes(exc: BaseException) -> Iterator[BaseException]:
         seen.add(id(current))
         yield current
         current = current.__cause__ or current.__context__
+
+
+# Read size per socket read, and the most one decompression step may produce:
+# a gzip bomb is inflated a slice at a time, so the cap is hit before memory is.
+_CHUNK = 64 * 1024
+
+
+async def iter_capped(response: httpx.Response, limit: int) -> AsyncIterator[bytes]:
+    """The decoded body of ``response``, raising :class:`BodyTooLarge` past ``limit`` bytes.
+
+    httpx's own decoders inflate each raw chunk whole, so a small compressed
+    chunk can become tens of megabytes at once; here the raw bytes are read
+    and inflated at most one slice at a time, and the cap counts decoded
+    bytes. Encodings other than identity, gzip and deflate are refused
+    (:class:`BodyDecodingError`): sentinel never asks for them.
+    """
+    if response.is_stream_consumed:
+        # Built in memory (a mock, a test) and already decoded by httpx:
+        # there is nothing left to bound but the size.
+        if len(response.content) > limit:
+            raise BodyTooLarge(limit)
+        if response.content:
+            yield response.content
+        return
+    encoding = response.headers.get("content-encoding", "identity").strip().lower()
+    inflater: zlib._Decompress | None
+    if encoding in ("", "identity"):
+        inflater = None
+    elif encoding in ("gzip", "x-gzip", "deflate"):
+        # 32 + MAX_WBITS: a gzip or zlib header, detected from the bytes.
+        inflater = zlib.decompressobj(32 + zlib.MAX_WBITS)
+    else:
+        raise BodyDecodingError(f"unsupported Content-Encoding {encoding!r}")
+    size = 0
+    async for raw in response.aiter_raw():  # as the bytes arrive: never wait to fill a chunk
+        if inflater is None:
+            pieces: Iterator[bytes] = iter((raw,))
+        else:
+            pieces = _inflate(inflater, raw, encoding)
+        for piece in pieces:
+            size += len(piece)
+            if size > limit:
+                raise BodyTooLarge(limit)
+            if piece:
+                yield piece
+    if inflater is not None and not inflater.eof:
+        raise BodyDecodingError(f"{encoding} body ends mid-stream")
+
+
+def _inflate(inflater: zlib._Decompress, raw: bytes, encoding: str) -> Iterator[bytes]:
+    data = raw
+    while data:
+        try:
+            piece = inflater.decompress(data, _CHUNK)
+        except zlib.error as exc:
+            raise BodyDecodingError(f"body labelled {encoding} does not decode: {exc}") from None
+        yield piece
+        data = inflater.unconsumed_tail
+        if inflater.eof:
+            return
+
+
+async def read_capped(response: httpx.Response, limit: int) -> bytes:
+    """The whole decoded body of ``response``; :class:`BodyTooLarge` past ``limit`` bytes."""
+    return b"".join([chunk async for chunk in iter_capped(response, limit)])

@@ -21,5 +21,6 @@ CONTRACT_METRICS = {
     "sentinel_enforce": "gauge",
     "sentinel_server_restarts_total": "counter",
     "sentinel_restart_brake_engaged": "gauge",
+    "sentinel_loop_errors_total": "counter",
 }
 CONTRACT = frozenset(CONTRACT_METRICS)

@@ -13,26 +13,31 @@ caller's task propagates (after the connection is closed).
 from __future__ import annotations
 
 import asyncio
+import codecs
 import json
 import secrets
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
 import httpx_sse
 import structlog
+from httpx_sse._decoders import SSEDecoder, SSELineDecoder
 
 from sentinel.canary.kinds import KINDS
 from sentinel.canary.protocol import CHAT_ENDPOINT, CanaryKindProbe, CanaryRequest, Reply
 from sentinel.canary.result import CanaryResult, Reason
 from sentinel.canary.spec import CanarySpec
-from sentinel.transport import TransportFailure, classify_transport
+from sentinel.transport import TransportFailure, classify_transport, iter_capped, read_capped
 
 log = structlog.get_logger(__name__)
 
 MAX_BODY_BYTES = 1 << 20  # a canary reply is tiny; a huge one is garbage, not worth reading
+# Without a caller's deadline (model resolution from a tool), one still applies:
+# every read of the target has a total deadline.
+DEFAULT_DEADLINE = 30.0
 MAX_DETAIL = 300
 MODELS_PATH = "/v1/models"
 
@@ -76,6 +81,9 @@ _TRANSPORT_REASONS = {
     TransportFailure.RESET: Reason.PROTOCOL,
     TransportFailure.TLS: Reason.PROTOCOL,
     TransportFailure.PROTOCOL: Reason.PROTOCOL,
+    # An oversized or undecodable reply is the body's fault, not the connection's.
+    TransportFailure.OVERSIZED: Reason.BAD_BODY,
+    TransportFailure.DECODING: Reason.BAD_BODY,
 }
 
 
@@ -122,8 +130,10 @@ class CanaryRunner:
         api_key: str | None = None,
         clock: Callable[[], float] = time.monotonic,
         nonce: Callable[[], str] = new_nonce,
+        max_body_bytes: int = MAX_BODY_BYTES,
     ) -> None:
         self._client = client
+        self._max_body = max_body_bytes
         self._base_url = base_url.rstrip("/")
         self._api_key = api_key
         self._clock = clock
@@ -143,7 +153,7 @@ class CanaryRunner:
         """The first model id ``/v1/models`` lists; raises :class:`ModelResolutionError`."""
         progress = _Progress()
         try:
-            async with asyncio.timeout(deadline):
+            async with asyncio.timeout(DEFAULT_DEADLINE if deadline is None else deadline):
                 payload = await self._get_json(MODELS_PATH, progress)
         except Exception as exc:
             reason, detail = classify(exc, responded=progress.responded)
@@ -229,10 +239,10 @@ class CanaryRunner:
             progress.responded = True
             progress.http_status = response.status_code
             if not response.is_success:
-                raw = await _read_capped(response)
+                raw = await self._read_capped(response)
                 raise _status_failure(response.status_code, raw, probe)
             if not spec.stream:
-                return _parse_reply(_decode_json(await _read_capped(response)), chat=chat)
+                return _parse_reply(_decode_json(await self._read_capped(response)), chat=chat)
             return await self._read_stream(response, progress, started, chat=chat)
 
     async def _read_stream(
@@ -241,7 +251,7 @@ class CanaryRunner:
         text: list[str] = []
         usage: Mapping[str, Any] = {}
         finish_reason: str | None = None
-        async for event in httpx_sse.EventSource(response).aiter_sse():
+        async for event in self._events(response):
             if event.data == "[DONE]":
                 return Reply(
                     text="".join(text),
@@ -291,27 +301,47 @@ class CanaryRunner:
         ) as response:
             progress.responded = True
             progress.http_status = response.status_code
-            raw = await _read_capped(response)
+            raw = await self._read_capped(response)
             if not response.is_success:
                 raise _status_failure(response.status_code, raw, None)
             return _decode_json(raw)
+
+    async def _read_capped(self, response: httpx.Response) -> bytes:
+        try:
+            return await read_capped(response, self._max_body)
+        except httpx.StreamError as exc:  # consumed or closed: a broken exchange
+            raise CanaryFailure(Reason.PROTOCOL, f"{type(exc).__name__}: {exc}") from None
+
+    async def _events(self, response: httpx.Response) -> AsyncIterator[httpx_sse.ServerSentEvent]:
+        """Server-sent events of ``response``, its bytes capped like any other reply.
+
+        httpx-sse's decoders, fed through :func:`sentinel.transport.iter_capped`,
+        so an endless stream or a never-ending line costs at most the cap.
+        """
+        content_type = response.headers.get("content-type", "").partition(";")[0]
+        if "text/event-stream" not in content_type:
+            raise httpx_sse.SSEError(
+                f"Expected response header Content-Type to contain 'text/event-stream', "
+                f"got {content_type!r}"
+            )
+        lines = SSELineDecoder()
+        events = SSEDecoder()
+        text = codecs.getincrementaldecoder("utf-8")("strict")
+        async for chunk in iter_capped(response, self._max_body):
+            for line in lines.decode(text.decode(chunk)):
+                event = events.decode(line.rstrip("\n"))
+                if event is not None:
+                    yield event
+        for line in lines.flush():
+            event = events.decode(line.rstrip("\n"))
+            if event is not None:
+                yield event
 
     def _scrub(self, detail: str) -> str:
         """Details end up in logs, metrics views and /status: the key must never reach them."""
         if self._api_key:
             detail = detail.replace(self._api_key, "***")
         return detail[:MAX_DETAIL]
-
-
-async def _read_capped(response: httpx.Response) -> bytes:
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in response.aiter_bytes():
-        size += len(chunk)
-        if size > MAX_BODY_BYTES:
-            raise CanaryFailure(Reason.BAD_BODY, f"reply larger than {MAX_BODY_BYTES} bytes")
-        chunks.append(chunk)
-    return b"".join(chunks)
 
 
 def _decode_json(raw: bytes) -> Any:

@@ -23,6 +23,7 @@ class EvidenceFailure(StrEnum):
     HTTP_STATUS = "http_status"  # the server answered with a non-2xx status
     BAD_BODY = "bad_body"  # the answer could not be parsed
     PROTOCOL = "protocol"  # reset, TLS or any other transport error: something listens
+    TOO_LARGE = "too_large"  # the answer ran past a byte, line or series cap and was abandoned
 
 
 # Only a refusal says the server is gone. A reset or a dropped connection is a
@@ -34,6 +35,8 @@ _EVIDENCE_FAILURES = {
     TransportFailure.RESET: EvidenceFailure.PROTOCOL,
     TransportFailure.TLS: EvidenceFailure.PROTOCOL,
     TransportFailure.PROTOCOL: EvidenceFailure.PROTOCOL,
+    TransportFailure.OVERSIZED: EvidenceFailure.TOO_LARGE,
+    TransportFailure.DECODING: EvidenceFailure.BAD_BODY,
 }
 
 

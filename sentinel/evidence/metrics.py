@@ -11,10 +11,19 @@ vLLM's histogram ``vllm:iteration_tokens_total`` exposes
 ``vllm:iteration_tokens_total_count``. A signal the server does not expose is
 absent from the sample (no evidence), never zero: a renamed or disabled metric
 must not read as "flat".
+
+The target may be hostile or merely huge, so the scrape is bounded: one total
+deadline from connect to last byte, a cap on decoded bytes, on lines, on the
+length of one line and on the series kept. The body is read incrementally and
+only the lines of the signals above are kept, so neither memory nor the event
+loop ever holds more than one chunk and the kept lines; every cap that is hit
+is a :class:`ScrapeError`, never a crash.
 """
 
 from __future__ import annotations
 
+import asyncio
+import codecs
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -24,6 +33,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from sentinel.evidence.failure import EvidenceFailure, classify_transport_error
+from sentinel.transport import iter_capped
 
 # Sample names as vLLM 0.32 exposes them (vllm/v1/metrics/loggers.py,
 # PrometheusStatLogger). Every one is labelled by model_name and engine; the
@@ -132,11 +142,117 @@ class ScrapeError(Exception):
         self.status = status
 
 
+@dataclass(frozen=True, slots=True)
+class ScrapeLimits:
+    """What one scrape may cost; each cap hit abandons the scrape with an error."""
+
+    max_bytes: int = 8 * 1024 * 1024  # decoded bytes of the whole exposition
+    max_lines: int = 100_000
+    max_line_bytes: int = 64 * 1024
+    max_series: int = 1_000  # kept sample lines (the signals sentinel reads)
+    keep_bytes: int = 1024 * 1024  # raw text kept for diagnostics bundles
+    # Kept lines parsed inline up to this many; more go to a worker thread so
+    # the parse never holds the event loop for long.
+    inline_parse_lines: int = 200
+
+
+_WANTED_BYTES = tuple(name.encode() for name in _WANTED)
+_WANTED_NAMES = frozenset(_WANTED)
+
+
+class ExpositionReader:
+    """Reads an exposition chunk by chunk, keeping only the lines sentinel uses.
+
+    Memory is bounded by one chunk, one partial line (``max_line_bytes``), the
+    kept lines (``max_series``) and the text kept for bundles (``keep_bytes``).
+    The whole body is checked as UTF-8 as it passes, since a Prometheus
+    exposition is UTF-8 and garbage anywhere says the answer is not one.
+    """
+
+    def __init__(self, limits: ScrapeLimits) -> None:
+        self._limits = limits
+        self._partial = bytearray()
+        self._utf8 = codecs.getincrementaldecoder("utf-8")("strict")
+        self._kept: list[str] = []
+        self._lines = 0
+        self._keep = bytearray()
+        self.truncated = False  # the text kept for bundles is cut short
+
+    def feed(self, chunk: bytes) -> None:
+        """Take the next chunk; raise :class:`ScrapeError` when a cap is hit."""
+        try:
+            self._utf8.decode(chunk)
+        except UnicodeDecodeError as exc:
+            raise ScrapeError(EvidenceFailure.BAD_BODY, f"not UTF-8: {exc.reason}") from None
+        room = self._limits.keep_bytes - len(self._keep)
+        if room > 0:
+            self._keep += chunk[:room]
+        if len(chunk) > room:
+            self.truncated = True
+        lines = chunk.split(b"\n")
+        if len(lines) == 1:  # no line ends in this chunk
+            self._grow_partial(chunk)
+            return
+        self._partial += lines[0]
+        self._line(bytes(self._partial))
+        self._partial.clear()
+        for line in lines[1:-1]:
+            self._line(line)
+        self._grow_partial(lines[-1])
+
+    def finish(self) -> tuple[str, str]:
+        """(the kept lines, the text kept for bundles) once the body has ended."""
+        try:
+            self._utf8.decode(b"", final=True)
+        except UnicodeDecodeError as exc:
+            raise ScrapeError(EvidenceFailure.BAD_BODY, f"not UTF-8: {exc.reason}") from None
+        if self._partial:
+            self._line(bytes(self._partial))
+            self._partial.clear()
+        text = self._keep.decode("utf-8", "replace")
+        if self.truncated:
+            text += f"\n# sentinel: truncated at {self._limits.keep_bytes} bytes\n"
+        return "\n".join(self._kept) + "\n", text
+
+    def _grow_partial(self, piece: bytes) -> None:
+        if len(self._partial) + len(piece) > self._limits.max_line_bytes:
+            raise ScrapeError(
+                EvidenceFailure.TOO_LARGE,
+                f"a line longer than {self._limits.max_line_bytes} bytes",
+            )
+        self._partial += piece
+
+    def _line(self, line: bytes) -> None:
+        if len(line) > self._limits.max_line_bytes:
+            raise ScrapeError(
+                EvidenceFailure.TOO_LARGE,
+                f"a line longer than {self._limits.max_line_bytes} bytes",
+            )
+        self._lines += 1
+        if self._lines > self._limits.max_lines:
+            raise ScrapeError(
+                EvidenceFailure.TOO_LARGE, f"more than {self._limits.max_lines} lines"
+            )
+        if not line.startswith(_WANTED_BYTES):
+            return
+        text = line.decode("utf-8").rstrip("\r")
+        if text.split("{", 1)[0].split(" ", 1)[0] not in _WANTED_NAMES:
+            return
+        self._kept.append(text)
+        if len(self._kept) > self._limits.max_series:
+            raise ScrapeError(
+                EvidenceFailure.TOO_LARGE,
+                f"more than {self._limits.max_series} series of the signals sentinel reads",
+            )
+
+
 class MetricsScraper:
     """Scrapes ``{base_url}/metrics`` with the client it is given.
 
-    The client's timeout applies unless ``timeout`` is given. The raw text of
-    the last answered scrape is kept for diagnostics bundles.
+    ``timeout`` is the total deadline of one scrape, connect to last byte
+    (httpx's own timeouts are per read, so a body trickled a byte at a time
+    would never trip them). The raw text of the last answered scrape is kept,
+    capped, for diagnostics bundles.
     """
 
     def __init__(
@@ -145,13 +261,15 @@ class MetricsScraper:
         base_url: str,
         clock: Callable[[], float],
         *,
-        timeout: float | None = None,
+        timeout: float = 10.0,
         path: str = "/metrics",
+        limits: ScrapeLimits | None = None,
     ) -> None:
         self._client = client
         self._url = base_url.rstrip("/") + path
         self._clock = clock
         self._timeout = timeout
+        self._limits = limits or ScrapeLimits()
         self.last_text: str | None = None
         self.last_at: float | None = None
 
@@ -162,26 +280,49 @@ class MetricsScraper:
     async def scrape(self) -> MetricsSample:
         """Fetch and parse one exposition; raise :class:`ScrapeError` on failure."""
         try:
-            if self._timeout is None:
-                response = await self._client.get(self._url)
-            else:
-                response = await self._client.get(self._url, timeout=self._timeout)
-        except httpx.TransportError as exc:
-            raise ScrapeError(classify_transport_error(exc), repr(exc)) from exc
-        at = self._clock()
-        if not response.is_success:
+            async with asyncio.timeout(self._timeout):
+                kept, text, status = await self._read()
+        except ScrapeError:
+            raise
+        except TimeoutError:
             raise ScrapeError(
-                EvidenceFailure.HTTP_STATUS,
-                f"GET {self._url} answered {response.status_code}",
-                status=response.status_code,
-            )
-        text = response.text
+                EvidenceFailure.TIMEOUT,
+                f"GET {self._url} not complete within {self._timeout:g}s",
+            ) from None
+        except httpx.HTTPError as exc:
+            raise ScrapeError(
+                classify_transport_error(exc), f"{type(exc).__name__}: {exc}"
+            ) from None
+        at = self._clock()
         # Kept even when it does not parse: a broken exposition is evidence too.
         self.last_text = text
         self.last_at = at
+        # Nothing of vLLM's kept: the (capped) text is parsed whole, so garbage
+        # is still reported as such rather than read as a server without metrics.
+        source = kept if kept.strip() or len(text) >= self._limits.keep_bytes else text
         try:
-            return parse_vllm_metrics(text, at)
+            if source.count("\n") > self._limits.inline_parse_lines:
+                return await asyncio.to_thread(parse_vllm_metrics, source, at)
+            return parse_vllm_metrics(source, at)
         except (ValueError, IndexError, KeyError) as exc:
             # The parser reports malformed lines as ValueError; the others guard
             # against its edge cases so garbage never escapes as a crash.
-            raise ScrapeError(EvidenceFailure.BAD_BODY, str(exc), response.status_code) from exc
+            raise ScrapeError(EvidenceFailure.BAD_BODY, str(exc), status) from None
+
+    async def _read(self) -> tuple[str, str, int]:
+        # Only gzip is offered: its inflation is bounded by iter_capped.
+        headers = {"Accept-Encoding": "gzip"}
+        async with self._client.stream(
+            "GET", self._url, headers=headers, timeout=self._timeout, follow_redirects=False
+        ) as response:
+            if not response.is_success:
+                raise ScrapeError(
+                    EvidenceFailure.HTTP_STATUS,
+                    f"GET {self._url} answered {response.status_code}",
+                    status=response.status_code,
+                )
+            reader = ExpositionReader(self._limits)
+            async for chunk in iter_capped(response, self._limits.max_bytes):
+                reader.feed(chunk)
+            kept, text = reader.finish()
+            return kept, text, response.status_code

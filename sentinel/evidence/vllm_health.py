@@ -2,12 +2,18 @@
 
 vLLM answers 503 once the engine client is dead (EngineCore killed, or a
 worker past ``VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS``), and keeps answering 200
-through a silent hang. It is therefore evidence of death, never of life. The
-poll uses a short timeout so a wedged API server cannot stall the evidence loop.
+through a silent hang. It is therefore evidence of death, never of life.
+
+Only a 5xx says the engine is dead. A 404, a redirect (never followed) or a
+401/403 is a server without that endpoint (any OpenAI-compatible server that
+is not vLLM, or one behind an auth proxy): no evidence either way. The poll has
+one total deadline, connect to last header, and never reads the body, so a
+trickled or endless answer cannot stall the evidence loop or grow memory.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -30,6 +36,16 @@ class HealthPoll:
     @property
     def ok(self) -> bool:
         return self.status == 200
+
+    @property
+    def failing(self) -> bool:
+        """The engine is dead by vLLM's own word: a 5xx."""
+        return self.status is not None and self.status >= 500
+
+    @property
+    def no_endpoint(self) -> bool:
+        """An answer that says nothing about the engine: not 2xx, not 5xx."""
+        return self.status is not None and not 200 <= self.status < 300 and self.status < 500
 
 
 class VllmHealthPoller:
@@ -54,10 +70,23 @@ class VllmHealthPoller:
         return self._url
 
     async def poll(self) -> HealthPoll:
+        """One poll; the status line is all that is read."""
         try:
-            response = await self._client.get(self._url, timeout=self._timeout)
-        except httpx.TransportError as exc:
+            async with asyncio.timeout(self._timeout):
+                async with self._client.stream(
+                    "GET", self._url, timeout=self._timeout, follow_redirects=False
+                ) as response:
+                    status = response.status_code
+        except TimeoutError:
             return HealthPoll(
-                at=self._clock(), failure=classify_transport_error(exc), detail=repr(exc)
+                at=self._clock(),
+                failure=EvidenceFailure.TIMEOUT,
+                detail=f"GET {self._url} not answered within {self._timeout:g}s",
             )
-        return HealthPoll(at=self._clock(), status=response.status_code)
+        except httpx.HTTPError as exc:
+            return HealthPoll(
+                at=self._clock(),
+                failure=classify_transport_error(exc),
+                detail=f"{type(exc).__name__}: {exc}",
+            )
+        return HealthPoll(at=self._clock(), status=status)

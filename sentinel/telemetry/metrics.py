@@ -74,7 +74,7 @@ class SentinelMetrics:
         )
         self.hang_detections = Counter(
             "sentinel_hang_detections_total",
-            "Hangs confirmed, by kind (engine, structured, multimodal, dead).",
+            "Hangs confirmed, by kind (engine, each path kind, dead, broken, listener_down).",
             ["kind"],
             registry=registry,
         )
@@ -102,6 +102,13 @@ class SentinelMetrics:
             "or start time, a counter going down).",
             registry=registry,
         )
+        self.loop_errors = Counter(
+            "sentinel_loop_errors_total",
+            "Exceptions a periodic loop of sentinel caught and survived, by loop "
+            "(scrape, vllm-health, processes, evaluate, scheduler, incidents, ...).",
+            ["loop"],
+            registry=registry,
+        )
         self._preinitialize()
         if state is not None:
             registry.register(HealthCollector(state, clock))
@@ -119,6 +126,10 @@ class SentinelMetrics:
             self.hang_detections.labels(hang.value)
         for skip in SKIP_REASONS:
             self.canaries_skipped.labels(skip)
+
+    def loop_failed(self, loop: str) -> None:
+        """One exception caught by the supervision of ``loop``; the loop carried on."""
+        self.loop_errors.labels(loop).inc()
 
     def observe_canary(self, result: CanaryResult) -> None:
         outcome = SUCCESS if result.ok else FAILURE
