@@ -135,7 +135,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             return doctor_main(args)
     except ConfigError as exc:
-        print(f"sentinel {command}: configuration error:\n{exc}", file=sys.stderr)
+        # One line: a kubelet's "last state" and most log viewers show only the last line.
+        problem = "; ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+        print(f"sentinel {command}: configuration error: {problem}", file=sys.stderr)
         return ExitCode.USAGE
     except KeyboardInterrupt:
         return ExitCode.INTERRUPTED

@@ -163,7 +163,7 @@ class Daemon:
                 version=__version__,
                 target=settings.target,
                 http_port=self.http.port,
-                grpc_port=self.grpc.port,
+                grpc_port=self.grpc.port if self.grpc.enabled else None,
                 enforce=settings.enforce,
                 canaries=[s.name for s in self.specs],
             )

@@ -11,6 +11,13 @@ grpcio-health-checking's servicer starts with ``""`` SERVING and every other
 service unknown, so :meth:`GrpcHealthServer.start` sets all four from the
 current snapshot *before* the server accepts a call: a probe can never see a
 default that sentinel did not decide.
+
+The listener is optional (``grpc_listen: off``): only the gRPC-probe variant
+of the manifests needs it, and a port nobody probes is only attack surface.
+What a client may hold is bounded the way the HTTP listener is: a cap on
+connections, a short handshake timeout (a client that connects and sends
+nothing is closed), idle connections closed after seconds, and a cap on calls
+in flight (``Watch`` streams included).
 """
 
 from __future__ import annotations
@@ -31,6 +38,16 @@ SIDECAR_SERVICE = ""
 SERVICES = ("liveness", "readiness", "startup")
 DEFAULT_TICK = 1.0
 DEFAULT_GRACE = 2.0
+MAX_CONNECTIONS = 128
+MAX_CONCURRENT_RPCS = 256
+# gRPC core channel arguments; unknown ones are ignored by older cores, so each is safe to pass.
+SERVER_OPTIONS: tuple[tuple[str, int], ...] = (
+    ("grpc.max_allowed_incoming_connections", MAX_CONNECTIONS),
+    ("grpc.server_handshake_timeout_ms", 5_000),
+    ("grpc.max_connection_idle_ms", 30_000),
+    ("grpc.max_concurrent_streams", 16),
+    ("grpc.max_receive_message_length", 4096),
+)
 
 SERVING: Any = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING: Any = health_pb2.HealthCheckResponse.NOT_SERVING
@@ -51,18 +68,19 @@ def desired_statuses(snapshot: HealthSnapshot, sidecar: ProbeAnswer) -> dict[str
 
 
 class GrpcHealthServer:
-    """The health server on ``address`` (``host:port``; port 0 picks a free one).
+    """The health server on ``address`` (``host:port``; port 0 picks a free one; None: none).
 
     Lifecycle, for the daemon's TaskGroup: ``await start()`` (binds, sets every
     status, starts serving), run ``publish()`` as a task until cancelled, then
     ``await stop()`` (all NOT_SERVING, then a bounded grace for open calls,
-    which also ends every ``Watch`` stream).
+    which also ends every ``Watch`` stream). Without an address every step is
+    a no-op (``publish`` returns at once) and ``enabled`` is False.
     """
 
     def __init__(
         self,
         state: HealthState,
-        address: str,
+        address: str | None,
         *,
         tick: float = DEFAULT_TICK,
     ) -> None:
@@ -75,13 +93,22 @@ class GrpcHealthServer:
         self._published: dict[str, Any] = {}
 
     @property
+    def enabled(self) -> bool:
+        return self._address is not None
+
+    @property
     def port(self) -> int:
+        """The bound port; only while started with an address (see :attr:`enabled`)."""
         if self._port is None:
             raise RuntimeError("the gRPC server is not started")
         return self._port
 
     async def start(self) -> None:
-        server = grpc.aio.server()
+        if self._address is None:
+            return
+        server = grpc.aio.server(
+            options=SERVER_OPTIONS, maximum_concurrent_rpcs=MAX_CONCURRENT_RPCS
+        )
         health_pb2_grpc.add_HealthServicer_to_server(self._servicer, server)
         port = server.add_insecure_port(self._address)
         if port == 0:
@@ -98,6 +125,8 @@ class GrpcHealthServer:
         so ``""`` turns NOT_SERVING when heartbeats go stale with nothing
         published (a wedged writer publishes nothing).
         """
+        if self._address is None:
+            return
         seen = self._state.snapshot().version
         while True:
             # asyncio.timeout, not wait_for: on Python 3.11 wait_for swallows a

@@ -7,14 +7,29 @@ is hung and the kubelet's 3 s probe timeout is never what fails it.
 
 The daemon starts and stops it through :class:`HttpServer`; other components
 add routes (diagnostics adds ``/incidents``) with ``extra_routes``.
+
+Nothing that connects may take the listener down, since the kubelet's
+liveness probe of the inference server points here. :class:`ConnectionGuard`
+holds the open connections under a cap set well below the process's
+file-descriptor limit (so ``accept()`` never meets EMFILE in the first place),
+sheds the *oldest* connection when a new one arrives at the cap (a probe is
+always the newest, and sends its request at once), closes a connection that
+has not sent a complete request head within a short header timeout, and idle
+keep-alive connections are reaped after seconds, not aiohttp's hour. Should
+EMFILE still happen, asyncio's accept loop logs it and pauses accepting for a
+second; it never raises into the daemon.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import asyncio
+import resource
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
+from aiohttp.web_protocol import RequestHandler
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 
@@ -23,6 +38,117 @@ from sentinel.health import HealthSnapshot, HealthState, ProbeAnswer
 STATE_KEY = web.AppKey("sentinel_health_state", HealthState)
 REGISTRY_KEY = web.AppKey("sentinel_registry", CollectorRegistry)
 DEFAULT_SHUTDOWN_TIMEOUT = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class ServerLimits:
+    """What one client may hold of sentinel's HTTP listener.
+
+    The kubelet opens a fresh connection per probe and Prometheus keeps one
+    per scrape target, so a few dozen connections is normal; ``max_connections``
+    leaves two orders of magnitude above that. ``keepalive_timeout`` is shorter
+    than any scrape interval worth keeping a connection for, and
+    ``header_timeout`` is generous for a request head of a few hundred bytes.
+    """
+
+    max_connections: int = 256
+    keepalive_timeout: float = 15.0
+    header_timeout: float = 5.0
+    backlog: int = 128
+
+    def effective_cap(self) -> int:
+        """The cap, lowered to fit the process's file-descriptor limit.
+
+        Besides the connections, the process needs descriptors for the
+        connections asyncio accepts in one burst before any is handed over
+        (``backlog``), its HTTP clients, the gRPC server, logs and diagnostics;
+        a quarter of the soft limit for connections leaves the rest for them.
+        """
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft == resource.RLIM_INFINITY:
+            return self.max_connections
+        return max(8, min(self.max_connections, soft // 4))
+
+
+class ConnectionGuard:
+    """The listener's protocol factory: aiohttp's handlers, capped and timed.
+
+    Each accepted connection gets aiohttp's own request handler; the guard
+    only decides which connections to close. It sheds the oldest open
+    connections when a new one would exceed the cap (their clients can
+    reconnect; a silent one loses nothing), and arms one timer per connection
+    that closes it unless a request head arrived within ``header_timeout``.
+    Keep-alive idleness after a request is aiohttp's ``keepalive_timeout``.
+    """
+
+    def __init__(self, server: web.Server, limits: ServerLimits) -> None:
+        self._server = server
+        self._limits = limits
+        self._cap = limits.effective_cap()
+        # Connections whose header timer has not fired and that sent no request head yet.
+        self._waiting_for_head: set[RequestHandler] = set()
+        self.shed = 0
+        self.timed_out = 0
+
+    @property
+    def cap(self) -> int:
+        return self._cap
+
+    def open_connections(self) -> list[RequestHandler]:
+        """Open connections, oldest first (closed ones may linger in aiohttp's list)."""
+        return [h for h in self._server.connections if h.transport is not None]
+
+    def __call__(self) -> RequestHandler:
+        open_now = self.open_connections()
+        excess = len(open_now) + 1 - self._cap
+        for handler in open_now[: max(0, excess)]:
+            handler.force_close()
+            self.shed += 1
+        handler = self._server()
+        self._waiting_for_head.add(handler)
+        loop = asyncio.get_running_loop()
+        loop.call_later(self._limits.header_timeout, self._check_head, handler)
+        return handler
+
+    def _check_head(self, handler: RequestHandler) -> None:
+        if handler not in self._waiting_for_head:
+            return
+        self._waiting_for_head.discard(handler)
+        if handler.transport is not None:
+            handler.force_close()
+            self.timed_out += 1
+
+    async def middleware(
+        self,
+        request: web.Request,
+        handler: Callable[[web.Request], Awaitable[web.StreamResponse]],
+    ) -> web.StreamResponse:
+        """Marks the connection as having sent a request head before the handler runs."""
+        self._waiting_for_head.discard(request.protocol)
+        return await handler(request)
+
+
+class _GuardedSite(web.BaseSite):
+    """aiohttp's TCP site, accepting through a :class:`ConnectionGuard`."""
+
+    def __init__(
+        self, runner: web.BaseRunner, host: str, port: int, guard: ConnectionGuard, backlog: int
+    ) -> None:
+        super().__init__(runner, backlog=backlog)
+        self._host = host
+        self._port = port
+        self._guard = guard
+
+    @property
+    def name(self) -> str:
+        return f"http://{self._host}:{self._port}"
+
+    async def start(self) -> None:
+        await super().start()
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(
+            self._guard, self._host, self._port, backlog=self._backlog, reuse_address=True
+        )
 
 
 def answer_json(answer: ProbeAnswer) -> dict[str, Any]:
@@ -79,9 +205,10 @@ def build_app(
     registry: CollectorRegistry,
     *,
     extra_routes: Sequence[web.AbstractRouteDef] = (),
+    middlewares: Sequence[Any] = (),
 ) -> web.Application:
     """The aiohttp application with sentinel's endpoints and any extra routes."""
-    app = web.Application()
+    app = web.Application(middlewares=list(middlewares))
     app[STATE_KEY] = state
     app[REGISTRY_KEY] = registry
     app.add_routes(
@@ -103,7 +230,7 @@ class HttpServer:
 
     ``start`` returns once the socket is bound; ``port`` is then the real
     port. ``stop`` closes the listener and waits at most ``shutdown_timeout``
-    for in-flight requests.
+    for in-flight requests. ``limits`` bound what clients may hold open.
     """
 
     def __init__(
@@ -116,15 +243,41 @@ class HttpServer:
         extra_routes: Sequence[web.AbstractRouteDef] = (),
         shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT,
         access_log: bool = False,
+        limits: ServerLimits | None = None,
     ) -> None:
-        self._app = build_app(state, registry, extra_routes=extra_routes)
+        self._limits = limits or ServerLimits()
+        self._guard: ConnectionGuard | None = None
+        self._app = build_app(
+            state, registry, extra_routes=extra_routes, middlewares=[self._mark_served]
+        )
         self._host = host
         self._port = port
         # Probe traffic (3 endpoints every few seconds) drowns real events in an
         # access log, so it is off unless asked for.
         runner_options: dict[str, Any] = {} if access_log else {"access_log": None}
-        self._runner = web.AppRunner(self._app, shutdown_timeout=shutdown_timeout, **runner_options)
+        self._runner = web.AppRunner(
+            self._app,
+            shutdown_timeout=shutdown_timeout,
+            keepalive_timeout=self._limits.keepalive_timeout,
+            **runner_options,
+        )
         self._bound: tuple[str, int] | None = None
+
+    @web.middleware
+    async def _mark_served(
+        self,
+        request: web.Request,
+        handler: Callable[[web.Request], Awaitable[web.StreamResponse]],
+    ) -> web.StreamResponse:
+        if self._guard is None:
+            return await handler(request)
+        return await self._guard.middleware(request, handler)
+
+    @property
+    def guard(self) -> ConnectionGuard:
+        if self._guard is None:
+            raise RuntimeError("the HTTP server is not started")
+        return self._guard
 
     @property
     def app(self) -> web.Application:
@@ -149,7 +302,10 @@ class HttpServer:
 
     async def start(self) -> None:
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self._host, self._port)
+        server = self._runner.server
+        assert server is not None, "setup() creates the server"
+        self._guard = ConnectionGuard(server, self._limits)
+        site = _GuardedSite(self._runner, self._host, self._port, self._guard, self._limits.backlog)
         try:
             await site.start()
         except BaseException:
