@@ -211,6 +211,7 @@ class Evaluator:
                 priority=self.priority,
                 stalls=self.stalls,
                 last_scrape_error=self.observations.last_scrape_error,
+                evidence_errors=self.observations.errors_json(now),
                 incident=incidents.current,
                 recent_incidents=incidents.recent,
                 transitions=self.transitions,

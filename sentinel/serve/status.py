@@ -64,6 +64,7 @@ def status_document(
     incident: OpenIncident | None,
     recent_incidents: Sequence[IncidentRecord],
     transitions: Iterable[Transition],
+    evidence_errors: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The JSON-able ``/status`` body at ``now`` (monotonic seconds, like every time given)."""
 
@@ -106,6 +107,10 @@ def status_document(
             "real_completion_age": age(ledger.progress.last_real_completion_at),
             "last_scrape_age": age(ledger.progress.last_sample_at),
             "last_scrape_error": last_scrape_error or None,
+            # Why the last /health poll gave no evidence, and what each loop
+            # survived (loop name -> errors, last, ago): failed reads and
+            # parses are recorded, never fatal.
+            "errors": dict(evidence_errors or {}),
             "engine_down": ledger.engine_down_detail or None,
             "processes": None
             if processes is None
