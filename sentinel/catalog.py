@@ -13,7 +13,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from importlib.resources.abc import Traversable
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 import yaml
@@ -48,6 +48,8 @@ OWNED_REQUEST_KEYS = {
     "stream_options": "stream",
     "response_format": "schema",
 }
+# Spec fields that name a file beside the catalog's YAML.
+ASSET_FIELDS = frozenset({"image"})
 NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}$")
 
 
@@ -188,6 +190,8 @@ def _load_file(root: Traversable, file: Traversable, label: str) -> CanarySpec:
     if parsed.latency_slo is not None and parsed.latency_slo >= deadline:
         problem = f"{parsed.latency_slo:g} s must be below the deadline ({deadline:g} s)"
         raise CatalogError(label, "latency_slo", problem)
+    for key in ASSET_FIELDS & given.keys():
+        _confine(label, key, given[key], root)
     try:
         kind_values = probe.load_fields(given, root)
     except SpecFieldError as exc:
@@ -209,6 +213,29 @@ def _load_file(root: Traversable, file: Traversable, label: str) -> CanarySpec:
         source=label,
         **kind_values,
     )
+
+
+def _confine(label: str, key: str, relative: object, root: Traversable) -> None:
+    """An asset path must name a file inside the catalog directory, symlinks resolved.
+
+    The catalog is often a ConfigMap that more people can edit than the pod's
+    filesystem; an ``image:`` of ``/etc/shadow`` or ``../../secrets/key`` must
+    not turn it into a way to read (and send to the target) any file.
+    """
+    if not isinstance(relative, str) or not relative:
+        raise CatalogError(label, key, "must be a path relative to the catalog directory")
+    parts = PurePosixPath(relative).parts
+    if PurePosixPath(relative).is_absolute() or ".." in parts or "\\" in relative:
+        raise CatalogError(
+            label, key, f"{relative!r} must be a path inside the catalog directory (no '..')"
+        )
+    if isinstance(root, Path):
+        base = root.resolve()
+        target = root.joinpath(*parts).resolve()
+        if not target.is_relative_to(base):
+            raise CatalogError(
+                label, key, f"{relative!r} resolves outside the catalog directory ({target})"
+            )
 
 
 def _stem(file_name: str) -> str:

@@ -147,6 +147,9 @@ BAD_FILES: list[tuple[str, Any, str, str]] = [
     ("multimodal without image", multimodal_spec(image=None), "image", "required"),
     ("missing image", multimodal_spec(image="assets/nope.png"), "image", "cannot read"),
     ("image on completions", multimodal_spec(endpoint="/v1/completions"), "endpoint", "needs"),
+    ("absolute image", multimodal_spec(image=str(ASSET)), "image", "inside the catalog"),
+    ("image above catalog", multimodal_spec(image="../canary.png"), "image", "no '..'"),
+    ("image dot-dot inside", multimodal_spec(image="assets/../../x.png"), "image", "no '..'"),
     ("not a mapping", "- just\n- a list\n", "", "must be a mapping"),
     ("broken yaml", "kind: [text\n", "line", "not valid YAML"),
 ]
@@ -262,3 +265,26 @@ def test_catalog_module_does_no_network_or_event_loop_io() -> None:
         if isinstance(node, ast.ImportFrom)
     }
     assert not imported & {"httpx", "asyncio", "grpc", "aiohttp", "socket"}
+
+
+def test_image_symlink_out_of_the_catalog_is_refused(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    shutil.copy(ASSET, outside / "secret.png")
+    catalog = tmp_path / "catalog"
+    catalog.mkdir()
+    write_catalog(
+        catalog,
+        {"t.yaml": text_spec(), "m.yaml": multimodal_spec(image="assets/link.png")},
+    )
+    (catalog / "assets" / "link.png").symlink_to(outside / "secret.png")
+    with pytest.raises(CatalogError, match=r"m\.yaml: image: .*resolves outside the catalog"):
+        load_catalog(catalog)
+
+
+def test_image_symlink_inside_the_catalog_is_accepted(tmp_path: Path) -> None:
+    write_catalog(
+        tmp_path, {"t.yaml": text_spec(), "m.yaml": multimodal_spec(image="assets/link.png")}
+    )
+    (tmp_path / "assets" / "link.png").symlink_to(tmp_path / "assets" / "canary.png")
+    assert load_catalog(tmp_path).get("multimodal").image == ASSET.read_bytes()
