@@ -148,3 +148,116 @@ def test_policies_map_onto_the_verdict() -> None:
 )
 def test_split_host_port(value: str, expected: tuple[str, int]) -> None:
     assert split_host_port(value) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            "hang_window: .inf\n",
+            "hang_window: Value error, must be between 1 s and 86400 s, got inf s",
+        ),
+        ("process_interval: 1e-12\n", "process_interval: Value error, must be between 0.1 s"),
+        ("scrape_interval: .nan\n", "scrape_interval: Value error, must be between 0.1 s"),
+        ("eval_interval: 0\n", "eval_interval: Value error, must be between 0.05 s and 60 s"),
+        ("canaries: {text: {interval: .inf}}\n", "canaries.text.interval: Value error, must be"),
+        ("hang_window: 1e400\n", "must be between 1 s and 86400 s"),
+    ],
+    ids=["inf-window", "tiny-interval", "nan", "zero", "override-inf", "overflow"],
+)
+def test_durations_are_finite_and_ranged_with_units(
+    tmp_path: Path, text: str, expected: str
+) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_settings(write(tmp_path, text), {})
+    assert expected in str(info.value)
+    assert str(tmp_path) in str(info.value)
+
+
+def test_duration_from_environment_is_ranged() -> None:
+    with pytest.raises(ConfigError, match=r"SENTINEL_HANG_WINDOW: hang_window: .* s"):
+        load_settings(None, {"SENTINEL_HANG_WINDOW": "inf"})
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        (b"hang_window: 20\n\xff\xfe\n", "not UTF-8 text"),
+        (b"a: " + b"[" * 5000 + b"]" * 5000 + b"\n", "not valid YAML: nested too deeply"),
+        (b"a: {b: [1, 2\n", "not valid YAML"),
+        (b"x" * (2 * 1024 * 1024), "not a settings file"),
+    ],
+    ids=["not-utf8", "deeply-nested", "malformed", "huge"],
+)
+def test_malformed_files_are_one_line_errors(tmp_path: Path, content: bytes, expected: str) -> None:
+    path = tmp_path / "sentinel.yaml"
+    path.write_bytes(content)
+    with pytest.raises(ConfigError) as info:
+        load_settings(path, {})
+    message = str(info.value)
+    assert message.startswith(f"{path}: ")
+    assert expected in message
+    assert "\n" not in message
+
+
+def test_bom_in_the_config_file_is_not_part_of_the_first_key(tmp_path: Path) -> None:
+    path = tmp_path / "sentinel.yaml"
+    path.write_bytes("\ufeffidle_window: 7\n".encode())
+    assert load_settings(path, {}).idle_window == 7.0
+
+
+def test_api_key_from_the_environment_drops_bom_and_whitespace() -> None:
+    assert read_api_key(Settings(), {"SENTINEL_API_KEY": "\ufeff sk-env\n"}) == "sk-env"
+
+
+def test_non_utf8_key_file_is_a_config_error(tmp_path: Path) -> None:
+    key = tmp_path / "key"
+    key.write_bytes(b"sk-\xff\xfe")
+    with pytest.raises(ConfigError, match=f"api_key_file: cannot read {key}: not UTF-8 text"):
+        read_api_key(Settings(api_key_file=key), {})
+
+
+def test_unknown_sentinel_variables_are_refused_by_name() -> None:
+    with pytest.raises(ConfigError) as info:
+        load_settings(None, {"SENTINEL_HANG_WINDOWS": "20", "SENTINEL_TARGTE": "http://x"})
+    message = str(info.value)
+    assert "SENTINEL_HANG_WINDOWS, SENTINEL_TARGTE" in message
+    assert "\n" not in message
+
+
+def test_kubernetes_service_links_are_not_unknown_variables() -> None:
+    env = {
+        "SENTINEL_SERVICE_HOST": "10.0.0.1",
+        "SENTINEL_SERVICE_PORT": "8471",
+        "SENTINEL_SERVICE_PORT_HTTP": "8471",
+        "SENTINEL_PORT": "tcp://10.0.0.1:8471",
+        "SENTINEL_PORT_8471_TCP": "tcp://10.0.0.1:8471",
+        "SENTINEL_PORT_8471_TCP_ADDR": "10.0.0.1",
+        "SENTINEL_METRICS_SERVICE_HOST": "10.0.0.2",
+        "SENTINEL_API_KEY": "sk",
+        "SENTINEL_CONFIG": "",
+    }
+    assert load_settings(None, env).target == "http://127.0.0.1:8000"
+
+
+def test_canaries_from_the_environment() -> None:
+    s = load_settings(None, {"SENTINEL_CANARIES": "{text: {interval: 10, policy: alert}}"})
+    assert s.canaries["text"].interval == 10.0
+    assert s.canaries["text"].policy == Action.ALERT
+    with pytest.raises(
+        ConfigError, match="environment variable SENTINEL_CANARIES: expected a mapping"
+    ):
+        load_settings(None, {"SENTINEL_CANARIES": "[1, 2]"})
+    with pytest.raises(ConfigError, match=r"SENTINEL_CANARIES: canaries\.txt\.colour: unknown key"):
+        load_settings(None, {"SENTINEL_CANARIES": '{"txt": {"colour": "red"}}'})
+
+
+def test_undecodable_environment_value_is_refused() -> None:
+    with pytest.raises(ConfigError, match="SENTINEL_TARGET: not valid UTF-8 text"):
+        load_settings(None, {"SENTINEL_TARGET": "http://h\udcff"})
+
+
+@pytest.mark.parametrize("value", ["off", "", "OFF", "none"])
+def test_grpc_listener_can_be_turned_off(value: str) -> None:
+    assert load_settings(None, {"SENTINEL_GRPC_LISTEN": value}).grpc_listen is None
+    assert load_settings(None, {"SENTINEL_GRPC_LISTEN": "127.0.0.1:0"}).grpc_listen == "127.0.0.1:0"
