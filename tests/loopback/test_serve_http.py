@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from dataclasses import replace
+from typing import Any
 
 import httpx
 import pytest
@@ -11,9 +13,13 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
+from sentinel.canary.result import CanaryKind, CanaryResult, Reason
 from sentinel.health import HealthState, ProbeAnswer
+from sentinel.ledger import Ledger
 from sentinel.serve.http import HttpServer
+from sentinel.serve.status import PriorityReport, Transition, status_document
 from sentinel.telemetry.metrics import SentinelMetrics
+from sentinel.verdict import Action, Policy, VerdictState, evaluate
 from tests.metric_contract import CONTRACT
 
 
@@ -165,3 +171,48 @@ async def test_start_fails_on_a_taken_port(server: HttpServer, state: HealthStat
     second = HttpServer(state, CollectorRegistry(), "127.0.0.1", server.port)
     with pytest.raises(OSError, match="address already in use"):
         await second.start()
+
+
+def test_status_document_is_built_from_its_inputs_alone() -> None:
+    """Every age is the given ``now`` minus a given time; no clock is read."""
+    text = CanaryKind("text")
+    ledger = Ledger([(text, Action.RESTART, None)], 100.0)
+    token = ledger.canary_sent(text, 104.0)
+    result = CanaryResult(name="text", kind=text, reason=Reason.OK, started=104.0, duration=0.5)
+    ledger.canary_done(text, token, result, 104.5, epoch=0)
+    ledger.canary_sent(text, 108.0)
+    _, verdict = evaluate(VerdictState(), ledger.evidence(110.0, freshness=10.0), Policy(), 110.0)
+
+    def document() -> dict[str, Any]:
+        return status_document(
+            now=110.0,
+            target="http://vllm:8000",
+            enforce=True,
+            config={"listen": ":8081"},
+            ledger=ledger,
+            verdict=verdict,
+            episodes=[0.0, 55.0, 109.0],
+            brake_window=60.0,
+            priority=PriorityReport("priority", "config"),
+            stalls=2,
+            last_scrape_error="",
+            incident=None,
+            recent_incidents=[],
+            transitions=[Transition(105.0, "startup", True, "every kind passed")],
+        )
+
+    doc = document()
+    assert doc["server"]["epoch_age"] == 10.0
+    canary = doc["canaries"]["text"]
+    assert canary["outstanding_for"] == [2.0]
+    assert [(r["ago"], r["reason"]) for r in canary["last"]] == [(5.5, "ok")]
+    assert canary["passing"] is True
+    assert doc["verdict"]["hang_episodes_last_hour"] == 2
+    assert doc["verdict"]["sentinel_stalls"] == 2
+    assert doc["priority"] == {"policy": "priority", "source": "config", "effective": True}
+    assert doc["history"] == [
+        {"ago": 5.0, "probe": "startup", "ok": True, "reason": "every kind passed"}
+    ]
+    assert doc["evidence"]["last_scrape_error"] is None
+    assert doc["config"] == {"listen": ":8081"}
+    assert json.loads(json.dumps(doc)) == document()  # JSON-able, and the same every time
