@@ -13,9 +13,10 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, TypeVar
 
+from chaos.blackbox import BlackboxSettings
 from chaos.load import percentiles
 from chaos.prober import Kill, ProbeSettings
-from chaos.records import CanaryPoint, RunRecord, Sample
+from chaos.records import CanaryPoint, RunRecord, Sample, ScrapePoint
 from chaos.scenario import Scenario
 
 _T = TypeVar("_T")
@@ -121,6 +122,31 @@ class NaiveFigures:
 
 
 @dataclass(frozen=True, slots=True)
+class ModuleFigures:
+    """One blackbox_exporter module's scrapes: how many failed, the first after the fault."""
+
+    scrapes: int
+    failed: int
+    first_failure_s: float | None
+    failures_seen: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class BlackboxFigures:
+    """The blackbox_exporter baseline, or why it did not run (``ran`` false)."""
+
+    ran: bool
+    not_run: str | None
+    settings: BlackboxSettings | None
+    #: the first failing scrape of any module after the fault started
+    first_failure_s: float | None
+    modules: Mapping[str, ModuleFigures]
+    kills: Kills
+    #: the module whose streak caused each would-be restart
+    killed_by: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class RestartFigures:
     """A SIGKILL scenario: the server's exit, sentinel's startup probe, and the way back."""
 
@@ -155,6 +181,7 @@ class Summary:
     sentinel: SentinelFigures
     vllm_health: HealthFigures
     naive: NaiveFigures
+    blackbox: BlackboxFigures
     load: Mapping[str, Any] | None
     restart: RestartFigures | None
     events: tuple[tuple[float, str], ...]
@@ -164,10 +191,13 @@ class Summary:
     def to_json(self) -> dict[str, Any]:
         """The report's JSON for this run; a prober's kill figures sit beside the others."""
         doc = asdict(self)
-        for part in ("sentinel", "vllm_health", "naive"):
+        for part in ("sentinel", "vllm_health", "naive", "blackbox"):
             section = doc[part]
             section.update(section.pop("kills"))
             section["would_kill_at"] = list(section["would_kill_at"])
+        doc["blackbox"]["killed_by"] = list(self.blackbox.killed_by)
+        for module in doc["blackbox"]["modules"].values():
+            module["failures_seen"] = list(module["failures_seen"])
         doc["sentinel"]["hang_kinds"] = list(self.sentinel.hang_kinds)
         doc["vllm_health"]["codes_seen"] = list(self.vllm_health.codes_seen)
         if doc["restart"] is not None:
@@ -255,6 +285,38 @@ def _sentinel(
     )
 
 
+def _module(points: Sequence[ScrapePoint], start: float | None) -> ModuleFigures:
+    failed = [p for p in points if not p.ok]
+    after = _first(
+        sorted(failed, key=lambda p: p.started),
+        lambda p: start is not None and p.started + p.duration >= start,
+    )
+    return ModuleFigures(
+        scrapes=len(points),
+        failed=len(failed),
+        first_failure_s=None if after is None else _since(after.started + after.duration, start),
+        failures_seen=tuple(sorted({p.detail for p in failed})),
+    )
+
+
+def _blackbox(record: RunRecord, windows: _Windows, start: float | None) -> BlackboxFigures:
+    modules = {
+        module: _module([p for p in record.blackbox if p.module == module], start)
+        for module in sorted({p.module for p in record.blackbox})
+    }
+    firsts = [m.first_failure_s for m in modules.values() if m.first_failure_s is not None]
+    kills = record.kills.get("blackbox", [])
+    return BlackboxFigures(
+        ran=record.blackbox_not_run is None,
+        not_run=record.blackbox_not_run,
+        settings=record.blackbox_settings,
+        first_failure_s=min(firsts) if firsts else None,
+        modules=modules,
+        kills=_kills(kills, windows, start),
+        killed_by=tuple(k.by for k in kills),
+    )
+
+
 def summarize(record: RunRecord) -> Summary:
     """The report's figures for one run, and the verdict on its expectations."""
     scenario, fault, start = record.scenario, record.scenario.fault, record.fault_start
@@ -297,6 +359,7 @@ def summarize(record: RunRecord) -> Summary:
         sentinel=sentinel,
         vllm_health=health,
         naive=naive,
+        blackbox=_blackbox(record, windows, start),
         load=record.load_summary,
         restart=restart,
         events=tuple((e.at, e.what) for e in record.events),

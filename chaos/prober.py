@@ -86,6 +86,7 @@ class Kill:
     at: float  # the failing probe that reached the threshold: SIGTERM
     sigkill_at: float  # at + grace
     streak_started: float  # the first failed probe of the streak
+    by: str = ""  # which of several checks reached the threshold, where a prober has several
 
 
 @dataclass(slots=True)
@@ -118,6 +119,11 @@ class KillArithmetic:
         self.streak, self.streak_started = 0, None
         self.restarting_until = kill.sigkill_at
         return kill
+
+    def restarted(self, until: float) -> None:
+        """Another check restarted the container: forget the streak, count again from ``until``."""
+        self.streak, self.streak_started = 0, None
+        self.restarting_until = until
 
 
 Check = Callable[[], Awaitable[tuple[bool, str]]]

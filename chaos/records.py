@@ -1,4 +1,4 @@
-"""The record of one scenario run: samples, canary results, events and fault times.
+"""The record of one scenario run: samples, canary results, scrapes, events and fault times.
 
 Times are seconds since sentinel started. The record is plain data: the runner
 writes it, :mod:`chaos.analysis` turns it into figures, :mod:`chaos.report`
@@ -14,6 +14,7 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from chaos.blackbox import BlackboxSettings
 from chaos.prober import Kill, ProbeSettings
 from chaos.scenario import Scenario
 from sentinel.canary.result import CanaryResult
@@ -48,6 +49,17 @@ class CanaryPoint:
 
 
 @dataclass(frozen=True, slots=True)
+class ScrapePoint:
+    """One blackbox_exporter scrape of one module on the run's time axis."""
+
+    module: str
+    started: float
+    duration: float
+    ok: bool
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
 class Event:
     at: float
     what: str
@@ -66,6 +78,10 @@ class RunRecord:
     kills: dict[str, list[Kill]] = field(default_factory=dict)
     probes: dict[str, list[tuple[float, bool]]] = field(default_factory=dict)
     events: list[Event] = field(default_factory=list)
+    #: the blackbox_exporter baseline: its settings, its scrapes, or why it did not run
+    blackbox_settings: BlackboxSettings | None = None
+    blackbox: list[ScrapePoint] = field(default_factory=list)
+    blackbox_not_run: str | None = None
     ready_at: float | None = None
     fault_start: float | None = None
     fault_end: float | None = None

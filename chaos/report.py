@@ -4,10 +4,13 @@ Written to ``reports/chaos/<timestamp>/`` and mirrored to ``reports/chaos/latest
 (``reports/`` is git-ignored); ``--docs DIR`` also copies the table and the
 overview plot to a committed folder (``docs/chaos/``) for the README.
 
-Columns, for sentinel, a kubelet-like prober on vLLM's own ``/health`` and the
-naive canary: seconds from fault start to the first sign (``/livez`` red,
-``/health`` non-200, naive trip) and to the kubelet's would-be kill, false
-kills (outside a harmful fault's window), and canary latency.
+Columns, for sentinel, a kubelet-like prober on vLLM's own ``/health``, the
+naive canary and blackbox_exporter scraped by Prometheus: seconds from fault
+start to the first sign (``/livez`` red, ``/health`` non-200, naive trip, a
+failed probe) and to the would-be kill (the kubelet's, or the alert's on three
+failed scrapes), false kills (outside a harmful fault's window), and canary
+latency. A baseline that could not run (blackbox_exporter not installed) shows
+"not run".
 """
 
 from __future__ import annotations
@@ -26,11 +29,13 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 from matplotlib.axes import Axes
 
-from chaos.analysis import CANARY_KINDS, Latency, Summary
+from chaos.analysis import CANARY_KINDS, BlackboxFigures, Latency, Summary
 from chaos.records import RunRecord
 
 COLORS = {"text": "tab:blue", "structured": "tab:orange", "multimodal": "tab:green"}
 NAIVE_COLOR = "tab:purple"
+BLACKBOX_COLOR = "tab:brown"
+NOT_RUN = "not run"
 GAP = 3.0  # seconds between samples beyond which the timeline shows no verdict
 
 
@@ -50,6 +55,17 @@ def _cell(lat: Latency) -> str:
     return "-" if not lat.count else f"{_p(lat.p50)} / {_p(lat.p99)} ({lat.failed} failed)"
 
 
+def _blackbox_cells(s: Summary) -> list[str]:
+    """The blackbox columns: first failed probe, would-be kill (or "not run" for both)."""
+    bb: BlackboxFigures = s.blackbox
+    if not bb.ran:
+        return [NOT_RUN, NOT_RUN]
+    if s.fault_start_s is None:
+        failed = sum(m.failed for m in bb.modules.values())
+        return [f"failed probes: {failed}", _s(bb.kills.detection_s)]
+    return [_s(bb.first_failure_s), _s(bb.kills.detection_s)]
+
+
 def markdown(summaries: Sequence[Summary], title: str = "Chaos scenarios") -> str:
     """The report's table, plus a canary-latency table; all times in seconds."""
     lines = [
@@ -57,13 +73,17 @@ def markdown(summaries: Sequence[Summary], title: str = "Chaos scenarios") -> st
         "",
         "Seconds from fault start. *red*: sentinel `/livez` 503; *kill*: when a kubelet-like "
         "prober (the manifest's liveness settings) would restart vLLM; *non-200*: vLLM's own "
-        "`/health`; *trip*: the naive canary (same prompt, priority 0, no progress evidence). "
+        "`/health`; *trip*: the naive canary (same prompt, priority 0, no progress evidence); "
+        "*blackbox*: blackbox_exporter's `/health` and one-token completion probes scraped as "
+        "Prometheus would, *fail* its first failed probe, *kill* the third failed scrape in a "
+        "row (an alert `probe_success == 0` for 30 s at a 15 s interval; settings below). "
         "False kills are would-be kills outside a harmful fault's window. - : never.",
         "",
         "| scenario | target | fault | sentinel red | sentinel kill | hang kinds "
         "| vLLM /health non-200 | /health kill | naive trip | naive kill "
-        "| false kills (sentinel / health / naive) | green again | result |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| blackbox fail | blackbox kill "
+        "| false kills (sentinel / health / naive / blackbox) | green again | result |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for s in summaries:
         sen, health, naive = s.sentinel, s.vllm_health, s.naive
@@ -86,8 +106,10 @@ def markdown(summaries: Sequence[Summary], title: str = "Chaos scenarios") -> st
                     _s(health.kills.detection_s),
                     _s(naive.tripped_s) if s.fault_start_s is not None else f"trips: {naive.trips}",
                     _s(naive.kills.detection_s),
+                    *_blackbox_cells(s),
                     f"{sen.kills.false_kills} / {health.kills.false_kills} / "
-                    f"{naive.kills.false_kills}",
+                    f"{naive.kills.false_kills} / "
+                    + (str(s.blackbox.kills.false_kills) if s.blackbox.ran else NOT_RUN),
                     _s(sen.green_again_s),
                     result,
                 ]
@@ -110,6 +132,26 @@ def markdown(summaries: Sequence[Summary], title: str = "Chaos scenarios") -> st
             cells.append("-" if latencies is None else _cell(latencies.window(window)))
         cells.append(_cell(s.naive.latency.window(window)))
         lines.append(f"| {s.name} | " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "Baseline settings, seconds: the kubelet-like prober (period / timeout / failures / "
+        "grace) and blackbox_exporter (scrape interval / scrape timeout / failures; the "
+        "simulator scenarios scale Prometheus's 15 s / 10 s like the prober's period). "
+        "*killed by*: the blackbox module whose failures would have restarted vLLM.",
+        "",
+        "| scenario | kubelet prober | blackbox_exporter | blackbox killed by |",
+        "|---|---|---|---|",
+    ]
+    for s in summaries:
+        p, bb = s.prober, s.blackbox
+        prober = f"{p.period:g} / {p.timeout:g} / {p.failure_threshold} / {p.grace:g}"
+        if bb.ran and bb.settings is not None:
+            b = bb.settings
+            box = f"{b.interval:g} / {b.scrape_timeout:g} / {b.failure_threshold}"
+            killed_by = ", ".join(bb.killed_by) or "-"
+        else:
+            box, killed_by = f"{NOT_RUN}: {(bb.not_run or '')[:80]}", NOT_RUN
+        lines.append(f"| {s.name} | {prober} | {box} | {killed_by} |")
     failed = [(s.name, c.check, c.detail) for s in summaries for c in s.checks if not c.ok] + [
         (s.name, "run", s.error) for s in summaries if s.error
     ]
@@ -194,16 +236,36 @@ def _verdicts(ax: Axes, record: RunRecord) -> None:
             alpha=0.6,
             lw=0,
         )
-    markers = {"sentinel": ("tab:red", 3.9), "vllm_health": ("tab:cyan", 0.9)}
+    for level, module in ((5, "vllm_health"), (6, "vllm_completion")):
+        scrapes = sorted(
+            (p.started + p.duration, p.ok) for p in record.blackbox if p.module == module
+        )
+        if scrapes:
+            ax.fill_between(
+                [t for t, _ in scrapes] + [record.end],
+                level,
+                [level + (0.8 if good else 0.0) for _, good in scrapes] + [level],
+                step="post",
+                color=BLACKBOX_COLOR,
+                alpha=0.6,
+                lw=0,
+            )
+    markers = {
+        "sentinel": ("tab:red", 3.9),
+        "vllm_health": ("tab:cyan", 0.9),
+        "blackbox": (BLACKBOX_COLOR, 6.9),
+    }
     for name, kills in record.kills.items():
         color, height = markers.get(name, (NAIVE_COLOR, 4.9))
         for kill in kills:
             ax.scatter(
                 [kill.at], [height], marker="v", color=color, edgecolor="black", s=40, zorder=3
             )
-    ax.set_yticks([0.4, 1.4, 2.4, 3.4, 4.4])
-    ax.set_yticklabels(["vLLM /health", "startupz", "readyz", "livez", "naive"], fontsize=6)
-    ax.set_ylim(-0.2, 5.2)
+    ax.set_yticks([0.4, 1.4, 2.4, 3.4, 4.4, 5.4, 6.4])
+    labels = ["vLLM /health", "startupz", "readyz", "livez", "naive", "bb /health"]
+    labels.append("bb completion" if record.blackbox_not_run is None else "bb: not run")
+    ax.set_yticklabels(labels, fontsize=6)
+    ax.set_ylim(-0.2, 7.2)
     ax.set_title("bands: answering 200; triangles: would-be kills", fontsize=6, loc="right")
 
 
@@ -289,6 +351,16 @@ def write(
                         "reason": c.reason,
                     }
                     for c in [*record.canaries, *record.naive]
+                ],
+                "blackbox": [
+                    {
+                        "module": p.module,
+                        "started": round(p.started, 3),
+                        "duration": round(p.duration, 4),
+                        "ok": p.ok,
+                        "detail": p.detail,
+                    }
+                    for p in record.blackbox
                 ],
             }
             for _, record in runs

@@ -7,9 +7,11 @@ startup to pass, then starts the load (``python -m chaos.load`` in a subprocess,
 so the load's client cannot slow sentinel's event loop), injects the fault at its
 time and clears it at its end. Throughout, it samples sentinel and vLLM every
 second (:mod:`chaos.sampling`), takes sentinel's canary results as sentinel hands
-them over, and runs three kubelet-like probers (sentinel's ``/livez``, vLLM's
-``/health``, the naive canary). Nothing is ever killed by a prober; the figures
-(:mod:`chaos.analysis`) say when the kubelet would have.
+them over, runs three kubelet-like probers (sentinel's ``/livez``, vLLM's
+``/health``, the naive canary) and has the real blackbox_exporter scraped as
+Prometheus would (:mod:`chaos.blackbox`; where it is not installed the run goes
+on without it and says so). Nothing is ever killed by a prober; the figures
+(:mod:`chaos.analysis`) say when the kubelet, or an alert, would have.
 """
 
 from __future__ import annotations
@@ -29,9 +31,16 @@ from rich.live import Live
 from rich.text import Text
 
 from chaos.analysis import Summary, summarize
+from chaos.blackbox import (
+    BlackboxScraper,
+    BlackboxSettings,
+    Exporter,
+    ExporterUnavailable,
+    find_exporter,
+)
 from chaos.naive import NaiveCanary
 from chaos.prober import Kill, Prober, ProbeSettings, http_check
-from chaos.records import CanaryPoint, Event, ResultInbox, RunRecord, Sample
+from chaos.records import CanaryPoint, Event, ResultInbox, RunRecord, Sample, ScrapePoint
 from chaos.sampling import changes, status_line, take_sample
 from chaos.scenario import Scenario, sentinel_settings
 from chaos.sentinel_thread import SentinelThread
@@ -64,10 +73,16 @@ class ScenarioRun:
         self.console = console
         self.clock = clock
         spec = scenario.prober
-        self.probe_settings = ProbeSettings.from_manifest(spec.manifest).override(
+        manifest = ProbeSettings.from_manifest(spec.manifest)
+        self.probe_settings = manifest.override(
             spec.period, spec.timeout, spec.failure_threshold, spec.grace
         )
-        self.record = RunRecord(scenario, self.probe_settings)
+        self.blackbox_settings = BlackboxSettings.for_scenario(
+            scenario.blackbox, self.probe_settings, manifest.period
+        )
+        self.record = RunRecord(
+            scenario, self.probe_settings, blackbox_settings=self.blackbox_settings
+        )
         self.t0 = clock()
         self.phase = "starting sentinel"
         self._last: Sample | None = None
@@ -75,6 +90,12 @@ class ScenarioRun:
 
     def now(self) -> float:
         return self.clock() - self.t0
+
+    def shifted(self, kill: Kill) -> Kill:
+        """A kill on the run's time axis (seconds since sentinel started)."""
+        return Kill(
+            kill.at - self.t0, kill.sigkill_at - self.t0, kill.streak_started - self.t0, kill.by
+        )
 
     def event(self, what: str) -> None:
         at = self.now()
@@ -169,27 +190,38 @@ class ScenarioRun:
             daemon = await sentinel.start()
             assert daemon.http is not None
             self.event(f"sentinel listening on {daemon.http.url}; target {self.target.base_url}")
-            async with httpx.AsyncClient(timeout=self.probe_settings.timeout) as probe_client:
-                with live:
-                    background.append(asyncio.create_task(self._sampler(daemon, inbox, live)))
-                    probers = self._probers(probe_client, daemon)
-                    for prober in probers.values():
-                        background.append(asyncio.create_task(prober.run()))
-                    try:
-                        await self._script(daemon, probers, background)
-                    finally:
-                        for name, prober in probers.items():
-                            self.record.kills[name] = [
-                                Kill(
-                                    k.at - self.t0,
-                                    k.sigkill_at - self.t0,
-                                    k.streak_started - self.t0,
-                                )
-                                for k in prober.kills
-                            ]
-                            self.record.probes[name] = [
-                                (p.at - self.t0, p.ok) for p in prober.probes
-                            ]
+            async with contextlib.AsyncExitStack() as stack:
+                probe_client = await stack.enter_async_context(
+                    httpx.AsyncClient(timeout=self.probe_settings.timeout)
+                )
+                scraper = await self._blackbox(stack)
+                stack.enter_context(live)
+                background.append(asyncio.create_task(self._sampler(daemon, inbox, live)))
+                probers = self._probers(probe_client, daemon)
+                for prober in probers.values():
+                    background.append(asyncio.create_task(prober.run()))
+                scraping = None if scraper is None else asyncio.create_task(scraper.run())
+                try:
+                    await self._script(daemon, probers, background)
+                finally:
+                    for name, prober in probers.items():
+                        self.record.kills[name] = [self.shifted(k) for k in prober.kills]
+                        self.record.probes[name] = [(p.at - self.t0, p.ok) for p in prober.probes]
+                    if scraper is not None and scraping is not None:
+                        # stopped before the exporter is, so no scrape fails for its exit
+                        scraping.cancel()
+                        await asyncio.gather(scraping, return_exceptions=True)
+                        self.record.kills["blackbox"] = [self.shifted(k) for k in scraper.kills]
+                        self.record.blackbox = [
+                            ScrapePoint(
+                                s.module,
+                                s.started - self.t0,
+                                s.finished - s.started,
+                                s.ok,
+                                s.detail,
+                            )
+                            for s in scraper.scrapes
+                        ]
         except Exception as exc:
             self.record.error = f"{type(exc).__name__}: {exc}"
             self.event(f"error: {self.record.error}")
@@ -201,6 +233,24 @@ class ScenarioRun:
             self.record.canaries += inbox.take()  # sentinel's loop has ended: the last ones
             self.record.end = self.now()
         return self.record
+
+    async def _blackbox(self, stack: contextlib.AsyncExitStack) -> BlackboxScraper | None:
+        """The exporter started and a scraper for it; None (and why, recorded) where it cannot."""
+        if not self.scenario.blackbox.enabled:
+            self.record.blackbox_not_run = "disabled in the scenario"
+            return None
+        try:
+            exporter = await stack.enter_async_context(Exporter(self.workdir / "blackbox.log"))
+        except (ExporterUnavailable, OSError) as exc:
+            self.record.blackbox_not_run = str(exc)
+            self.event(f"[yellow]blackbox_exporter baseline not run[/]: {exc}")
+            return None
+        settings = self.blackbox_settings
+        self.event(
+            f"blackbox_exporter at {exporter.url}: scraped every {settings.interval:g}s, "
+            f"timeout {settings.scrape_timeout:g}s, {settings.failure_threshold} failures restart"
+        )
+        return BlackboxScraper(exporter.url, self.target.base_url, settings, self.clock)
 
     def _probers(self, client: httpx.AsyncClient, daemon: Daemon) -> dict[str, Prober]:
         assert daemon.http is not None
@@ -357,6 +407,10 @@ async def run_all(
     """Run ``scenarios`` in order, reusing one server while the target does not change."""
     results: list[tuple[Summary, RunRecord]] = []
     target: Target | None = None
+    try:
+        find_exporter()
+    except ExporterUnavailable as exc:
+        console.log(f"[yellow]the blackbox_exporter baseline will show 'not run'[/]: {exc}")
     try:
         for scenario in order(scenarios):
             scenario_dir = workdir / scenario.name

@@ -4,9 +4,9 @@ A scenario names the target (the simulator or a real vLLM), sentinel's
 settings (the shipped defaults unless stated; the runner owns ports and the
 diagnostics directory), a load profile, one fault with its timing, the
 kubelet-like prober (the manifest's liveness settings unless overridden), the
-naive-canary baseline and what must hold for the scenario to pass. The model
-is strict: an unknown or misspelt key is an error, and every error names the
-file and the key.
+naive-canary and blackbox_exporter baselines and what must hold for the
+scenario to pass. The model is strict: an unknown or misspelt key is an
+error, and every error names the file and the key.
 """
 
 from __future__ import annotations
@@ -141,6 +141,29 @@ class NaiveSpec(_Strict):
     priority: int = 0
 
 
+class BlackboxSpec(_Strict):
+    """The blackbox_exporter baseline (:mod:`chaos.blackbox`); unset fields are derived.
+
+    ``interval`` and ``scrape_timeout`` default to Prometheus's usual 15 s and 10 s,
+    scaled by the scenario's prober period over the manifest's (the simulator
+    scenarios shorten every timing alike); ``failure_threshold`` is the number of
+    consecutive failed scrapes that would restart vLLM.
+    """
+
+    enabled: bool = True
+    interval: float | None = Field(default=None, gt=0)
+    scrape_timeout: float | None = Field(default=None, gt=0)
+    failure_threshold: int = Field(default=3, ge=1)
+
+    @model_validator(mode="after")
+    def _timeout_fits(self) -> BlackboxSpec:
+        interval, timeout = self.interval, self.scrape_timeout
+        if interval is not None and timeout is not None and timeout > interval:
+            # Prometheus refuses a scrape_timeout longer than the scrape_interval
+            raise ValueError("scrape_timeout: longer than interval")
+        return self
+
+
 class ExpectSpec(_Strict):
     """What must hold for the scenario to pass; unset checks are not made."""
 
@@ -176,6 +199,7 @@ class Scenario(_Strict):
     startup_timeout: float = Field(default=120.0, gt=0)
     prober: ProberSpec = Field(default_factory=ProberSpec)
     naive: NaiveSpec = Field(default_factory=NaiveSpec)
+    blackbox: BlackboxSpec = Field(default_factory=BlackboxSpec)
     expect: ExpectSpec = Field(default_factory=ExpectSpec)
 
     @model_validator(mode="after")

@@ -1,10 +1,12 @@
-"""The chaos runner: schema errors, the prober's kill arithmetic, a sim scenario end to end."""
+"""The chaos runner: schema errors, the probers' kill arithmetic, a sim scenario end to end."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import io
 import json
+import shutil
 import threading
 from pathlib import Path
 from typing import Any
@@ -16,11 +18,12 @@ from rich.console import Console
 
 from chaos import report
 from chaos.analysis import summarize
+from chaos.blackbox import BlackboxArithmetic, BlackboxSettings, probe_outcome
 from chaos.naive import NaiveCanary, NaiveResult
 from chaos.prober import Kill, KillArithmetic, ProbeSettings
-from chaos.records import CanaryPoint, Event, ResultInbox, RunRecord, Sample
+from chaos.records import CanaryPoint, Event, ResultInbox, RunRecord, Sample, ScrapePoint
 from chaos.runner import ScenarioRun
-from chaos.scenario import MANIFEST, ScenarioError, load_scenario, parse_scenario
+from chaos.scenario import MANIFEST, BlackboxSpec, ScenarioError, load_scenario, parse_scenario
 from chaos.targets import SimTarget
 from sentinel.canary.result import CanaryKind, CanaryResult, Reason
 from sentinel.catalog import load_catalog
@@ -53,6 +56,8 @@ def _with(path: str, value: Any) -> dict[str, Any]:
         ("fault.process", "worker", "fault.process"),
         ("sentinel.hang_window", "soon", "sentinel"),
         ("sentinel.listen", "127.0.0.1:1", "sentinel.listen"),
+        ("blackbox", {"interval": 5, "scrape_timeout": 20}, "blackbox.scrape_timeout"),
+        ("blackbox.failure_threshold", 0, "blackbox.failure_threshold"),
     ],
 )
 def test_schema_errors_name_the_file_and_the_key(path: str, value: Any, key: str) -> None:
@@ -124,6 +129,63 @@ def test_kill_arithmetic_on_a_scripted_sequence() -> None:
     assert arithmetic.kills == kills
 
 
+def test_blackbox_modules_keep_their_own_streaks_and_share_a_restart() -> None:
+    arithmetic = BlackboxArithmetic(BlackboxSettings(15, 10, failure_threshold=3, grace=10))
+    script = [
+        ("vllm_health", 0, True),
+        ("vllm_completion", 0, False),
+        ("vllm_health", 15, False),
+        ("vllm_completion", 15, True),  # the completion streak resets
+        ("vllm_health", 30, True),
+        ("vllm_completion", 30, False),
+        ("vllm_health", 45, False),
+        ("vllm_completion", 45, False),
+        ("vllm_health", 60, False),  # health: 2 in a row, completion: 2 in a row
+        ("vllm_completion", 60, False),  # completion's third: restart, SIGKILL at 70
+        ("vllm_health", 62, False),  # health's third comes inside the restart: not counted
+        ("vllm_health", 75, False),
+        ("vllm_health", 90, False),
+        ("vllm_health", 105, False),  # a fresh streak of three after the restart
+    ]
+    kills = [k for m, at, ok in script if (k := arithmetic.feed(m, at, ok)) is not None]
+    assert [(k.at, k.sigkill_at, k.streak_started, k.by) for k in kills] == [
+        (60, 70, 30, "vllm_completion"),
+        (105, 115, 75, "vllm_health"),
+    ]
+    assert arithmetic.kills == kills
+
+
+def test_blackbox_settings_scale_with_the_scenarios_prober() -> None:
+    manifest = ProbeSettings.from_manifest(MANIFEST)
+    # a scenario with the manifest's own prober: Prometheus's usual 15 s / 10 s
+    assert BlackboxSettings.for_scenario(BlackboxSpec(), manifest, manifest.period) == (
+        BlackboxSettings(15.0, 10.0, 3, manifest.grace)
+    )
+    # the simulator scenarios probe every 1 s instead of 5 s: one fifth of each
+    fast = ProbeSettings(period=1, timeout=1, failure_threshold=3, grace=3)
+    scaled = BlackboxSettings.for_scenario(BlackboxSpec(), fast, 5.0)
+    assert (scaled.interval, scaled.scrape_timeout, scaled.grace) == (3.0, 2.0, 3)
+    stated = BlackboxSpec(interval=30, scrape_timeout=25, failure_threshold=5)
+    assert BlackboxSettings.for_scenario(stated, fast, 5.0) == BlackboxSettings(30, 25, 5, 3)
+
+
+@pytest.mark.parametrize(
+    ("text", "outcome"),
+    [
+        ("probe_success 1\nprobe_http_status_code 200\n", (True, "ok")),
+        (
+            "probe_success 0\nprobe_http_status_code 200\nprobe_failed_due_to_regex 1\n",
+            (False, "body regexp"),
+        ),
+        ("probe_success 0\nprobe_http_status_code 503\n", (False, "http 503")),
+        ("probe_success 0\nprobe_http_status_code 0\n", (False, "no answer")),
+        ("# HELP up\n", (False, "no probe_success")),
+    ],
+)
+def test_probe_outcome_reads_the_exporters_answer(text: str, outcome: tuple[bool, str]) -> None:
+    assert probe_outcome(text) == outcome
+
+
 def test_naive_canary_trips_once_failures_span_the_hang_window() -> None:
     spec = next(s for s in load_catalog(None).enabled() if s.kind.value == "text")
     naive = NaiveCanary("http://127.0.0.1:1", "m", spec, hang_window=15)
@@ -163,6 +225,24 @@ def _hang_record() -> RunRecord:
     ]
     record.kills = {"sentinel": [Kill(16.0, 18.0, 14.0), Kill(3.0, 5.0, 2.0)], "vllm_health": []}
     record.events = [Event(10.0, "inject")]
+    record.blackbox_settings = BlackboxSettings(3, 2, 3, 2)
+    for at in range(0, 30, 3):
+        hung = 10 <= at < 20
+        record.blackbox += [
+            ScrapePoint("vllm_health", float(at), 0.01, True, "ok"),
+            ScrapePoint(
+                "vllm_completion",
+                float(at),
+                1.5 if hung else 0.1,
+                not hung,
+                "no answer" if hung else "ok",
+            ),
+        ]
+    record.blackbox[3] = ScrapePoint("vllm_completion", 3.0, 0.1, False, "http 503")
+    record.kills["blackbox"] = [
+        Kill(19.5, 21.5, 13.5, "vllm_completion"),
+        Kill(4.5, 6.5, 4.5, "vllm_health"),  # scripted: a false one before the fault
+    ]
     return record
 
 
@@ -179,6 +259,14 @@ def test_summary_figures_from_a_scripted_record() -> None:
     text = sentinel.canary_latency["text"]
     assert (text.all.count, text.all.failed, text.during_fault.count) == (2, 1, 1)
     assert summary.vllm_health.stayed_200_during_fault
+    blackbox = summary.blackbox
+    assert blackbox.ran
+    assert blackbox.first_failure_s == 3.5  # the scrape at 12 s gave up at 13.5 s
+    completion = blackbox.modules["vllm_completion"]
+    assert (completion.scrapes, completion.failed) == (10, 4)
+    assert blackbox.modules["vllm_health"].failed == 0
+    assert (blackbox.kills.detection_s, blackbox.kills.false_kills) == (9.5, 1)
+    assert blackbox.killed_by == ("vllm_completion", "vllm_health")
     assert [c.ok for c in summary.checks] == [True, True, True]
     assert summary.passed
 
@@ -202,6 +290,18 @@ def test_summary_json_keeps_the_report_shape() -> None:
     assert doc["sentinel"]["hang_kinds"] == ["engine"]
     assert doc["sentinel"]["canary_latency"]["text"]["all"]["count"] == 2
     assert doc["vllm_health"]["would_kill_at"] == []
+    assert doc["blackbox"]["would_kill_at"] == [19.5, 4.5]
+    assert (doc["blackbox"]["detection_s"], doc["blackbox"]["false_kills"]) == (9.5, 1)
+    assert doc["blackbox"]["settings"] == {
+        "interval": 3,
+        "scrape_timeout": 2,
+        "failure_threshold": 3,
+        "grace": 2,
+    }
+    assert doc["blackbox"]["modules"]["vllm_completion"]["failures_seen"] == [
+        "http 503",
+        "no answer",
+    ]
     assert doc["prober"] == {"period": 1, "timeout": 1, "failure_threshold": 2, "grace": 2}
     assert doc["events"] == [{"at_s": 10.0, "what": "inject"}]
     assert doc["checks"][0] == {
@@ -210,6 +310,47 @@ def test_summary_json_keeps_the_report_shape() -> None:
         "detail": "red after 4.0s",
     }
     assert json.loads(json.dumps(doc)) == doc
+
+
+def test_report_shows_blackbox_beside_the_other_baselines() -> None:
+    table = report.markdown([summarize(_hang_record())])
+    header = next(line for line in table.splitlines() if line.startswith("| scenario | target"))
+    row = next(line for line in table.splitlines() if line.startswith("| t | sim"))
+    cells = dict(zip(header.split(" | "), row.split(" | "), strict=True))
+    assert (cells["blackbox fail"], cells["blackbox kill"]) == ("3.5", "9.5")
+    assert cells["false kills (sentinel / health / naive / blackbox)"] == "1 / 0 / 0 / 1"
+    assert "| t | 1 / 1 / 2 / 2 | 3 / 2 / 3 | vllm_completion, vllm_health |" in table
+
+
+def test_blackbox_not_run_is_reported_not_raised(tmp_path: Path) -> None:
+    record = _hang_record()
+    record.blackbox, record.kills["blackbox"] = [], []
+    record.blackbox_not_run = "prometheus-blackbox-exporter not found on PATH"
+    summary = summarize(record)
+    assert not summary.blackbox.ran
+    assert summary.passed  # a missing baseline is no failure of sentinel's
+    assert summary.to_json()["blackbox"]["not_run"] == record.blackbox_not_run
+    table = report.markdown([summary])
+    row = next(line for line in table.splitlines() if line.startswith("| t | sim"))
+    assert "| not run | not run | 1 / 0 / 0 / not run |" in row
+    paths = report.write([(summary, record)], tmp_path / "report")
+    assert paths["png"].stat().st_size > 10_000
+
+
+async def test_runner_goes_on_without_the_exporter(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    scenario = parse_scenario(VALID, "inline")
+    console_out = io.StringIO()
+    run = ScenarioRun(
+        scenario, SimTarget(scenario.target, tmp_path), tmp_path, Console(file=console_out)
+    )
+    async with contextlib.AsyncExitStack() as stack:
+        assert await run._blackbox(stack) is None
+    assert run.record.blackbox_not_run is not None
+    assert "make prometheus-tools" in run.record.blackbox_not_run
+    assert "blackbox_exporter baseline not run" in console_out.getvalue()
 
 
 def test_result_inbox_hands_over_every_result_once() -> None:
@@ -284,6 +425,17 @@ async def test_sim_engine_hang_end_to_end(tmp_path: Path) -> None:
     assert health.codes_seen == ("200",)
     assert health.kills.would_kill_at == ()
     assert summary.naive.kills.false_kills == 0
+    blackbox = summary.blackbox
+    if shutil.which("prometheus-blackbox-exporter") or shutil.which("blackbox_exporter"):
+        # scraped every 3 s (15 s scaled like the prober's 1 s period): the hung
+        # engine fails the completion probe while vLLM's /health keeps passing
+        assert blackbox.ran, blackbox.not_run
+        assert blackbox.modules["vllm_completion"].failed > 0
+        assert blackbox.modules["vllm_completion"].first_failure_s is not None
+        assert blackbox.modules["vllm_health"].failed == 0
+        assert blackbox.kills.false_kills == 0
+    else:
+        assert not blackbox.ran
     assert sentinel.green_again_s is not None
     # canary results came over through sentinel's result listener
     assert {c.kind for c in record.canaries} >= {"text"}

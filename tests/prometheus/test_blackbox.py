@@ -1,9 +1,10 @@
 """blackbox_exporter, the baseline an operator would use instead of sentinel, against the simulator.
 
-Runs the real exporter with tests/prometheus/blackbox.yml and probes the
-simulated vLLM: both modules succeed on a healthy server; with the engine hung,
-the completion probe fails while ``/health`` still passes, which is the blind
-spot that makes /health alone a poor liveness signal.
+Runs the real exporter with chaos/blackbox.yml (the modules the chaos runner's
+blackbox baseline scrapes) and probes the simulated vLLM: both modules succeed
+on a healthy server; with the engine hung, the completion probe fails while
+``/health`` still passes, which is the blind spot that makes /health alone a
+poor liveness signal.
 """
 
 from __future__ import annotations
@@ -15,11 +16,11 @@ from pathlib import Path
 import httpx
 import pytest
 
+from chaos.blackbox import CONFIG
 from sentinel_sim.launch import SimProcess
 from tests.ports import free_port
-from tests.prometheus.servers import HERE, Server, tool
+from tests.prometheus.servers import Server, tool
 
-CONFIG = HERE / "blackbox.yml"
 # What Prometheus sends with each scrape: blackbox_exporter bounds the probe by it
 # (less half a second), so a hung completion fails in 2.5 s instead of 10 s.
 SCRAPE_TIMEOUT = {"X-Prometheus-Scrape-Timeout-Seconds": "3"}
