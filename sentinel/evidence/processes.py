@@ -8,6 +8,14 @@ own ``/health`` may not report for minutes), and the scheduling policy the
 server was started with, which decides whether a canary's ``priority`` is
 honoured at all.
 
+Attribution is by the listening socket: only the process that owns the
+target's listening socket is its API server, and only that process's
+descendants are its engine and workers. On a shared host or node another
+vLLM is never adopted, not even as the only candidate; when no process can be
+shown to own the socket (none listens, or its sockets are unreadable without
+privileges), nothing is attributed, the snapshot says why, and process
+evidence is off.
+
 psutil calls block, so the daemon uses :meth:`ProcessWatcher.sample_async`,
 which runs them in a worker thread.
 """
@@ -52,6 +60,14 @@ class ProcessState(StrEnum):
 
 # States of a process that can never make progress again.
 GONE_STATES = frozenset({ProcessState.ZOMBIE, ProcessState.GONE})
+
+
+class Attribution(StrEnum):
+    """How the snapshot's processes were tied to the target (shown in ``/status``)."""
+
+    LISTENING_SOCKET = "listening_socket"  # the API server owns the target's listening socket
+    PATTERNS = "patterns"  # no port to check: vLLM's process patterns alone (tests, tools)
+    NONE = "none"  # nothing could be attributed: process evidence is off
 
 
 class SchedulingPolicy(StrEnum):
@@ -171,6 +187,8 @@ class ProcessSnapshot:
     engines: tuple[ProcessInfo, ...] = ()
     workers: tuple[ProcessInfo, ...] = ()
     scheduling_policy: SchedulingPolicy | None = None
+    attribution: Attribution = Attribution.PATTERNS
+    attribution_detail: str = ""  # why nothing was attributed, for ``/status``
 
     @property
     def api_identity(self) -> tuple[int, float] | None:
@@ -254,6 +272,24 @@ def _listens_on(pid: int, port: int) -> bool:
     )
 
 
+def _listeners(port: int, candidates: Iterable[int]) -> set[int]:
+    """The PIDs that own a socket listening on ``port``.
+
+    One system-wide read where the platform allows it (its owner PIDs are
+    known for every process sentinel may inspect); else each candidate is
+    asked. A socket whose owner cannot be read proves nothing about anyone.
+    """
+    try:
+        connections = psutil.net_connections(kind="tcp")
+    except (psutil.Error, OSError):
+        return {pid for pid in candidates if _listens_on(pid, port)}
+    return {
+        c.pid
+        for c in connections
+        if c.pid is not None and c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port
+    }
+
+
 def _is_descendant(pid: int, ancestor: int, parents: dict[int, int | None]) -> bool:
     return ancestor in _ancestors(pid, parents)
 
@@ -270,9 +306,9 @@ class ProcessWatcher:
     clock: Callable[[], float]
     patterns: ProcessPatterns = field(default_factory=ProcessPatterns)
     exclude_pids: frozenset[int] = field(default_factory=lambda: frozenset({os.getpid()}))
-    # The target's port: when several API servers match (a shared host, tests),
-    # the one listening on it wins. Reading another user's sockets needs
-    # privileges; without them the oldest match is taken, as in a pod.
+    # The target's port: only the process owning its listening socket is the
+    # target's API server. None (no port known) falls back to the patterns
+    # alone, for callers that know the table holds only their server.
     listen_port: int | None = None
     _identity: tuple[int, float] | None = None
     _seen: dict[tuple[int, float], ProcessInfo] = field(default_factory=dict)
@@ -291,19 +327,7 @@ class ProcessWatcher:
             for row in rows
         }
 
-        # The API server is the top-most match: a fork of it (before its child
-        # sets a title) or a process it spawns may match the same pattern.
-        apis = [
-            row
-            for row in rows
-            if roles[row.pid] is ProcessRole.API_SERVER
-            and not any(
-                roles.get(a) is ProcessRole.API_SERVER for a in _ancestors(row.pid, parents)
-            )
-        ]
-        if len(apis) > 1 and self.listen_port is not None:
-            apis = [row for row in apis if _listens_on(row.pid, self.listen_port)] or apis
-        api_row = min(apis, key=lambda r: (r.create_time, r.pid), default=None)
+        api_row, attribution, detail = self._attribute(rows, roles, parents)
         api = None if api_row is None else api_row.info(ProcessRole.API_SERVER)
 
         identity = None if api is None else (api.pid, api.create_time)
@@ -316,10 +340,10 @@ class ProcessWatcher:
             # keeps unrelated vLLM processes (another pod's, a test's) out. A
             # process seen behind it earlier keeps counting once orphaned (a
             # worker whose engine died is reparented but still matters).
-            return (
-                api_row is None
-                or (row.pid, row.create_time) in self._seen
-                or _is_descendant(row.pid, api_row.pid, parents)
+            if api_row is None:
+                return attribution is Attribution.PATTERNS
+            return (row.pid, row.create_time) in self._seen or _is_descendant(
+                row.pid, api_row.pid, parents
             )
 
         engines = [
@@ -356,7 +380,46 @@ class ProcessWatcher:
             engines=tuple(sorted(engines, key=lambda p: p.pid)),
             workers=tuple(sorted(workers, key=lambda p: p.pid)),
             scheduling_policy=policy,
+            attribution=attribution,
+            attribution_detail=detail,
         )
+
+    def _attribute(
+        self,
+        rows: Sequence[_Row],
+        roles: dict[int, ProcessRole | None],
+        parents: dict[int, int | None],
+    ) -> tuple[_Row | None, Attribution, str]:
+        """The target's API server, how it was found, and why not when it was not."""
+        # The API server is the top-most match: a fork of it (before its child
+        # sets a title) or a process it spawns may match the same pattern.
+        apis = [
+            row
+            for row in rows
+            if roles[row.pid] is ProcessRole.API_SERVER
+            and not any(
+                roles.get(a) is ProcessRole.API_SERVER for a in _ancestors(row.pid, parents)
+            )
+        ]
+        if self.listen_port is None:
+            best = min(apis, key=lambda r: (r.create_time, r.pid), default=None)
+            return best, Attribution.PATTERNS, ""
+        owners = _listeners(self.listen_port, (row.pid for row in apis))
+        # Any process owning the socket is the server, vLLM-titled or not; the
+        # top-most owner, since children of a forking server share the socket.
+        owning = [
+            row
+            for row in rows
+            if row.pid in owners and not any(a in owners for a in _ancestors(row.pid, parents))
+        ]
+        best = min(owning, key=lambda r: (r.create_time, r.pid), default=None)
+        if best is not None:
+            return best, Attribution.LISTENING_SOCKET, ""
+        detail = f"no process owning the listening socket of port {self.listen_port} is visible"
+        if apis:
+            pids = ", ".join(str(row.pid) for row in apis)
+            detail += f" (not adopted: vLLM API server(s) {pids} on other ports)"
+        return None, Attribution.NONE, detail
 
     async def sample_async(self) -> ProcessSnapshot:
         """:meth:`sample` off the event loop, so a slow ``/proc`` never stalls probes."""

@@ -16,6 +16,7 @@ import pytest
 
 from sentinel.diagnostics import procs
 from sentinel.evidence.processes import (
+    Attribution,
     ProcessPatterns,
     ProcessRole,
     ProcessSnapshot,
@@ -25,6 +26,8 @@ from sentinel.evidence.processes import (
     process_state,
     scheduling_policy,
 )
+from sentinel_sim.launch import SimProcess
+from tests.ports import free_port
 
 DEADLINE = 15.0
 API_MODULE = "vllm.entrypoints.openai.api_server"
@@ -255,3 +258,81 @@ def test_diagnostics_and_the_watcher_name_roles_alike(name: str, cmdline: list[s
     assert procs.role_of(name, cmdline) is (watcher_role or ProcessRole.OTHER)
     matched = procs.ProcessMatch().matches(name, cmdline)
     assert matched is (watcher_role is not None)
+
+
+# -- attribution by the target's listening socket -----------------------------
+
+LISTENER_SRC = """
+import socket, sys, time
+server = socket.socket()
+server.bind(("127.0.0.1", 0))
+server.listen()
+print(server.getsockname()[1], flush=True)
+while True:
+    time.sleep(1)
+"""
+
+
+@pytest.fixture
+def two_sims() -> Iterator[tuple[SimProcess, SimProcess]]:
+    with SimProcess() as first, SimProcess() as second:
+        yield first, second
+
+
+async def test_the_server_owning_the_port_is_the_target(
+    two_sims: tuple[SimProcess, SimProcess],
+) -> None:
+    first, second = two_sims
+    for sim, other in ((first, second), (second, first)):
+        snap = await ProcessWatcher(clock=lambda: 0.0, listen_port=sim.port).sample_async()
+        assert snap.attribution is Attribution.LISTENING_SOCKET
+        assert snap.api is not None
+        assert snap.api.pid == sim.api_pid
+        assert [p.pid for p in snap.engines] == [sim.engine_pid]
+        assert other.engine_pid not in {p.pid for p in snap.engine_processes}
+
+
+async def test_an_unrelated_vllm_is_never_adopted_even_as_the_only_candidate() -> None:
+    with SimProcess() as sim:
+        nobody = free_port()
+        watcher = ProcessWatcher(clock=lambda: 0.0, listen_port=nobody)
+        snap = await watcher.sample_async()
+        assert snap.api is None
+        assert snap.engine_processes == ()
+        assert snap.attribution is Attribution.NONE
+        assert str(nobody) in snap.attribution_detail
+        assert str(sim.api_pid) in snap.attribution_detail  # named as not adopted
+        os.kill(sim.engine_pid, signal.SIGSTOP)  # its engine stopping is none of ours
+        try:
+            snap = await watcher.sample_async()
+            assert snap.engine_processes == ()
+        finally:
+            os.kill(sim.engine_pid, signal.SIGCONT)
+
+
+@pytest.fixture
+def plain_listener() -> Iterator[tuple[int, int]]:
+    """A process listening on a port, titled like no vLLM process: (pid, port)."""
+    listener = subprocess.Popen(
+        [sys.executable, "-c", LISTENER_SRC], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert listener.stdout is not None
+        yield listener.pid, int(listener.stdout.readline())
+    finally:
+        kill_tree(listener.pid)
+        listener.wait(timeout=5)
+        if listener.stdout is not None:
+            listener.stdout.close()
+
+
+async def test_a_listener_that_is_not_vllm_is_the_target_and_adopts_no_vllm(
+    plain_listener: tuple[int, int],
+) -> None:
+    pid, port = plain_listener
+    with SimProcess() as sim:
+        snap = await ProcessWatcher(clock=lambda: 0.0, listen_port=port).sample_async()
+        assert snap.attribution is Attribution.LISTENING_SOCKET
+        assert snap.api is not None
+        assert snap.api.pid == pid
+        assert sim.engine_pid not in {p.pid for p in snap.engine_processes}
