@@ -8,8 +8,9 @@ answers (history), and the engine's scheduling policy (the priority report).
 It then builds the ``/status`` document and publishes one snapshot.
 
 It also accounts for time sentinel did not observe: when its own loop did not
-run for a while (CPU starvation, a pause), whatever timed out meanwhile may be
-sentinel's fault, so the verdict counts its windows from then on.
+run for a while (CPU starvation, a pause), that span is handed to the verdict,
+whose windows pause over it and resume; they never start over, so periodic
+hiccups cannot hide a hang forever.
 
 On shutdown it turns readiness red first and keeps it red, so the pod leaves
 its Service before anything else stops.
@@ -44,6 +45,7 @@ from sentinel.verdict import (
 log = get_logger("sentinel.evaluator")
 
 TRANSITIONS_KEPT = 100
+UNOBSERVED_KEPT = 256  # spans sentinel did not run; older ones no longer overlap any window
 SHUTTING_DOWN = "sentinel is shutting down"
 
 
@@ -77,7 +79,7 @@ class Evaluator:
         self.transitions: deque[Transition] = deque(maxlen=TRANSITIONS_KEPT)
         self.hangs_confirmed = 0
         self.stalls = 0
-        self.observed_since = float("-inf")
+        self.unobserved: deque[tuple[float, float]] = deque(maxlen=UNOBSERVED_KEPT)
         self.stall_threshold = max(2.0, settings.eval_interval * 4)
         self.shutting_down = False
         self._seen_epoch = ledger.epoch
@@ -93,7 +95,7 @@ class Evaluator:
             log.warning("server_restart_seen", epoch=ledger.epoch, reason=ledger.epoch_reason)
         self._check_own_stall(now)
         evidence = ledger.evidence(
-            now, freshness=self.settings.evidence_freshness, observed_since=self.observed_since
+            now, freshness=self.settings.evidence_freshness, unobserved=tuple(self.unobserved)
         )
         previous = self.verdict
         self.verdict_state, verdict = evaluate(self.verdict_state, evidence, self.policy, now)
@@ -130,12 +132,14 @@ class Evaluator:
             return
         gap = now - last
         if gap > self.stall_threshold:
-            self.observed_since = now
+            # The loop should have run one interval after the last evaluation;
+            # the rest of the gap is time nobody watched.
+            self.unobserved.append((last + self.settings.eval_interval, now))
             self.stalls += 1
             log.warning(
                 "sentinel_stalled",
                 seconds=round(gap, 3),
-                why="sentinel's own loop did not run; hang windows restart from now",
+                why="sentinel's own loop did not run; hang windows pause over the gap",
             )
 
     def _hang_confirmed(self, hang: Hang, verdict: Verdict) -> None:
@@ -206,7 +210,7 @@ class Evaluator:
                 config=self.config,
                 ledger=self.ledger,
                 verdict=verdict,
-                episodes=self.verdict_state.episodes,
+                episodes=self.verdict_state.restarts,
                 brake_window=self.policy.brake_window,
                 priority=self.priority,
                 stalls=self.stalls,

@@ -5,9 +5,11 @@ watcher append to it; the evaluation loop turns it into a frozen
 :class:`~sentinel.verdict.Evidence` at one instant. Everything runs on one
 event loop, so there are no locks: each method is a few synchronous lines.
 
-A server (re)start — a refused connection after the server was reachable, a
-new API server PID or start time, or a vLLM counter going down — opens a new
-*epoch*: canary history and progress are forgotten and startup is earned again.
+A server (re)start — a new API server PID or start time, or vLLM's work
+counters all going down together — opens a new *epoch*: canary history and
+progress are forgotten and startup is earned again. A refused connection is
+not a restart (it starts the *listener down* timer), and a reset is a failed
+canary: neither says the server's identity changed.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from sentinel.canary.result import CanaryKind, CanaryResult
 from sentinel.evidence.processes import ProcessSnapshot, ProcessState
 from sentinel.progress import ProgressTracker
 from sentinel.verdict import Action, Evidence, KindEvidence
+
+_DOWN = (ProcessState.STOPPED, ProcessState.ZOMBIE, ProcessState.GONE)
 
 HISTORY = 50  # results kept per kind (the verdict needs only the last few)
 
@@ -53,6 +57,7 @@ class Ledger:
         self.epoch_started = now
         self.epoch_reason = "sentinel started"
         self.reachable: bool | None = None
+        self.refused_since: float | None = None  # connections refused since (None: answering)
         self.model: str | None = None
         self.health_status: int | None = None
         self.health_failing_since: float | None = None
@@ -80,13 +85,21 @@ class Ledger:
         self.startup_passed = False
 
     def saw_refusal(self, now: float) -> None:
-        """A refused connection: a restart if the server was reachable before."""
-        if self.reachable:
-            self.new_epoch("connection refused", now)
+        """A refused connection: never a restart by itself; it starts the listener-down timer."""
+        if self.refused_since is None:
+            self.refused_since = now
         self.reachable = False
 
     def saw_answer(self) -> None:
         self.reachable = True
+        self.refused_since = None
+
+    def api_alive(self) -> bool | None:
+        """Whether the target's API-server process lives (None: no process evidence)."""
+        snapshot = self.processes
+        if snapshot is None or snapshot.api is None:
+            return None
+        return snapshot.api.state not in _DOWN
 
     # -- canaries -----------------------------------------------------------
     def canary_sent(
@@ -98,7 +111,13 @@ class Ledger:
         self.last_canary_activity = now
         if budget:
             self.sends.append((now, budget))
+            self.progress.canary_sent(self._token, now, budget)
         return self._token
+
+    def canary_abandoned(self, kind: CanaryKind, token: int, now: float) -> None:
+        """A canary cancelled without a result: no longer outstanding, its work still discounted."""
+        if self.records[kind].outstanding.pop(token, None) is not None:
+            self.progress.canary_finished(token, None, now)
 
     def in_flight(self) -> int:
         """Canaries outstanding right now, all kinds."""
@@ -127,11 +146,11 @@ class Ledger:
         record = self.records[kind]
         record.outstanding.pop(token, None)
         self.last_canary_activity = now
+        self.progress.canary_finished(token, result, now)
         if epoch != self.epoch:
             return
         record.results.append(result)
         record.controls.append(control)
-        self.progress.observe_canary(result)
 
     def disable(self, kind: CanaryKind, reason: str) -> None:
         record = self.records[kind]
@@ -156,11 +175,7 @@ class Ledger:
         after = snapshot.api_identity
         if before is not None and after is not None and before != after:
             self.new_epoch(f"API server restarted (pid {before[0]} -> {after[0]})", now)
-        down = [
-            p
-            for p in snapshot.engine_processes
-            if p.state in (ProcessState.STOPPED, ProcessState.ZOMBIE, ProcessState.GONE)
-        ]
+        down = [p for p in snapshot.engine_processes if p.state in _DOWN]
         if snapshot.api is not None and down:
             if self.engine_down_since is None:
                 self.engine_down_since = now
@@ -172,9 +187,15 @@ class Ledger:
             self.engine_down_detail = ""
 
     def evidence(
-        self, now: float, freshness: float, observed_since: float = float("-inf")
+        self,
+        now: float,
+        freshness: float,
+        unobserved: tuple[tuple[float, float], ...] = (),
     ) -> Evidence:
-        """Freeze what the verdict needs; progress counts only from a fresh sample."""
+        """Freeze what the verdict needs; progress counts only from a fresh sample.
+
+        ``unobserved`` are the spans sentinel itself did not run (see the evaluator).
+        """
         sample_at = self.progress.last_sample_at
         fresh = sample_at is not None and now - sample_at <= freshness
         return Evidence(
@@ -194,8 +215,12 @@ class Ledger:
             },
             progress_available=fresh and self.progress.available,
             last_progress_at=self.progress.last_progress_at,
+            last_evidence_at=self.progress.last_evidence_at,
+            last_real_completion_at=self.progress.last_real_completion_at,
             health_failing_since=self.health_failing_since,
             engine_down_since=self.engine_down_since,
             engine_down_detail=self.engine_down_detail,
-            observed_since=observed_since,
+            refused_since=self.refused_since,
+            api_alive=self.api_alive(),
+            unobserved=unobserved,
         )

@@ -1,30 +1,65 @@
-"""Progress: turns successive ``/metrics`` samples into "did the engine do work?".
+"""Progress: turns successive ``/metrics`` samples into "did the engine complete work?".
 
 Pure bookkeeping (no I/O, no clock): the daemon feeds it metric samples and
-the canaries it completed, and reads back when real progress was last seen,
-when the last *real* (not sentinel's own) completion happened, and whether a
-counter went down (the server restarted).
+the canaries it sends and finishes, and reads back when real progress was last
+seen, when the last *real* (not sentinel's own) completion happened, and
+whether the server restarted (every work counter went down together).
 
-What sentinel's own canaries caused is subtracted: their completion and token
-counts, reported in their usage, are removed from the next sample's deltas, so
-idle gating is not fooled by sentinel's own traffic.
+Progress is completed work, never motion: generated tokens, successful
+completions, prompt tokens prefilled and tokens processed by engine steps.
+Gauges (running, waiting, KV cache) move when clients arrive, give up or
+abort, and preemptions are work undone, so neither ever counts. A counter that
+is absent is no evidence, never "flat": only counters present in both samples
+are compared.
 
-A canary still in flight has no usage yet. When the engine serves nothing but
-sentinel's own canaries (vLLM's running + waiting gauges do not exceed the
-canaries in flight), the work the canaries sent in the interval could have
-caused (their usual reply length, their prompt, a step per token) is
-discounted as well: a stream that stalls after its first token must not look
-like progress. Whenever anyone else is being served, nothing is discounted, so
-a busy server's progress is never explained away.
+Sentinel's own canaries are discounted at all times, not only on an idle
+server: each canary in flight (and each for a short while after it finished,
+since ``/metrics`` lags the reply) holds a *credit* per counter (the work it
+can explain: its prompt, its reply, one engine step per token), and every
+counter delta is first charged against those credits. A hung engine usually
+has stuck real requests in ``running``; the prefill or first token of a
+canary sent to it is charged to the canary and cannot keep it alive. Once a
+canary finished, its credit shrinks to the work its usage reports.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sentinel.canary.result import CanaryResult
 from sentinel.evidence.metrics import MetricsSample
+
+WORK_COUNTERS = ("generation_tokens", "prompt_tokens", "engine_steps", "completions")
+"""The counters that are progress; every other sampled signal is motion at best."""
+
+RECENT = 5.0
+"""Seconds a finished canary keeps its credit: ``/metrics`` may show its work a sample late."""
+
+PREFILL_STEPS = 2.0  # engine steps a canary's prefill may take (chunked prefill) besides decode
+
+
+@dataclass(slots=True)
+class _Credit:
+    """The work one canary of sentinel's can still explain, per counter."""
+
+    sent: float
+    left: dict[str, float]
+    used: dict[str, float] = field(default_factory=dict)
+    finished: float | None = None
+
+    def cap(self, key: str, most: float) -> None:
+        """Explain at most ``most`` of ``key`` in all (what was charged already counts)."""
+        self.left[key] = min(self.left[key], max(most - self.used.get(key, 0.0), 0.0))
+
+
+@dataclass(frozen=True, slots=True)
+class SignalReport:
+    """One work counter across the last two samples, for ``/status``."""
+
+    delta: float = 0.0  # what the counter moved by
+    discounted: float = 0.0  # how much of that sentinel's canaries explain
+    real: float = 0.0  # what remains: progress
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,110 +68,168 @@ class ProgressUpdate:
 
     progressed: bool = False
     real_completions: float = 0.0
-    restarted: bool = False  # a counter went down: the server restarted
-    changed: tuple[str, ...] = ()  # the signals that moved
+    restarted: bool = False  # every work counter went down: the server restarted
+    changed: tuple[str, ...] = ()  # the work counters that moved beyond sentinel's own
+    signals: Mapping[str, SignalReport] = field(default_factory=dict)
+
+
+def canary_budget(
+    *, reply_tokens: float, prompt_tokens: float, completes: bool = True
+) -> dict[str, float]:
+    """The most work one canary can cause, per work counter."""
+    return {
+        "generation_tokens": reply_tokens,
+        "prompt_tokens": prompt_tokens,
+        "engine_steps": reply_tokens + PREFILL_STEPS,
+        "completions": 1.0 if completes else 0.0,
+    }
 
 
 class ProgressTracker:
-    """Follows the progress signals across samples, minus sentinel's own canaries."""
+    """Follows the work counters across samples, minus sentinel's own canaries."""
 
     def __init__(self) -> None:
         self._previous: MetricsSample | None = None
-        self._own: dict[str, float] = {}
+        self._credits: dict[int, _Credit] = {}
         self.last_progress_at: float | None = None
         self.last_real_completion_at: float | None = None
         self.last_sample_at: float | None = None
+        self.last_evidence_at: float | None = None  # last sample that carried a work counter
         self.signals: tuple[str, ...] = ()
+        self.last_update = ProgressUpdate()
+        self.totals: dict[str, SignalReport] = {}  # summed over the epoch
 
     def reset(self) -> None:
-        """Forget everything (a new server epoch)."""
+        """Forget the samples (a new server epoch); canaries in flight keep their credit."""
         self._previous = None
-        self._own = {}
         self.last_progress_at = None
         self.last_real_completion_at = None
         self.last_sample_at = None
+        self.last_evidence_at = None
         self.signals = ()
+        self.last_update = ProgressUpdate()
+        self.totals = {}
 
     @property
     def available(self) -> bool:
-        """Whether the last sample carried any progress counter at all."""
+        """Whether the last sample carried any work counter at all."""
         return bool(self.signals)
 
-    def observe_canary(self, result: CanaryResult) -> None:
-        """Remember a finished canary's own work, to subtract from the next delta."""
-        if not result.ok:
-            return
-        own = self._own
-        own["completions"] = own.get("completions", 0.0) + 1
-        if result.completion_tokens:
-            own["generation_tokens"] = own.get("generation_tokens", 0.0) + result.completion_tokens
-            # Each decoded token is one engine step when the engine is idle.
-            own["engine_steps"] = own.get("engine_steps", 0.0) + result.completion_tokens
-        if result.prompt_tokens:
-            own["prompt_tokens"] = own.get("prompt_tokens", 0.0) + result.prompt_tokens
+    def canary_sent(self, token: int, now: float, budget: Mapping[str, float]) -> None:
+        """A canary left: until it is done, it explains up to ``budget`` of each counter."""
+        left = {k: float(budget.get(k, 0.0)) for k in WORK_COUNTERS}
+        self._credits[token] = _Credit(sent=now, left=left)
 
-    def observe(
-        self,
-        sample: MetricsSample,
-        *,
-        canaries_moving: bool = False,
-        sent_budget: Mapping[str, float] | None = None,
-        own_in_flight: int = 0,
-    ) -> ProgressUpdate:
-        """Compare ``sample`` with the previous one.
+    def canary_finished(self, token: int, result: CanaryResult | None, now: float) -> None:
+        """A canary ended: its credit shrinks to what its usage reports, then expires.
 
-        ``canaries_moving`` says a canary was sent or finished between the two
-        samples, so gauge changes may be sentinel's own doing and do not count.
-        ``sent_budget`` is the most work (per counter) the canaries sent between
-        the two samples could have caused; it is discounted from the deltas
-        only while the engine serves no more requests than ``own_in_flight``.
+        ``result`` is None for a canary abandoned without a result (cancelled):
+        whatever it caused is still discounted for a while.
         """
+        credit = self._credits.get(token)
+        if credit is None:
+            return
+        credit.finished = now
+        if result is None:
+            return
+        if not result.ok:
+            credit.cap("completions", 0.0)  # an aborted or failed request is no success
+        if result.completion_tokens is not None:
+            tokens = float(result.completion_tokens)
+            credit.cap("generation_tokens", tokens)
+            credit.cap("engine_steps", tokens + PREFILL_STEPS)
+        if result.prompt_tokens is not None:
+            credit.cap("prompt_tokens", float(result.prompt_tokens))
+
+    def observe_canary(self, result: CanaryResult) -> None:
+        """Kept for callers that report results without a send token: nothing to do."""
+
+    def observe(self, sample: MetricsSample, **_ignored: object) -> ProgressUpdate:
+        """Compare ``sample`` with the previous one; what remains after credits is progress."""
         previous, self._previous = self._previous, sample
         self.last_sample_at = sample.at
-        self.signals = tuple(sorted(sample.counters))
+        present = {k: v for k, v in sample.counters.items() if k in WORK_COUNTERS}
+        self.signals = tuple(sorted(present))
+        if present:
+            self.last_evidence_at = sample.at
         if previous is None:
-            self._own.clear()
-            return ProgressUpdate()
-        if any(
-            sample.counters[k] < v for k, v in previous.counters.items() if k in sample.counters
-        ):
-            self._own.clear()
+            self._expire(sample.at)
+            return self._remember(ProgressUpdate())
+        before = {k: v for k, v in previous.counters.items() if k in WORK_COUNTERS}
+        common = [k for k in present if k in before]
+        if common and all(present[k] < before[k] for k in common):
             self.last_progress_at = None
             self.last_real_completion_at = None
-            return ProgressUpdate(restarted=True)
+            self.totals = {}
+            return self._remember(ProgressUpdate(restarted=True))
 
-        deltas = _deltas(previous.counters, sample.counters)
-        own, self._own = self._own, {}
-        budget = sent_budget if sent_budget and _only_own(sample, own_in_flight) else {}
-        real = {k: d - own.get(k, 0.0) - budget.get(k, 0.0) for k, d in deltas.items()}
-        changed = [k for k, d in real.items() if d > 0]
-        if not canaries_moving:
-            changed += [
-                k
-                for k, v in sample.gauges.items()
-                if k in previous.gauges and previous.gauges[k] != v
-            ]
-        # A canary sent in this interval cannot have completed unseen: its usage
-        # is subtracted exactly, so completions carry no budget.
-        real_completions = max(deltas.get("completions", 0.0) - own.get("completions", 0.0), 0.0)
+        credits = [
+            c
+            for c in sorted(self._credits.values(), key=lambda c: c.sent)
+            if c.sent <= sample.at and (c.finished is None or c.finished + RECENT > previous.at)
+        ]
+        reports: dict[str, SignalReport] = {}
+        for key in common:
+            delta = max(present[key] - before[key], 0.0)  # one counter reset alone: no work
+            discounted = 0.0
+            for credit in credits:
+                take = min(credit.left[key], delta - discounted)
+                if take <= 0:
+                    continue
+                credit.left[key] -= take
+                credit.used[key] = credit.used.get(key, 0.0) + take
+                discounted += take
+            reports[key] = SignalReport(delta, discounted, delta - discounted)
+        self._expire(sample.at)
+        changed = tuple(sorted(k for k, r in reports.items() if r.real > 0))
+        real_completions = reports["completions"].real if "completions" in reports else 0.0
         if changed:
             self.last_progress_at = sample.at
         if real_completions > 0:
             self.last_real_completion_at = sample.at
-        return ProgressUpdate(
-            progressed=bool(changed),
-            real_completions=real_completions,
-            changed=tuple(sorted(changed)),
+        for key, report in reports.items():
+            total = self.totals.get(key, SignalReport())
+            self.totals[key] = SignalReport(
+                total.delta + report.delta,
+                total.discounted + report.discounted,
+                total.real + report.real,
+            )
+        return self._remember(
+            ProgressUpdate(
+                progressed=bool(changed),
+                real_completions=real_completions,
+                changed=changed,
+                signals=reports,
+            )
         )
 
+    def _remember(self, update: ProgressUpdate) -> ProgressUpdate:
+        self.last_update = update
+        return update
 
-def _only_own(sample: MetricsSample, own_in_flight: int) -> bool:
-    """Whether the gauges show nothing but sentinel's canaries (absent gauges: unknown, no)."""
-    running, waiting = sample.gauges.get("running"), sample.gauges.get("waiting")
-    if running is None or waiting is None:
-        return False
-    return running + waiting <= own_in_flight
+    def _expire(self, now: float) -> None:
+        """Drop credits of canaries finished long enough ago that their work has shown."""
+        gone = [
+            t
+            for t, c in self._credits.items()
+            if c.finished is not None and c.finished + RECENT <= now
+        ]
+        for token in gone:
+            del self._credits[token]
 
-
-def _deltas(before: Mapping[str, float], after: Mapping[str, float]) -> dict[str, float]:
-    return {k: after[k] - before[k] for k in after if k in before}
+    def report(self, now: float) -> dict[str, object]:
+        """What moved and how much was sentinel's own, for ``/status``."""
+        last = self.last_update
+        return {
+            "signals": list(self.signals),
+            "moved": sorted(last.changed),
+            "last_interval": {
+                k: {"delta": r.delta, "own": r.discounted, "progress": r.real}
+                for k, r in sorted(last.signals.items())
+            },
+            "epoch_totals": {
+                k: {"delta": r.delta, "own": r.discounted, "progress": r.real}
+                for k, r in sorted(self.totals.items())
+            },
+            "canaries_discounted": len(self._credits),
+        }

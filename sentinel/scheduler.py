@@ -20,6 +20,7 @@ from sentinel.canary.result import CanaryKind, CanaryResult, Reason
 from sentinel.canary.runner import CanaryRunner, ModelResolutionError
 from sentinel.catalog import CanarySpec
 from sentinel.ledger import Ledger
+from sentinel.progress import canary_budget
 from sentinel.telemetry.logging import get_logger
 from sentinel.telemetry.metrics import SentinelMetrics
 
@@ -121,7 +122,7 @@ class Scheduler:
                     self._send_recorded(control_spec, model, epoch),
                 )
             finally:
-                ledger.records[spec.kind].outstanding.pop(token, None)
+                ledger.canary_abandoned(spec.kind, token, self.clock())
             ledger.canary_done(spec.kind, token, result, self.clock(), control=control, epoch=epoch)
             self._observe(result)
         if result.reason is Reason.UNSUPPORTED and epoch == ledger.epoch:
@@ -138,16 +139,18 @@ class Scheduler:
             result = await self.runner.run(spec, model=model, deadline=spec.deadline)
         finally:
             # Cancelled mid-flight: forget the canary rather than leave it outstanding.
-            ledger.records[spec.kind].outstanding.pop(token, None)
+            ledger.canary_abandoned(spec.kind, token, self.clock())
         ledger.canary_done(spec.kind, token, result, self.clock(), epoch=epoch)
         self._observe(result)
         return result
 
     def _budget(self, spec: CanarySpec) -> dict[str, float]:
-        """The work one canary of ``spec`` usually causes, per progress counter.
+        """The most work one canary of ``spec`` can cause, per work counter.
 
-        Taken from recent successes of the same canary (its reply length and
-        prompt); before any, from ``max_tokens`` and a generous prompt estimate.
+        Progress discounts it while the canary is in flight, whatever else the
+        server is doing. Taken from recent successes of the same canary (its
+        reply length and prompt); before any, from ``max_tokens`` and a
+        generous prompt estimate.
         """
         max_tokens = float(spec.request.get("max_tokens") or DEFAULT_MAX_TOKENS)
         mine = [r for r in self.ledger.records[spec.kind].results if r.ok and r.name == spec.name]
@@ -155,17 +158,14 @@ class Scheduler:
         prompts = [r.prompt_tokens for r in mine[-5:] if r.prompt_tokens]
         reply = min(float(max(replies)), max_tokens) if replies else max_tokens
         prompt = float(max(prompts)) if prompts else DEFAULT_PROMPT_ESTIMATE
-        return {
-            "generation_tokens": reply,
-            "prompt_tokens": prompt,
-            # One step per decoded token, plus prefill chunks.
-            "engine_steps": reply + 2,
-        }
+        return canary_budget(reply_tokens=reply, prompt_tokens=prompt)
 
     def _observe(self, result: CanaryResult) -> None:
+        # Only a refusal says nothing listens; any other outcome (a reset,
+        # a timeout, an answer) reached a listener.
         if result.reason is Reason.CONNECT:
             self.ledger.saw_refusal(self.clock())
-        elif result.http_status is not None or result.ok:
+        else:
             self.ledger.saw_answer()
         self.metrics.observe_canary(result)
         if self.on_result is not None:

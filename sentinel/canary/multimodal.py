@@ -2,9 +2,10 @@
 
 vLLM caches processed images (``vllm:mm_cache_hits_total``), so every run
 changes a few pixels of the catalog's image (derived from the nonce) and
-re-encodes it as PNG. The reply passes when ``usage.prompt_tokens`` is larger
-than for the same prompt without the image: the proof that the image reached
-the model rather than being dropped on the way.
+re-encodes it as PNG. The reply passes when it generated tokens and
+``usage.prompt_tokens`` is larger than for the same prompt without the image:
+the proof that the image reached the model rather than being dropped on the
+way.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from sentinel.canary.protocol import (
     KindDefaults,
     Reply,
     base_body,
+    nothing_generated,
 )
 from sentinel.canary.result import Reason
 from sentinel.canary.spec import CHAT_ENDPOINT, MULTIMODAL, CanarySpec, SpecFieldError
@@ -119,6 +121,9 @@ class MultimodalCanary:
     def judge(
         self, sent: CanaryRequest, reply: Reply, *, baseline_prompt_tokens: int | None
     ) -> Judgement:
+        empty = nothing_generated(reply)
+        if empty is not None:  # an answer with no generated token proves no work
+            return empty
         if reply.prompt_tokens is None:
             return Judgement(Reason.BAD_BODY, "reply has no usage.prompt_tokens")
         if baseline_prompt_tokens is None:

@@ -69,6 +69,22 @@ class Judgement:
 OK = Judgement(Reason.OK)
 
 
+def nothing_generated(reply: Reply) -> Judgement | None:
+    """The failure of a reply that generated no token, for every kind; None if it did.
+
+    Generated *tokens* are the proof of work, not visible text: a reply whose
+    usage says zero completion tokens generated nothing whatever its text, and
+    one without text proves something only when its usage counts tokens.
+    """
+    if reply.completion_tokens == 0 or (not reply.text and not reply.completion_tokens):
+        return Judgement(
+            Reason.EMPTY,
+            f"no generated tokens (finish_reason {reply.finish_reason!r}, "
+            f"completion_tokens {reply.completion_tokens!r})",
+        )
+    return None
+
+
 class CanaryKindProbe(Protocol):
     """One canary kind: what the catalog requires of its specs, what it sends, how it judges."""
 

@@ -48,10 +48,23 @@ class CanaryResult:
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     stream: bool = False
+    # Streamed pieces of generated text that arrived before the canary ended
+    # (None: not streamed or not counted). With ``ttft`` it tells a slow path,
+    # producing tokens at the engine's pace, from one producing nothing.
+    tokens_received: int | None = None
 
     @property
     def ok(self) -> bool:
         return self.reason is Reason.OK
+
+    @property
+    def generated(self) -> bool | None:
+        """Whether any token was generated (None: nothing says either way)."""
+        if self.completion_tokens is not None:
+            return self.completion_tokens > 0
+        if self.tokens_received is not None or self.ttft is not None:
+            return bool(self.tokens_received) or self.ttft is not None
+        return None
 
     @property
     def finished(self) -> float:

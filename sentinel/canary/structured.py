@@ -26,6 +26,7 @@ from sentinel.canary.protocol import (
     KindDefaults,
     Reply,
     base_body,
+    nothing_generated,
 )
 from sentinel.canary.result import Reason
 from sentinel.canary.spec import (
@@ -84,9 +85,10 @@ class StructuredCanary:
     def judge(
         self, sent: CanaryRequest, reply: Reply, *, baseline_prompt_tokens: int | None
     ) -> Judgement:
-        if not reply.text:
-            finish = reply.finish_reason
-            return Judgement(Reason.EMPTY, f"no generated text (finish_reason {finish!r})")
+        if not reply.text or reply.completion_tokens == 0:
+            return nothing_generated(reply) or Judgement(
+                Reason.EMPTY, f"no generated text (finish_reason {reply.finish_reason!r})"
+            )
         try:
             value = json.loads(reply.text)
         except ValueError:

@@ -13,6 +13,7 @@ from sentinel.canary.protocol import (
     KindDefaults,
     Reply,
     base_body,
+    nothing_generated,
 )
 from sentinel.canary.result import Reason
 from sentinel.canary.spec import CHAT_ENDPOINT, COMPLETIONS_ENDPOINT, TEXT, CanarySpec
@@ -23,8 +24,8 @@ class TextCanary:
 
     Generated *tokens* are the proof of life, not visible text: a model whose
     greedy reply is a special token (stripped from the text by the server)
-    still decoded it. The reply fails only when neither text nor a completion
-    token count shows that anything was generated.
+    still decoded it. The reply fails when usage counts zero completion
+    tokens, or when neither text nor a token count shows anything generated.
 
     The prompt need not vary: the text path has no per-request cache that a
     repeated prompt could hide a hang behind (prefix caching still runs the
@@ -46,13 +47,7 @@ class TextCanary:
     def judge(
         self, sent: CanaryRequest, reply: Reply, *, baseline_prompt_tokens: int | None
     ) -> Judgement:
-        if not reply.text and not reply.completion_tokens:
-            return Judgement(
-                Reason.EMPTY,
-                f"no generated text (finish_reason {reply.finish_reason!r}, "
-                f"completion_tokens {reply.completion_tokens!r})",
-            )
-        return OK
+        return nothing_generated(reply) or OK
 
     def rejection(self, status: int, message: str) -> Reason | None:
         return None

@@ -106,12 +106,24 @@ def status_document(
             "progress_age": age(ledger.progress.last_progress_at),
             "real_completion_age": age(ledger.progress.last_real_completion_at),
             "last_scrape_age": age(ledger.progress.last_sample_at),
+            "evidence_age": age(ledger.progress.last_evidence_at),
+            # Which work counters moved, by how much, and how much of it was
+            # sentinel's own canaries (discounted at all times).
+            "progress": ledger.progress.report(now),
+            "refused_age": age(ledger.refused_since),
             "last_scrape_error": last_scrape_error or None,
             # Why the last /health poll gave no evidence, and what each loop
             # survived (loop name -> errors, last, ago): failed reads and
             # parses are recorded, never fatal.
             "errors": dict(evidence_errors or {}),
             "engine_down": ledger.engine_down_detail or None,
+            # Process evidence is off when nothing owns the target's listening socket.
+            "process_attribution": None
+            if processes is None
+            else {
+                "by": processes.attribution.value,
+                "detail": processes.attribution_detail or None,
+            },
             "processes": None
             if processes is None
             else {

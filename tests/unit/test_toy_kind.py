@@ -161,7 +161,7 @@ async def test_a_hung_toy_path_is_confirmed_through_scheduler_and_verdict(
     assert [h.kind for h in verdict.hangs] == [HangKind(toykind.KIND)]
     hang = verdict.hangs[0]
     assert hang.action is Action.RESTART
-    assert hang.reason.startswith("toy path hang: 2 canaries missed their deadline")
+    assert hang.reason.startswith("toy path hang: 2 canaries made no progress")
     assert not verdict.liveness.ok
 
     metrics.hang_detected(hang.kind)

@@ -45,8 +45,14 @@ def timeout(sent: float, kind: CanaryKind = TEXT) -> CanaryResult:
     return CanaryResult(f"{kind}-canary", kind, Reason.TIMEOUT, sent, DEADLINE[kind])
 
 
-def failed(sent: float, reason: Reason, kind: CanaryKind = TEXT) -> CanaryResult:
-    return CanaryResult(f"{kind}-canary", kind, reason, started=sent, duration=0.2)
+def failed(
+    sent: float, reason: Reason, kind: CanaryKind = TEXT, status: int | None = None
+) -> CanaryResult:
+    if status is None and reason is Reason.HTTP_STATUS:
+        status = 500
+    return CanaryResult(
+        f"{kind}-canary", kind, reason, started=sent, duration=0.2, http_status=status
+    )
 
 
 def text(*results: CanaryResult, outstanding: Sequence[float] = ()) -> KindEvidence:
@@ -106,6 +112,11 @@ def evidence(
     health_failing_since: float | None = None,
     engine_down_since: float | None = None,
     engine_down_detail: str = "",
+    evidence_at: float | None = None,
+    real_completion_at: float | None = None,
+    refused_since: float | None = None,
+    api_alive: bool | None = None,
+    unobserved: tuple[tuple[float, float], ...] = (),
 ) -> Evidence:
     return Evidence(
         epoch=epoch,
@@ -116,6 +127,11 @@ def evidence(
         health_failing_since=health_failing_since,
         engine_down_since=engine_down_since,
         engine_down_detail=engine_down_detail,
+        last_evidence_at=evidence_at,
+        last_real_completion_at=real_completion_at,
+        refused_since=refused_since,
+        api_alive=api_alive,
+        unobserved=unobserved,
     )
 
 
@@ -152,7 +168,9 @@ def test_liveness_is_green_on_the_first_evaluation_without_any_result() -> None:
 
 STARTUP_CASES = [
     pytest.param(evidence(text()), False, "text", id="no-result-yet"),
-    pytest.param(evidence(text(failed(1, Reason.HTTP_STATUS))), False, "text", id="text-failed"),
+    pytest.param(
+        evidence(text(failed(1, Reason.HTTP_STATUS, status=401))), False, "text", id="text-failed"
+    ),
     pytest.param(evidence(text(timeout(50))), False, "text", id="text-timed-out"),
     pytest.param(evidence(text(ok(1))), True, None, id="text-ok"),
     pytest.param(
@@ -301,11 +319,25 @@ ENGINE_HANG_CASES = [
         evidence(text(timeout(100)), metrics=False), 129.9, False, id="no-evidence-at-129.9"
     ),
     pytest.param(evidence(text(timeout(100)), metrics=False), 130.0, True, id="no-evidence-at-130"),
+    # Evidence lapsed at 125 (progress was last seen then): the no-evidence
+    # window counts from there, not from the canary queued since 100.
     pytest.param(
-        evidence(text(timeout(100)), metrics=False, progress_at=125),
-        130.0,
+        evidence(text(timeout(100)), metrics=False, progress_at=125, evidence_at=125),
+        154.9,
+        False,
+        id="lapse-counts-from-last-evidence-154.9",
+    ),
+    pytest.param(
+        evidence(text(timeout(100)), metrics=False, progress_at=125, evidence_at=125),
+        155.0,
         True,
-        id="no-evidence-ignores-stale-progress",
+        id="lapse-counts-from-last-evidence-155",
+    ),
+    pytest.param(
+        evidence(text(outstanding=[100]), metrics=False, progress_at=110, evidence_at=120),
+        149.9,
+        False,
+        id="saturated-fcfs-then-metrics-lapse",
     ),
     pytest.param(
         evidence(text(timeout(100), ok(120)), metrics=False),
@@ -313,12 +345,43 @@ ENGINE_HANG_CASES = [
         False,
         id="no-evidence-success-after",
     ),
-    # 5. Failures other than a timeout never confirm an engine hang by themselves.
+    # 5. A canary answered without work (5xx, reset, empty) is unanswered too;
+    # a reply that generated tokens but failed validation is not.
     pytest.param(
         evidence(text(*(failed(t, Reason.HTTP_STATUS) for t in range(100, 200, 5)))),
+        114.9,
+        False,
+        id="http-500-storm-114.9",
+    ),
+    pytest.param(
+        evidence(text(*(failed(t, Reason.HTTP_STATUS) for t in range(100, 200, 5)))),
+        115.0,
+        True,
+        id="http-500-storm-115",
+    ),
+    pytest.param(
+        evidence(text(*(failed(t, Reason.PROTOCOL) for t in range(100, 200, 5)))),
+        115.0,
+        True,
+        id="reset-on-every-request",
+    ),
+    pytest.param(
+        evidence(text(*(failed(t, Reason.EMPTY) for t in range(100, 200, 5)))),
+        115.0,
+        True,
+        id="empty-200",
+    ),
+    pytest.param(
+        evidence(text(*(failed(t, Reason.HTTP_STATUS, status=400) for t in range(100, 200, 5)))),
         1000.0,
         False,
-        id="http-500-storm",
+        id="http-400-is-an-answer",
+    ),
+    pytest.param(
+        evidence(text(*(failed(t, Reason.CONNECT) for t in range(100, 200, 5)))),
+        1000.0,
+        False,
+        id="refusals-are-the-listener-rule",
     ),
     pytest.param(
         evidence(
@@ -332,8 +395,8 @@ ENGINE_HANG_CASES = [
     pytest.param(
         evidence(text(failed(100, Reason.BAD_BODY), failed(105, Reason.EMPTY)), metrics=False),
         1000.0,
-        False,
-        id="garbage-without-evidence",
+        True,
+        id="garbage-without-evidence-at-1000",
     ),
     # Timeouts of the previous server do not count.
     pytest.param(
@@ -448,7 +511,8 @@ def test_readiness_hysteresis_out_after_two_bad_back_after_three_good(
         sent = 10.0 * (step + 1)
         results.append(ok(sent) if good else make_bad(sent))
         kind = KindEvidence(TEXT, results=tuple(results), latency_slo=2.0)
-        verdict = sidecar.at(sent + 5.0, evidence(kind, progress_at=None))
+        # The engine works meanwhile: readiness alone reacts to the failures.
+        verdict = sidecar.at(sent + 5.0, evidence(kind, progress_at=sent + 4.0))
         assert verdict.readiness.ok is ready, f"step {step}: {verdict.readiness.reason}"
         assert verdict.liveness.ok
         assert verdict.hangs == ()
@@ -584,9 +648,9 @@ def test_the_first_path_miss_of_an_epoch(misses_needed: int, hung: bool) -> None
     assert (hang_of(verdict, HangKind(STRUCTURED)) is not None) is hung
 
 
-def test_hang_kinds_are_engine_each_registered_path_kind_and_dead() -> None:
+def test_hang_kinds_are_engine_each_registered_path_kind_dead_broken_and_listener() -> None:
     assert hang_kinds()[:3] == (HangKind.ENGINE, HangKind(STRUCTURED), HangKind(MULTIMODAL))
-    assert hang_kinds()[-1] is HangKind.DEAD
+    assert hang_kinds()[-3:] == (HangKind.DEAD, HangKind.BROKEN, HangKind.LISTENER_DOWN)
     assert HangKind(TEXT) not in hang_kinds()
 
 
@@ -727,31 +791,57 @@ def clear_episode(sidecar: Sidecar, sent: float) -> Verdict:
     return sidecar.at(sent + 21.0, ev)
 
 
-def test_restart_loop_brake_after_three_hang_episodes_within_an_hour() -> None:
+def test_red_blips_without_a_restart_never_engage_the_brake() -> None:
     sidecar = Sidecar()
-    for sent in (100.0, 300.0, 500.0):
+    for sent in (100.0, 300.0, 500.0, 700.0, 900.0):
         verdict = hang_episode(sidecar, sent)
         assert not verdict.liveness.ok, f"episode at {sent}"
         assert not verdict.brake_engaged
         cleared = clear_episode(sidecar, sent)
         assert cleared.liveness.ok
         assert cleared.readiness.ok  # a single timeout is not 2 bad results
-    fourth = hang_episode(sidecar, 700.0)
+    assert sidecar.state.restarts == ()
+
+
+def restarted(sidecar: Sidecar, epoch: int, started: float) -> Verdict:
+    """A new server identity at ``started``; its first canary succeeds."""
+    return sidecar.at(
+        started + 2, evidence(text(ok(started + 1)), epoch=epoch, epoch_started=started)
+    )
+
+
+def test_restart_loop_brake_after_three_real_restarts_within_an_hour() -> None:
+    sidecar = Sidecar()
+    for epoch, sent in enumerate((100.0, 300.0, 500.0)):
+        started = sent - 50.0
+        restarted(sidecar, epoch, started)
+        assert not hang_episode(sidecar, sent, epoch, started).liveness.ok
+    restarted(sidecar, 3, 650.0)
+    assert sidecar.state.restarts == (252.0, 452.0, 652.0)
+    fourth = hang_episode(sidecar, 700.0, 3, 650.0)
     assert fourth.liveness.ok
     assert "brake" in fourth.liveness.reason
-    assert not fourth.readiness.ok
     assert "brake" in fourth.readiness.reason
     assert fourth.brake_engaged
     assert [h.kind for h in fourth.hangs] == [HangKind.ENGINE]
-    # Clearing releases the brake.
-    released = clear_episode(sidecar, 700.0)
-    assert released.liveness.ok
-    assert not released.brake_engaged
-    # Episodes were confirmed at 115, 315 and 515. At 3800 only 315 and 515 are
-    # within the hour, so the next hang fails liveness again.
-    later = hang_episode(sidecar, 3785.0)
+    # Clearing releases the brake; a braked episode is no restart to count.
+    cleared = sidecar.at(
+        721.0, evidence(text(ok(651), timeout(700), ok(720)), epoch=3, epoch_started=650.0)
+    )
+    assert not cleared.brake_engaged
+    restarted(sidecar, 4, 800.0)
+    assert sidecar.state.restarts == (252.0, 452.0, 652.0)
+    # An hour after the first restarts only two remain: the next hang fails liveness.
+    later = hang_episode(sidecar, 3900.0, 4, 800.0)
     assert not later.liveness.ok
     assert not later.brake_engaged
+
+
+def test_a_restart_without_a_red_episode_is_not_counted() -> None:
+    sidecar = Sidecar()
+    for epoch in range(6):
+        restarted(sidecar, epoch, 100.0 * epoch)
+    assert sidecar.state.restarts == ()
 
 
 def test_restart_loop_brake_counts_episodes_across_server_restarts() -> None:
@@ -879,21 +969,34 @@ def test_observe_only_leaves_readiness_to_startup_and_degradation() -> None:
     assert verdict.readiness.ok, verdict.readiness.reason
 
 
+PAUSES = tuple((float(t), t + 2.6) for t in range(0, 400, 12))  # 2.6 s every 12 s
+
+
 @pytest.mark.parametrize(
-    ("observed_since", "now", "hung"),
+    ("unobserved", "now", "hung"),
     [
-        (float("-inf"), 115.0, True),  # sentinel ran throughout: confirmed at send + 15
-        (110.0, 115.0, False),  # sentinel stalled until 110: its pause proves nothing
-        (110.0, 124.9, False),
-        (110.0, 125.0, True),  # the window counts from when sentinel ran again
+        ((), 115.0, True),  # sentinel ran throughout: confirmed at send + 15
+        (((105.0, 110.0),), 115.0, False),  # 5 s unobserved: only 10 s watched
+        (((105.0, 110.0),), 119.9, False),
+        (((105.0, 110.0),), 120.0, True),  # the window paused and resumed
+        (((90.0, 95.0),), 115.0, True),  # a pause before the canary does not matter
+        # Periodic pauses cannot restart the window: it only runs slower.
+        (PAUSES, 117.5, False),  # 100..117.5 holds 2.6 s of pause (108..110.6)
+        (PAUSES, 117.7, True),
     ],
-    ids=["smooth", "after-stall", "window-not-over", "window-over"],
+    ids=[
+        "smooth",
+        "paused",
+        "paused-not-over",
+        "paused-over",
+        "pause-before",
+        "periodic-not-yet",
+        "periodic-confirms",
+    ],
 )
-def test_windows_count_only_time_sentinel_observed(
-    observed_since: float, now: float, hung: bool
+def test_windows_pause_over_time_sentinel_did_not_observe(
+    unobserved: tuple[tuple[float, float], ...], now: float, hung: bool
 ) -> None:
-    ev = replace(
-        evidence(text(ok(1.0), timeout(100.0)), progress_at=50.0), observed_since=observed_since
-    )
+    ev = replace(evidence(text(ok(1.0), timeout(100.0)), progress_at=50.0), unobserved=unobserved)
     _, verdict = evaluate(VerdictState(), ev, Policy(), now)
     assert (not verdict.liveness.ok) is hung

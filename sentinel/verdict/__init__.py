@@ -1,0 +1,52 @@
+"""The verdict: a pure function from evidence, policy and "now" to kubelet answers.
+
+Nothing here does I/O, reads a clock or touches asyncio: the daemon gathers
+:class:`Evidence`, calls :func:`evaluate` with the previous
+:class:`VerdictState` and publishes what comes back. That keeps every rule of
+DESIGN.md's "Verdict semantics" testable with tables and exact times.
+
+The package is split by concern: :mod:`~sentinel.verdict.model` (the
+vocabulary), :mod:`~sentinel.verdict.clock` (observed time: sentinel's own
+pauses are left out of every window, which pauses and resumes instead of
+starting over), :mod:`~sentinel.verdict.rules` (one rule per confirmed kind:
+engine hang, path hang, dead, broken, listener down) and
+:mod:`~sentinel.verdict.decide` (startup, the restart-loop brake, liveness
+and the readiness hysteresis).
+
+* A new server epoch (the server's identity changed) resets everything except
+  the brake's memory of real restarts (new epochs that followed a red episode).
+* Liveness fails only for confirmed hangs whose action is ``restart``, when
+  enforcing, and unless the restart-loop brake is engaged.
+* Readiness fails before startup, on any confirmed ``restart``/``unready``
+  hang (unless observe-only), while the brake is engaged, and when recent
+  canaries fail or run over their latency SLO (out after ``ready_out_after``
+  bad results, back after ``ready_back_after`` good ones).
+"""
+
+from sentinel.verdict.decide import evaluate
+from sentinel.verdict.model import (
+    Action,
+    Evidence,
+    Hang,
+    HangKind,
+    KindEvidence,
+    Policy,
+    ProbeAnswer,
+    Verdict,
+    VerdictState,
+    hang_kinds,
+)
+
+__all__ = [
+    "Action",
+    "Evidence",
+    "Hang",
+    "HangKind",
+    "KindEvidence",
+    "Policy",
+    "ProbeAnswer",
+    "Verdict",
+    "VerdictState",
+    "evaluate",
+    "hang_kinds",
+]

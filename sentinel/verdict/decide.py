@@ -1,0 +1,175 @@
+"""The evaluation: confirmed hangs, the restart-loop brake and readiness into kubelet answers."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
+
+from sentinel.canary.result import CanaryResult, Reason
+from sentinel.verdict.model import (
+    Action,
+    Evidence,
+    Hang,
+    KindEvidence,
+    Policy,
+    ProbeAnswer,
+    Verdict,
+    VerdictState,
+)
+from sentinel.verdict.rules import confirmed_hangs
+
+
+def evaluate(
+    state: VerdictState, evidence: Evidence, policy: Policy, now: float
+) -> tuple[VerdictState, Verdict]:
+    """Judge the evidence at ``now``; return the next state and the verdict."""
+    new_epoch = evidence.epoch != state.epoch
+    if new_epoch:
+        # A real restart is a new server identity after an enforced red episode;
+        # the first evaluation (epoch -1) and red-free restarts are not counted.
+        restarts = state.restarts
+        if state.red_in_epoch:
+            restarts = (*restarts, now)
+        state = VerdictState(
+            epoch=evidence.epoch,
+            restarts=restarts,
+            liveness=_flip(state.liveness, ProbeAnswer(True, "no hang confirmed"), now),
+            readiness=_flip(state.readiness, ProbeAnswer(False, "startup has not passed"), now),
+            startup=_flip(
+                state.startup,
+                ProbeAnswer(False, "waiting for every canary kind to succeed"),
+                now,
+            ),
+        )
+
+    enabled = [k for k in evidence.kinds.values() if k.enabled]
+
+    # Startup: every enabled kind succeeded at least once in this epoch.
+    missing = sorted(
+        k.kind.value
+        for k in enabled
+        if not any(r.ok and r.started >= evidence.epoch_started for r in k.results)
+    )
+    startup_passed = state.startup_passed or (bool(enabled) and not missing)
+    if startup_passed:
+        startup = ProbeAnswer(True, "every canary kind succeeded")
+    else:
+        startup = ProbeAnswer(False, "waiting for canary kinds: " + ", ".join(missing))
+
+    hangs = tuple(
+        confirmed_hangs(evidence, enabled, policy, now, startup_passed=state.startup_passed)
+    )
+    new_hangs = tuple(h for h in hangs if h.kind not in state.confirmed)
+
+    # Restart-loop brake and liveness.
+    restart_hangs = [h for h in hangs if h.action is Action.RESTART]
+    restarts = tuple(t for t in state.restarts if now - t < policy.brake_window)
+    in_episode, braked, red = state.in_episode, state.braked, state.red_in_epoch
+    if restart_hangs and policy.enforce and not in_episode:
+        in_episode = True
+        braked = len(restarts) >= policy.brake_max_restarts
+        red = red or not braked
+    elif not restart_hangs:
+        in_episode, braked = False, False
+
+    if restart_hangs and policy.enforce and not braked:
+        liveness = ProbeAnswer(False, _describe(restart_hangs))
+    elif restart_hangs and braked:
+        liveness = ProbeAnswer(
+            True,
+            f"restart-loop brake: {len(restarts)} hang restarts within "
+            f"{policy.brake_window:.0f}s; not failing liveness again",
+        )
+    elif restart_hangs:
+        liveness = ProbeAnswer(True, "observe-only: would restart: " + _describe(restart_hangs))
+    else:
+        liveness = ProbeAnswer(True, "no hang confirmed")
+
+    # Readiness hysteresis over canary results newer than the last judged one.
+    degraded, bad, good, judged = _hysteresis(state, enabled, policy, evidence.epoch_started)
+    # Observe-only mode changes no kubelet answer because of a hang: it reports.
+    unready_hangs = [
+        h for h in hangs if h.action in (Action.RESTART, Action.UNREADY) and policy.enforce
+    ]
+    if not startup_passed:
+        readiness = ProbeAnswer(False, "startup has not passed")
+    elif braked:
+        readiness = ProbeAnswer(False, "restart-loop brake engaged: " + _describe(restart_hangs))
+    elif unready_hangs:
+        readiness = ProbeAnswer(False, _describe(unready_hangs))
+    elif degraded:
+        readiness = ProbeAnswer(False, "degraded: recent canaries failed or were slow")
+    else:
+        readiness = ProbeAnswer(True, "serving")
+
+    next_state = replace(
+        state,
+        startup_passed=startup_passed,
+        degraded=degraded,
+        bad_streak=bad,
+        good_streak=good,
+        judged_until=judged,
+        restarts=restarts,
+        red_in_epoch=red,
+        in_episode=in_episode,
+        braked=braked,
+        confirmed=frozenset(h.kind for h in hangs),
+        liveness=_flip(state.liveness, liveness, now),
+        readiness=_flip(state.readiness, readiness, now),
+        startup=_flip(state.startup, startup, now),
+    )
+    verdict = Verdict(
+        liveness=next_state.liveness,
+        readiness=next_state.readiness,
+        startup=next_state.startup,
+        hangs=hangs,
+        new_hangs=new_hangs,
+        brake_engaged=braked,
+        would_restart=bool(restart_hangs) and not policy.enforce,
+        new_epoch=new_epoch,
+    )
+    return next_state, verdict
+
+
+def _hysteresis(
+    state: VerdictState, enabled: Sequence[KindEvidence], policy: Policy, epoch_started: float
+) -> tuple[bool, int, int, float]:
+    """Feed each new result into the out-after-N-bad / back-after-M-good counter."""
+    fresh = sorted(
+        (
+            (r.finished, _bad(r, k.latency_slo))
+            for k in enabled
+            for r in k.results
+            if r.finished > state.judged_until
+            and r.started >= epoch_started
+            and r.reason is not Reason.UNSUPPORTED
+        ),
+        key=lambda item: item[0],
+    )
+    degraded, bad, good = state.degraded, state.bad_streak, state.good_streak
+    judged = state.judged_until
+    for finished, is_bad in fresh:
+        judged = finished
+        if is_bad:
+            bad, good = bad + 1, 0
+            if bad >= policy.ready_out_after:
+                degraded = True
+        else:
+            bad, good = 0, good + 1
+            if good >= policy.ready_back_after:
+                degraded = False
+    return degraded, bad, good, judged
+
+
+def _bad(result: CanaryResult, slo: float | None) -> bool:
+    return not result.ok or (slo is not None and result.duration > slo)
+
+
+def _describe(hangs: Iterable[Hang]) -> str:
+    return "; ".join(h.reason for h in hangs)
+
+
+def _flip(previous: ProbeAnswer, current: ProbeAnswer, now: float) -> ProbeAnswer:
+    """Keep the flip time while the pass/fail state stays the same."""
+    since = previous.since if previous.ok == current.ok else now
+    return ProbeAnswer(current.ok, current.reason, since)

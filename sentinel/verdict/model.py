@@ -1,0 +1,177 @@
+"""The verdict's vocabulary: what it is given, what it remembers and what it answers.
+
+Plain frozen dataclasses and names, no behaviour beyond formatting: the rules
+(:mod:`sentinel.verdict.rules`) and the evaluation
+(:mod:`sentinel.verdict.decide`) read them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import ClassVar
+
+from sentinel.canary.kinds import path_kinds
+from sentinel.canary.result import CanaryResult
+from sentinel.canary.spec import CanaryKind, OpenName
+
+
+class HangKind(OpenName):
+    """What was confirmed; also the ``kind`` label of ``sentinel_hang_detections_total``.
+
+    ``engine``, ``dead``, ``broken`` and ``listener_down`` are the verdict's
+    own; a path hang takes the name of its canary kind, so a kind added to the
+    registry brings its hang kind with it (see :func:`hang_kinds`).
+    """
+
+    __slots__ = ()
+    ENGINE: ClassVar[HangKind]
+    DEAD: ClassVar[HangKind]
+    BROKEN: ClassVar[HangKind]
+    LISTENER_DOWN: ClassVar[HangKind]
+
+
+HangKind.ENGINE = HangKind("engine")
+HangKind.DEAD = HangKind("dead")
+HangKind.BROKEN = HangKind("broken")
+HangKind.LISTENER_DOWN = HangKind("listener_down")
+
+
+def hang_kinds() -> tuple[HangKind, ...]:
+    """Every hang the verdict can confirm with the kinds registered now, engine first."""
+    return (
+        HangKind.ENGINE,
+        *(HangKind(k) for k in path_kinds()),
+        HangKind.DEAD,
+        HangKind.BROKEN,
+        HangKind.LISTENER_DOWN,
+    )
+
+
+class Action(StrEnum):
+    """What a confirmed hang of a kind does to the kubelet answers."""
+
+    RESTART = "restart"  # fail liveness (and readiness)
+    UNREADY = "unready"  # fail readiness only
+    ALERT = "alert"  # report only
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeAnswer:
+    """One kubelet-facing answer: pass or fail, and a short human reason."""
+
+    ok: bool
+    reason: str
+    since: float = 0.0  # when this answer last flipped
+
+
+@dataclass(frozen=True, slots=True)
+class KindEvidence:
+    """What sentinel saw of one canary kind since the current server epoch began."""
+
+    kind: CanaryKind
+    action: Action = Action.RESTART
+    enabled: bool = True
+    results: tuple[CanaryResult, ...] = ()  # oldest first
+    outstanding: tuple[float, ...] = ()  # send times of canaries still in flight
+    # For path kinds: the paired text control of each result (aligned with
+    # ``results``; None when no control was sent).
+    controls: tuple[CanaryResult | None, ...] = ()
+    latency_slo: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Evidence:
+    """Everything the verdict may use, gathered by the daemon at one instant."""
+
+    epoch: int = 0  # increments when the server's identity changes
+    epoch_started: float = 0.0
+    kinds: Mapping[CanaryKind, KindEvidence] = field(default_factory=dict)
+    progress_available: bool = False  # a fresh /metrics sample with a work counter
+    last_progress_at: float | None = None  # work beyond sentinel's own canaries
+    # The last moment a work counter was seen at all: without fresh evidence
+    # the no-evidence window counts from here, not from an old canary.
+    last_evidence_at: float | None = None
+    last_real_completion_at: float | None = None  # a request not sentinel's completed
+    health_failing_since: float | None = None  # vLLM /health non-200 since
+    engine_down_since: float | None = None  # engine process stopped/zombie/gone since
+    engine_down_detail: str = ""
+    refused_since: float | None = None  # connections refused since (None: answering)
+    api_alive: bool | None = None  # the target's API-server process lives (None: unknown)
+    # Spans of time sentinel did not observe (its own process paused or
+    # starved), oldest first: left out of every window, which pauses over
+    # them and resumes after.
+    unobserved: tuple[tuple[float, float], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """Thresholds of the verdict (DESIGN.md defaults)."""
+
+    enforce: bool = True
+    hang_window: float = 15.0
+    no_evidence_window: float = 30.0
+    dead_grace: float = 5.0
+    broken_window: float = 60.0
+    listener_grace: float = 30.0
+    path_misses: int = 2
+    ready_out_after: int = 2
+    ready_back_after: int = 3
+    brake_max_restarts: int = 3
+    brake_window: float = 3600.0
+    engine_action: Action = Action.RESTART
+    dead_action: Action = Action.RESTART
+    broken_action: Action = Action.RESTART
+    listener_action: Action = Action.RESTART
+
+
+@dataclass(frozen=True, slots=True)
+class Hang:
+    """A confirmed hang: its kind, the action its policy takes, and why."""
+
+    kind: HangKind
+    action: Action
+    reason: str
+    since: float  # when the condition started (e.g. the oldest unanswered canary)
+
+
+@dataclass(frozen=True, slots=True)
+class VerdictState:
+    """What the verdict remembers between evaluations."""
+
+    epoch: int = -1
+    startup_passed: bool = False
+    degraded: bool = False  # readiness hysteresis output
+    bad_streak: int = 0
+    good_streak: int = 0
+    judged_until: float = float("-inf")  # finish time of the newest result judged
+    # Real restarts the brake counts: starts of new epochs that followed an
+    # enforced liveness-red episode (never red blips within one server).
+    restarts: tuple[float, ...] = ()
+    red_in_epoch: bool = False  # liveness failed for a hang in the current epoch
+    in_episode: bool = False
+    braked: bool = False
+    confirmed: frozenset[HangKind] = frozenset()
+    liveness: ProbeAnswer = ProbeAnswer(True, "no hang confirmed")
+    readiness: ProbeAnswer = ProbeAnswer(False, "startup has not passed")
+    startup: ProbeAnswer = ProbeAnswer(False, "waiting for every canary kind to succeed")
+
+    @property
+    def episodes(self) -> tuple[float, ...]:
+        """The restarts the brake counts (the name ``/status`` has long used)."""
+        return self.restarts
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """The answers plus what changed, for views, metrics, logs and Events."""
+
+    liveness: ProbeAnswer
+    readiness: ProbeAnswer
+    startup: ProbeAnswer
+    hangs: tuple[Hang, ...] = ()
+    new_hangs: tuple[Hang, ...] = ()  # confirmed in this evaluation
+    brake_engaged: bool = False
+    would_restart: bool = False  # a restart-action hang under observe-only mode
+    new_epoch: bool = False

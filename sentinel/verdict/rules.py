@@ -1,0 +1,223 @@
+"""The hang rules of DESIGN.md's "Verdict semantics", one function per confirmed kind.
+
+Each rule reads frozen :class:`~sentinel.verdict.model.Evidence` and returns a
+:class:`~sentinel.verdict.model.Hang` or None. Windows are measured in
+observed time (:func:`~sentinel.verdict.clock.observed`).
+
+What a canary's failure means is decided here once:
+
+* *unanswered* (engine hang): it timed out, answered 5xx, was reset or came
+  back with zero generated tokens; it proves the engine did not serve it.
+  A refusal is not (nothing listened: the *listener down* rule), nor is a
+  reply that generated tokens but failed validation (the engine worked).
+* *fast failure* (broken): an answer that came quickly without a generated
+  token (5xx, reset, empty reply, garbage).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from sentinel.canary.kinds import is_path
+from sentinel.canary.result import CanaryResult, Reason
+from sentinel.verdict.clock import observed
+from sentinel.verdict.model import Evidence, Hang, HangKind, KindEvidence, Policy
+
+FAST_FAILURES = frozenset({Reason.HTTP_STATUS, Reason.PROTOCOL, Reason.EMPTY, Reason.BAD_BODY})
+UNANSWERED = FAST_FAILURES | {Reason.TIMEOUT}
+
+# A path canary whose tokens arrive this many times slower than the text
+# control's is making no progress of its own; slower-but-streaming at the
+# engine's pace is a slow server, which the path rule must never fail.
+PACE_FACTOR = 10.0
+
+
+def unanswered(result: CanaryResult) -> bool:
+    """Whether a result proves the engine did not serve the canary."""
+    if result.reason is Reason.HTTP_STATUS:
+        return result.http_status is None or result.http_status >= 500
+    return result.reason in UNANSWERED
+
+
+def fast_failure(result: CanaryResult) -> bool:
+    """A quick answer without any generated token (5xx, reset, empty, garbage)."""
+    if result.reason is Reason.HTTP_STATUS:
+        return result.http_status is None or result.http_status >= 500
+    return result.reason in FAST_FAILURES
+
+
+def confirmed_hangs(
+    evidence: Evidence,
+    enabled: Sequence[KindEvidence],
+    policy: Policy,
+    now: float,
+    *,
+    startup_passed: bool,
+) -> Iterable[Hang]:
+    """Every hang confirmed at ``now``, engine first."""
+    engine = engine_hang(evidence, enabled, policy, now)
+    if engine is not None:
+        yield engine
+    for k in enabled:
+        if is_path(k.kind):
+            path = path_hang(k, evidence.epoch_started, policy)
+            if path is not None:
+                yield path
+    for rule in (dead, broken):
+        hang = rule(evidence, enabled, policy, now)
+        if hang is not None:
+            yield hang
+    if startup_passed:
+        down = listener_down(evidence, policy, now)
+        if down is not None:
+            yield down
+
+
+def _epoch_results(evidence: Evidence, enabled: Sequence[KindEvidence]) -> list[CanaryResult]:
+    return [r for k in enabled for r in k.results if r.started >= evidence.epoch_started]
+
+
+def engine_hang(
+    evidence: Evidence, enabled: Sequence[KindEvidence], policy: Policy, now: float
+) -> Hang | None:
+    """The oldest canary unanswered since the last success and the last progress, if old enough.
+
+    Without fresh progress evidence the longer no-evidence window applies,
+    counted from the last moment evidence was seen: a server whose canaries
+    queued while its counters moved has earned that long.
+    """
+    results = _epoch_results(evidence, enabled)
+    last_success = max((r.finished for r in results if r.ok), default=float("-inf"))
+    # Without fresh evidence, old progress no longer vouches for canaries
+    # still unanswered; the lapse itself starts their clock instead.
+    last_progress = _or_never(evidence.last_progress_at if evidence.progress_available else None)
+    floor = max(last_success, last_progress, evidence.epoch_started)
+    sends = [r.started for r in results if unanswered(r)]
+    sends += [sent for k in enabled for sent in k.outstanding]
+    candidates = [sent for sent in sends if sent >= floor]
+    if not candidates:
+        return None
+    since = min(candidates)
+    if evidence.progress_available:
+        window, basis = policy.hang_window, "no engine progress"
+    else:
+        window, basis = policy.no_evidence_window, "no progress evidence"
+        since = max(since, _or_never(evidence.last_evidence_at))
+    elapsed = observed(since, now, evidence.unobserved)
+    if elapsed < window:
+        return None
+    return Hang(
+        HangKind.ENGINE,
+        policy.engine_action,
+        f"engine hang: canary unanswered for {elapsed:.0f}s with {basis}",
+        since,
+    )
+
+
+def path_missed(result: CanaryResult, control: CanaryResult | None) -> bool:
+    """Whether a path canary made no progress of its own while its text control succeeded.
+
+    A path canary that streams tokens at the engine's current pace is slow,
+    not hung; one that produced nothing (no first token before its deadline,
+    a 5xx, a reset, an empty reply) or whose tokens came far slower than the
+    control's is a miss.
+    """
+    if control is None or not control.ok or result.ok:
+        return False
+    if result.reason is not Reason.TIMEOUT:
+        return fast_failure(result)
+    if result.ttft is None:
+        return True  # nothing arrived before the deadline
+    if not result.tokens_received:
+        return False  # a first token came; how many followed is unknown
+    own_rate = result.tokens_received / max(result.duration - result.ttft, 1e-3)
+    return own_rate * PACE_FACTOR < _rate(control)
+
+
+def _rate(control: CanaryResult) -> float:
+    """The control's tokens per second after its first token (0 when unknown)."""
+    tokens = control.completion_tokens or control.tokens_received or 0
+    decode = control.duration - (control.ttft or 0.0)
+    return tokens / max(decode, 1e-3)
+
+
+def path_hang(k: KindEvidence, epoch_started: float, policy: Policy) -> Hang | None:
+    """The last ``path_misses`` canaries of a path kind all missed beside passing controls."""
+    pairs = [
+        (r, c) for r, c in zip(k.results, k.controls, strict=False) if r.started >= epoch_started
+    ]
+    last = pairs[-policy.path_misses :]
+    if len(last) < policy.path_misses:
+        return None
+    if all(path_missed(r, c) for r, c in last):
+        return Hang(
+            HangKind(k.kind.value),
+            k.action,
+            f"{k.kind.value} path hang: {policy.path_misses} canaries made no progress "
+            "while text controls succeeded",
+            last[0][0].started,
+        )
+    return None
+
+
+def dead(
+    evidence: Evidence, enabled: Sequence[KindEvidence], policy: Policy, now: float
+) -> Hang | None:
+    """vLLM's ``/health`` failing or an engine process down for longer than the grace."""
+    causes = (
+        (evidence.health_failing_since, "vLLM /health failing"),
+        (evidence.engine_down_since, evidence.engine_down_detail or "engine process down"),
+    )
+    for since, what in causes:
+        if since is None:
+            continue
+        elapsed = observed(since, now, evidence.unobserved)
+        if elapsed >= policy.dead_grace:
+            reason = f"engine dead: {what} for {elapsed:.0f}s"
+            return Hang(HangKind.DEAD, policy.dead_action, reason, since)
+    return None
+
+
+def broken(
+    evidence: Evidence, enabled: Sequence[KindEvidence], policy: Policy, now: float
+) -> Hang | None:
+    """Every canary failing fast for the broken window while nothing else completes."""
+    results = [r for r in _epoch_results(evidence, enabled) if r.reason is not Reason.UNSUPPORTED]
+    floor = max(
+        max((r.finished for r in results if r.ok), default=float("-inf")),
+        _or_never(evidence.last_real_completion_at),
+        evidence.epoch_started,
+    )
+    fails = [r.started for r in results if r.started >= floor and fast_failure(r)]
+    if not fails:
+        return None
+    since = min(fails)
+    elapsed = observed(since, now, evidence.unobserved)
+    if elapsed < policy.broken_window:
+        return None
+    return Hang(
+        HangKind.BROKEN,
+        policy.broken_action,
+        f"broken: every canary failed fast for {elapsed:.0f}s and no other request completed",
+        since,
+    )
+
+
+def listener_down(evidence: Evidence, policy: Policy, now: float) -> Hang | None:
+    """Connections refused past the grace while the API-server process lives."""
+    since = evidence.refused_since
+    if since is None or evidence.api_alive is not True:
+        return None
+    elapsed = observed(since, now, evidence.unobserved)
+    if elapsed < policy.listener_grace:
+        return None
+    return Hang(
+        HangKind.LISTENER_DOWN,
+        policy.listener_action,
+        f"listener down: connections refused for {elapsed:.0f}s while the API server lives",
+        since,
+    )
+
+
+def _or_never(at: float | None) -> float:
+    return float("-inf") if at is None else at
