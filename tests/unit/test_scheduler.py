@@ -106,8 +106,20 @@ class FakeVllm:
         if kind == "structured":
             content = json.dumps("ok-n")  # the nonce the runner was given
         usage = {"prompt_tokens": 100 if kind == "multimodal" else 10, "completion_tokens": 2}
+        if body.get("stream"):
+            return _event_stream(content, usage)
         reply = {"choices": [{"message": {"content": content}, "finish_reason": "stop"}]}
         return httpx.Response(200, json={**reply, "usage": usage})
+
+
+def _event_stream(content: str, usage: dict[str, int]) -> httpx.Response:
+    """A streamed chat reply: one content chunk, a usage chunk, then ``[DONE]``."""
+    chunks = [
+        {"choices": [{"delta": {"content": content}, "finish_reason": "stop"}]},
+        {"choices": [], "usage": usage},
+    ]
+    events = "".join(f"data: {json.dumps(c)}\n\n" for c in chunks) + "data: [DONE]\n\n"
+    return httpx.Response(200, text=events, headers={"Content-Type": "text/event-stream"})
 
 
 def _kind_of(body: dict[str, Any]) -> str:
