@@ -125,14 +125,19 @@ def test_multimodal_loads_its_image_field_and_refuses_what_is_not_a_picture() ->
         probe.load_fields({"image": "assets/absent.png"}, default_directory())
 
 
-@pytest.mark.parametrize("name", ["text", "structured", "multimodal"])
-def test_every_request_carries_priority_model_and_no_stream_by_default(name: str) -> None:
+@pytest.mark.parametrize(
+    ("name", "streamed"), [("text", False), ("structured", True), ("multimodal", True)]
+)
+def test_every_request_carries_priority_model_and_path_canaries_stream(
+    name: str, streamed: bool
+) -> None:
+    """Path canaries stream, so the path is judged by its own first token and pace."""
     s = spec(name)
     body = KINDS[s.kind].build(s, model="m", nonce="abc12345").body
     assert body["priority"] == -100
     assert body["model"] == "m"
-    assert body["stream"] is False
-    assert "stream_options" not in body
+    assert body["stream"] is streamed
+    assert ("stream_options" in body) is streamed
 
 
 def test_a_model_in_the_template_wins() -> None:
@@ -220,7 +225,31 @@ JUDGEMENTS: list[tuple[str, str, Reply, int | None, Reason]] = [
     ("structured not json", "structured", Reply(text="{\n  \n"), None, Reason.SCHEMA),
     ("structured wrong type", "structured", Reply(text="42"), None, Reason.SCHEMA),
     ("structured empty", "structured", Reply(text=""), None, Reason.EMPTY),
-    ("image consumed", "multimodal", Reply(text="", prompt_tokens=30), 14, Reason.OK),
+    ("image consumed", "multimodal", Reply(text="a", prompt_tokens=30), 14, Reason.OK),
+    (
+        "image consumed, special token",
+        "multimodal",
+        Reply(text="", prompt_tokens=30, completion_tokens=1),
+        14,
+        Reason.OK,
+    ),
+    # Zero generated tokens fails every kind, whatever else the reply says.
+    (
+        "multimodal zero tokens",
+        "multimodal",
+        Reply(text="", prompt_tokens=30, completion_tokens=0),
+        14,
+        Reason.EMPTY,
+    ),
+    ("multimodal nothing", "multimodal", Reply(text="", prompt_tokens=30), 14, Reason.EMPTY),
+    ("text zero tokens", "text", Reply(text="ok", completion_tokens=0), None, Reason.EMPTY),
+    (
+        "structured zero tokens",
+        "structured",
+        Reply(text='"ok-abc12345"', completion_tokens=0),
+        None,
+        Reason.EMPTY,
+    ),
     (
         "image dropped",
         "multimodal",

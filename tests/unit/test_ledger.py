@@ -95,19 +95,42 @@ def test_a_new_epoch_forgets_the_previous_server() -> None:
     assert ledger.progress.last_sample_at is None
 
 
-def test_refusal_opens_an_epoch_only_after_the_server_answered() -> None:
+def test_a_refusal_is_never_a_new_epoch_it_starts_the_listener_timer() -> None:
     ledger = _ledger()
-    ledger.saw_refusal(1.0)  # never reachable yet: still starting, not a restart
-    assert (ledger.epoch, ledger.reachable) == (0, False)
+    ledger.saw_refusal(1.0)
+    assert (ledger.epoch, ledger.reachable, ledger.refused_since) == (0, False, 1.0)
     ledger.saw_answer()
+    assert ledger.refused_since is None
     ledger.saw_refusal(2.0)
-    assert (ledger.epoch, ledger.epoch_reason, ledger.reachable) == (
-        1,
-        "connection refused",
-        False,
-    )
-    ledger.saw_refusal(3.0)  # still down: the same epoch
-    assert ledger.epoch == 1
+    ledger.saw_refusal(3.0)  # still refused: the timer keeps its start
+    assert (ledger.epoch, ledger.refused_since) == (0, 2.0)
+    assert ledger.evidence(4.0, freshness=2.0).refused_since == 2.0
+
+
+def test_a_failed_canary_of_any_kind_is_never_a_new_epoch() -> None:
+    ledger = _ledger()
+    ledger.saw_answer()
+    for n, reason in enumerate((Reason.PROTOCOL, Reason.HTTP_STATUS, Reason.EMPTY)):
+        token = ledger.canary_sent(TEXT, float(n))
+        failed = CanaryResult("text", TEXT, reason, float(n), 0.1)
+        ledger.canary_done(TEXT, token, failed, n + 0.1, epoch=0)
+    assert ledger.epoch == 0
+    assert len(ledger.records[TEXT].results) == 3
+
+
+def test_the_credit_of_a_canary_follows_it_from_send_to_done() -> None:
+    ledger = _ledger()
+    ledger.progress.observe(MetricsSample(0.0, counters={"generation_tokens": 10.0}))
+    token = ledger.canary_sent(TEXT, 1.0, {"generation_tokens": 2.0})
+    # The canary's first token, while it is still in flight: not progress.
+    assert not ledger.progress.observe(
+        MetricsSample(2.0, counters={"generation_tokens": 11.0})
+    ).progressed
+    ledger.canary_abandoned(TEXT, token, 3.0)
+    assert ledger.records[TEXT].outstanding == {}
+    assert not ledger.progress.observe(
+        MetricsSample(4.0, counters={"generation_tokens": 12.0})
+    ).progressed
 
 
 def test_budget_counts_canaries_sent_in_a_half_open_interval() -> None:
@@ -145,10 +168,11 @@ def test_evidence_freezes_each_kind_and_counts_progress_only_when_fresh() -> Non
     ledger.progress.observe(MetricsSample(5.0, counters={"generation_tokens": 1.0}))
     ledger.progress.observe(MetricsSample(6.0, counters={"generation_tokens": 9.0}))
 
-    fresh = ledger.evidence(7.0, freshness=2.0, observed_since=3.0)
+    fresh = ledger.evidence(7.0, freshness=2.0, unobserved=((3.0, 4.0),))
     assert fresh.progress_available
     assert fresh.last_progress_at == 6.0
-    assert fresh.observed_since == 3.0
+    assert fresh.last_evidence_at == 6.0
+    assert fresh.unobserved == ((3.0, 4.0),)
     assert fresh.kinds[TEXT].outstanding == (4.0,)
     assert fresh.kinds[STRUCTURED].action is Action.UNREADY
     assert fresh.kinds[STRUCTURED].latency_slo == 3.0
