@@ -17,6 +17,11 @@ happen, so a one-shot snapshot catches those arriving during its window
 (``xid_window_s``); earlier ones are in the kernel log on the node.
 
 Run ``python -m sentinel.diagnostics.gpu`` to print the section as JSON.
+
+The bindings are imported by the first snapshot, not at start: most pods
+never capture a bundle, and the import belongs to the worker thread a capture
+runs in anyway. That thread shares the interpreter lock with the event loop
+for the few milliseconds of the import, as it does for the NVML reads.
 """
 
 from __future__ import annotations
@@ -28,11 +33,6 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from typing import Any, TypeVar
-
-try:  # imported once at start-up, not on the first capture (an import stalls other threads)
-    import pynvml as _pynvml
-except ImportError:  # pragma: no cover - nvidia-ml-py is a dependency
-    _pynvml = None
 
 _T = TypeVar("_T")
 
@@ -98,9 +98,11 @@ class GpuSection:
 
 def snapshot(*, xid_window_s: float = 0.2) -> GpuSection:
     """Read every visible GPU once. Blocking (NVML calls): run it in a worker thread."""
-    pynvml: Any = _pynvml
-    if pynvml is None:
+    try:
+        import pynvml as _pynvml
+    except ImportError:  # pragma: no cover - nvidia-ml-py is a dependency
         return GpuSection(False, "no GPU visible: nvidia-ml-py is not installed")
+    pynvml: Any = _pynvml
     try:
         pynvml.nvmlInit()
     except pynvml.NVMLError as exc:
