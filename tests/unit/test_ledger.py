@@ -100,7 +100,7 @@ def test_a_refusal_is_never_a_new_epoch_it_starts_the_listener_timer() -> None:
     ledger.saw_refusal(1.0)
     assert (ledger.epoch, ledger.reachable, ledger.refused_since) == (0, False, 1.0)
     ledger.saw_answer()
-    assert ledger.refused_since is None
+    assert ledger.evidence(1.5, freshness=2.0).refused_since is None
     ledger.saw_refusal(2.0)
     ledger.saw_refusal(3.0)  # still refused: the timer keeps its start
     assert (ledger.epoch, ledger.refused_since) == (0, 2.0)

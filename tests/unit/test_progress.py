@@ -14,7 +14,9 @@ from sentinel.evidence.metrics import MetricsSample
 from sentinel.progress import RECENT, ProgressTracker, canary_budget
 
 
-def sample(at: float, gauges: dict[str, float] | None = None, **counters: float) -> MetricsSample:
+def sample(
+    at: float, gauges: dict[str, float] | None = None, /, **counters: float
+) -> MetricsSample:
     return MetricsSample(at=at, counters=counters, gauges=gauges or {})
 
 
