@@ -228,17 +228,20 @@ class Observers:
         async def step() -> None:
             poll = await poller.poll()
             if poll.failure is not None:
-                seen.last_health_error = f"{poll.failure.value}: {poll.detail}"
+                status = "" if poll.status is None else f" (HTTP {poll.status})"
+                seen.last_health_error = f"{poll.failure.value}{status}: {poll.detail}"
                 if poll.failure is EvidenceFailure.CONNECT:
                     self.ledger.saw_refusal(self.clock())
-            elif poll.no_endpoint:
+            if poll.no_endpoint:
                 # 404, a redirect, 401/403: a server without vLLM's /health.
                 seen.last_health_error = (
                     f"no health endpoint (HTTP {poll.status}): no evidence either way"
                 )
                 self.ledger.observe_health(None, self.clock())
             elif poll.status is not None:
-                seen.last_health_error = ""
+                # The status line is vLLM's word even when the body misbehaved.
+                if poll.failure is None:
+                    seen.last_health_error = ""
                 self.ledger.observe_health(poll.status, self.clock())
 
         return step

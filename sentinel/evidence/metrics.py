@@ -33,7 +33,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from sentinel.evidence.failure import EvidenceFailure, classify_transport_error
-from sentinel.transport import iter_capped
+from sentinel.transport import BodyDecodingError, BodyTooLarge, iter_capped
 
 # Sample names as vLLM 0.32 exposes them (vllm/v1/metrics/loggers.py,
 # PrometheusStatLogger). Every one is labelled by model_name and engine; the
@@ -289,7 +289,7 @@ class MetricsScraper:
                 EvidenceFailure.TIMEOUT,
                 f"GET {self._url} not complete within {self._timeout:g}s",
             ) from None
-        except httpx.HTTPError as exc:
+        except (httpx.HTTPError, BodyTooLarge, BodyDecodingError) as exc:
             raise ScrapeError(
                 classify_transport_error(exc), f"{type(exc).__name__}: {exc}"
             ) from None

@@ -7,8 +7,9 @@ through a silent hang. It is therefore evidence of death, never of life.
 Only a 5xx says the engine is dead. A 404, a redirect (never followed) or a
 401/403 is a server without that endpoint (any OpenAI-compatible server that
 is not vLLM, or one behind an auth proxy): no evidence either way. The poll has
-one total deadline, connect to last header, and never reads the body, so a
-trickled or endless answer cannot stall the evidence loop or grow memory.
+one total deadline, connect to last byte, and a small byte cap (vLLM's body is
+empty), so a trickled or endless answer cannot stall the evidence loop or grow
+memory; either is reported, with the status it came with.
 """
 
 from __future__ import annotations
@@ -20,13 +21,19 @@ from dataclasses import dataclass
 import httpx
 
 from sentinel.evidence.failure import EvidenceFailure, classify_transport_error
+from sentinel.transport import BodyDecodingError, BodyTooLarge, iter_capped
 
 DEFAULT_TIMEOUT = 2.0
+MAX_BODY_BYTES = 64 * 1024
 
 
 @dataclass(frozen=True, slots=True)
 class HealthPoll:
-    """One poll: the status code, or why there was none."""
+    """One poll: the status code, and why the answer was not a clean one.
+
+    ``status`` may come with a ``failure`` (a body past its cap or its
+    deadline): the status line still says what the server meant.
+    """
 
     at: float
     status: int | None = None
@@ -70,22 +77,27 @@ class VllmHealthPoller:
         return self._url
 
     async def poll(self) -> HealthPoll:
-        """One poll; the status line is all that is read."""
+        """One poll; never raises for a failed one."""
+        status: int | None = None
         try:
             async with asyncio.timeout(self._timeout):
                 async with self._client.stream(
                     "GET", self._url, timeout=self._timeout, follow_redirects=False
                 ) as response:
                     status = response.status_code
+                    async for _ in iter_capped(response, MAX_BODY_BYTES):
+                        pass  # the body means nothing; it only has to end, and be small
         except TimeoutError:
             return HealthPoll(
                 at=self._clock(),
+                status=status,
                 failure=EvidenceFailure.TIMEOUT,
-                detail=f"GET {self._url} not answered within {self._timeout:g}s",
+                detail=f"GET {self._url} not complete within {self._timeout:g}s",
             )
-        except httpx.HTTPError as exc:
+        except (httpx.HTTPError, BodyTooLarge, BodyDecodingError) as exc:
             return HealthPoll(
                 at=self._clock(),
+                status=status,
                 failure=classify_transport_error(exc),
                 detail=f"{type(exc).__name__}: {exc}",
             )
