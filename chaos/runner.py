@@ -243,7 +243,7 @@ class ScenarioRun:
             exporter = await stack.enter_async_context(Exporter(self.workdir / "blackbox.log"))
         except (ExporterUnavailable, OSError) as exc:
             self.record.blackbox_not_run = str(exc)
-            self.event(f"[yellow]blackbox_exporter baseline not run[/]: {exc}")
+            self.event(f"blackbox_exporter baseline not run: {exc}")
             return None
         settings = self.blackbox_settings
         self.event(
