@@ -34,13 +34,24 @@ FaultKind = Literal[
     "slow_decode",
     "sigstop",
     "sigkill",
+    # simulator only: the hang shapes of DESIGN.md "Verdict semantics"
+    "stuck_running",
+    "waiting_churn",
+    "preemption_churn",
+    "prefill_no_decode",
+    "stall_after_first",
+    "reset_all",
+    "error_5xx",
+    "empty_200",
+    "listener_closed",
+    "metrics_lapse",
 ]
 LoadKind = Literal["text", "structured", "multimodal"]
 PLUGIN_FAULTS = frozenset(
     {"engine_hang", "structured_hang", "multimodal_hang", "stream_stall", "slow_decode"}
 )
 #: Faults after which the server is degraded but alive: any kill during them is false.
-HARMLESS_FAULTS = frozenset({"none", "slow_decode"})
+HARMLESS_FAULTS = frozenset({"none", "slow_decode", "metrics_lapse"})
 
 
 class ScenarioError(ValueError):
@@ -170,7 +181,10 @@ class ExpectSpec(_Strict):
     #: sentinel's /livez must be red within this many seconds of the fault start
     detect_within: float | None = Field(default=None, gt=0)
     #: the hang kinds sentinel must report (``/status`` verdict) during the fault
-    hang_kinds: list[Literal["engine", "structured", "multimodal", "dead"]] | None = None
+    hang_kinds: (
+        list[Literal["engine", "structured", "multimodal", "dead", "broken", "listener_down"]]
+        | None
+    ) = None
     #: vLLM's own /health must answer 200 at every sample
     vllm_health_stays_200: bool | None = None
     #: every text canary must pass while the fault is on
