@@ -193,7 +193,13 @@ def engine_hang_check(server: VllmServer, client: httpx.Client, model: str) -> d
     }
 
 
-def probe(release: str, model_kind: str, extra: Sequence[str], full: bool) -> dict[str, Any]:
+def probe(
+    release: str,
+    model_kind: str,
+    extra: Sequence[str],
+    full: bool,
+    environment: dict[str, str] | None = None,
+) -> dict[str, Any]:
     env = engine_env.ensure_env(release)
     model = engine_env.ensure_model(engine_env.ensure_env(engine_env.DEFAULT_RELEASE), model_kind)
     hooks = subprocess.run(
@@ -203,6 +209,7 @@ def probe(release: str, model_kind: str, extra: Sequence[str], full: bool) -> di
         "release": release,
         "model": model_kind,
         "extra_args": list(extra),
+        "environment": environment or {},
         "hooks_installed": json.loads(hooks.stdout.strip().splitlines()[-1])
         if hooks.returncode == 0 and hooks.stdout.strip()
         else f"failed: {hooks.stderr.strip()[-300:]}",
@@ -215,6 +222,7 @@ def probe(release: str, model_kind: str, extra: Sequence[str], full: bool) -> di
         fault_dir=work / "faults",
         log_path=work / "vllm.log",
         extra_args=["--max-num-seqs", "2", *extra] if full else list(extra),
+        environment=environment,
     )
     report["log"] = str(server.log_path)
     with server:
@@ -241,8 +249,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--model", choices=engine_env.MODEL_KINDS, default="text")
     parser.add_argument("--quick", action="store_true", help="skip the priority timing")
     parser.add_argument("--tag", default="", help="suffix of the report's file name")
+    parser.add_argument(
+        "--env", action="append", default=[], metavar="NAME=VALUE", help="server environment"
+    )
     args, extra = parser.parse_known_args(argv)
-    report = probe(args.release, args.model, extra, full=not args.quick)
+    environment = dict(item.split("=", 1) for item in args.env)
+    report = probe(args.release, args.model, extra, not args.quick, environment)
     out = engine_env.cache_dir() / "compat"
     out.mkdir(parents=True, exist_ok=True)
     name = f"{args.release}-{args.model}{'-' + args.tag if args.tag else ''}.json"

@@ -23,7 +23,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from functools import partial
 from pathlib import Path
 from types import TracebackType
@@ -95,6 +95,7 @@ class VllmServer:
         scheduling_policy: str = "priority",
         extra_args: Sequence[str] = (),
         kv_cache_gib: int = 1,
+        environment: Mapping[str, str] | None = None,
     ) -> None:
         self.python = python
         self.model = model
@@ -104,6 +105,9 @@ class VllmServer:
         self.scheduling_policy = scheduling_policy
         self.extra_args = tuple(extra_args)
         self.kv_cache_gib = kv_cache_gib
+        #: Set last, over the defaults (``VLLM_CPU_OMP_THREADS_BIND`` per rank for
+        #: tensor parallelism, ``"0|0"``: one group per rank).
+        self.environment = dict(environment or {})
         self.port = 0
         self._process: subprocess.Popen[bytes] | None = None
         self._seen: dict[int, psutil.Process] = {}
@@ -161,6 +165,7 @@ class VllmServer:
         cpus = engine_cpus()
         if cpus is not None:
             env["VLLM_CPU_OMP_THREADS_BIND"] = ",".join(str(c) for c in sorted(cpus))
+        env.update(self.environment)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with self.log_path.open("ab") as log:
             log.write(f"\n$ {' '.join(self.command())}\n".encode())

@@ -1,0 +1,44 @@
+"""The release table tells vLLM lines apart by the samples an exposition carries."""
+
+from __future__ import annotations
+
+from sentinel.evidence.vllm_releases import BY_LINE, RELEASES, recognise
+
+CORE = {
+    "vllm:generation_tokens_total",
+    "vllm:prompt_tokens_total",
+    "vllm:iteration_tokens_total_count",
+    "vllm:num_preemptions_total",
+    "vllm:request_success_total",
+    "vllm:num_requests_running",
+    "vllm:num_requests_waiting",
+    "vllm:kv_cache_usage_perc",
+}
+
+
+def test_old_line_is_told_from_new_by_its_deprecated_gauge() -> None:
+    old = recognise(CORE | {"vllm:gpu_cache_usage_perc", "vllm:gpu_prefix_cache_queries_total"})
+    new = recognise(CORE | {"vllm:num_requests_waiting_by_reason"})
+    assert old.lines == ("0.9",)
+    assert "0.9" not in new.lines
+    assert "0.32" in new.lines
+
+
+def test_every_signal_maps_to_a_present_sample_and_absent_ones_are_missing() -> None:
+    found = recognise(CORE - {"vllm:iteration_tokens_total_count"}, engines=["1", "0", "10"])
+    assert found.signals["generation_tokens"] == "vllm:generation_tokens_total"
+    assert "engine_steps" not in found.signals
+    assert found.missing == ("engine_steps",)
+    assert found.engines == ("0", "1", "10")
+
+
+def test_an_exposition_without_vllm_samples_fits_no_line() -> None:
+    found = recognise({"process_cpu_seconds_total"})
+    assert found.lines == ()
+    assert dict(found.signals) == {}
+
+
+def test_table_is_keyed_by_line_and_lines_are_ordered() -> None:
+    assert list(BY_LINE) == [r.line for r in RELEASES]
+    numbers = [tuple(int(p) for p in r.line.split(".")) for r in RELEASES]
+    assert numbers == sorted(numbers)
