@@ -80,5 +80,11 @@ bench: $(STAMP)
 bench-footprint: $(STAMP)
 	$(PY) -m tests.bench.bench_footprint $(ARGS)
 
+# Peak RSS and /livez p99 of a fresh sentinel against each hostile target case
+# (tests/hostile_target.py); goal 150 MB and 10 ms. About 5 minutes.
+.PHONY: bench-hostile
+bench-hostile: $(STAMP)
+	$(PY) -m tests.bench.bench_hostile $(ARGS)
+
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

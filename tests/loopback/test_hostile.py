@@ -11,11 +11,13 @@ never by waiting for the target.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
 import pytest
 
+from sentinel.observers import LoopFailures, every, supervised
 from tests.hostile_target import HostileProcess
 from tests.loopback.sidecar import Sidecar, eventually, running_sidecar
 
@@ -83,3 +85,59 @@ async def test_sentinel_survives_a_hostile_target(case: str) -> None:
             assert not status["verdict"]["hangs"], status["verdict"]
             assert words in _error(status, where)
             assert not status["evidence"]["errors"]["loops"], status["evidence"]["errors"]
+
+
+async def test_a_raising_step_is_recorded_and_its_loop_carries_on() -> None:
+    """Supervision itself: counted, kept for /status, and the loop keeps beating."""
+    now = [0.0]
+    beats: list[str] = []
+    counted: list[str] = []
+    calls = 0
+
+    async def step() -> None:
+        nonlocal calls
+        calls += 1
+        if calls <= 3:
+            raise OSError(24, "Too many open files")
+
+    async def sleep(seconds: float) -> None:
+        now[0] += seconds
+        if calls >= 5:
+            raise asyncio.CancelledError
+
+    failures = LoopFailures(lambda: now[0], counted.append)
+    with pytest.raises(asyncio.CancelledError):
+        await every(
+            "processes",
+            1.0,
+            step,
+            beat=lambda name, _: beats.append(name),
+            clock=lambda: now[0],
+            sleep=sleep,
+            failures=failures,
+        )
+    assert calls == 5
+    assert len(beats) == 5
+    assert counted == ["processes"] * 3
+    shown = failures.to_json(now[0])["processes"]
+    assert shown["errors"] == 3
+    assert "Too many open files" in shown["last"]
+
+
+async def test_a_loop_that_dies_is_started_again() -> None:
+    runs = 0
+    failures = LoopFailures(lambda: 0.0)
+
+    async def loop() -> None:
+        nonlocal runs
+        runs += 1
+        raise RuntimeError(f"run {runs} broke")
+
+    async def sleep(seconds: float) -> None:
+        if runs >= 3:
+            raise asyncio.CancelledError
+
+    with pytest.raises(asyncio.CancelledError):
+        await supervised("scheduler", loop, failures, sleep=sleep)
+    assert runs == 3
+    assert failures.loops["scheduler"].count == 3

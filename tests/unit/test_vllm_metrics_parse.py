@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import gzip
+from collections.abc import AsyncIterator
+
 import httpx
 import pytest
 
 from sentinel.evidence.failure import EvidenceFailure
 from sentinel.evidence.metrics import (
+    MetricsSample,
     MetricsScraper,
     ScrapeError,
+    ScrapeLimits,
     parse_vllm_metrics,
     relevant_lines,
 )
@@ -252,3 +257,118 @@ def test_only_the_signal_lines_are_parsed() -> None:
         "generation_tokens": 33.0,
         "completions": 2.0,
     }
+
+
+class _Chunks(httpx.AsyncByteStream):
+    """A body that arrives in pieces, as from a socket (not read up front by httpx)."""
+
+    def __init__(self, *chunks: bytes) -> None:
+        self._chunks = chunks
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        for chunk in self._chunks:
+            yield chunk
+
+
+async def _scrape(
+    *chunks: bytes, headers: dict[str, str] | None = None, limits: ScrapeLimits | None = None
+) -> MetricsSample:
+    def handle(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, headers=headers, stream=_Chunks(*chunks))
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(handle)) as client:
+        scraper = MetricsScraper(client, "http://vllm:8000", clock=lambda: 1.0, limits=limits)
+        return await scraper.scrape()
+
+
+async def test_a_body_arriving_in_pieces_is_read_line_by_line() -> None:
+    body = VLLM_EXPOSITION.encode()
+    pieces = [body[i : i + 7] for i in range(0, len(body), 7)]  # lines split across chunks
+    sample = await _scrape(*pieces)
+    assert sample.counters["generation_tokens"] == 4200.0
+    assert sample.gauges["running"] == 3.0
+
+
+SMALL = ScrapeLimits(max_bytes=10_000, max_lines=50, max_line_bytes=1024, max_series=5)
+
+
+@pytest.mark.parametrize(
+    ("chunks", "words"),
+    [
+        pytest.param((b"# filler line\n" * 1000,), "bytes", id="bytes"),
+        pytest.param((b"a 1\n" * 51,), "lines", id="lines"),
+        pytest.param((b"vllm:num_requests_running" + b"x" * 600, b"y" * 600), "line", id="line"),
+        pytest.param(
+            (b"".join(b'vllm:num_requests_running{e="%d"} 1\n' % i for i in range(6)),),
+            "series",
+            id="series",
+        ),
+    ],
+)
+async def test_every_cap_is_an_evidence_error(chunks: tuple[bytes, ...], words: str) -> None:
+    with pytest.raises(ScrapeError) as info:
+        await _scrape(*chunks, limits=SMALL)
+    assert info.value.reason is EvidenceFailure.TOO_LARGE
+    assert words in info.value.detail
+
+
+async def test_gzip_is_inflated_within_the_cap_and_a_bomb_is_refused() -> None:
+    gzipped = gzip.compress(VLLM_EXPOSITION.encode())
+    sample = await _scrape(gzipped[:10], gzipped[10:], headers={"Content-Encoding": "gzip"})
+    assert sample.counters["generation_tokens"] == 4200.0
+    bomb = gzip.compress(b"\n" * (50 * 1024 * 1024))  # 50 MB of blank lines, about 50 KB
+    with pytest.raises(ScrapeError) as info:
+        await _scrape(bomb, headers={"Content-Encoding": "gzip"})
+    assert info.value.reason is EvidenceFailure.TOO_LARGE
+
+
+@pytest.mark.parametrize(
+    ("chunks", "headers"),
+    [
+        pytest.param((VLLM_EXPOSITION.encode(),), {"Content-Encoding": "gzip"}, id="not-gzip"),
+        pytest.param((VLLM_EXPOSITION.encode(),), {"Content-Encoding": "br"}, id="unknown"),
+        pytest.param((b'vllm:num_requests_running{m="\xff"} 1\n',), {}, id="bad-utf8"),
+        pytest.param((b"# a comment \xc3",), {}, id="cut-utf8"),
+    ],
+)
+async def test_an_undecodable_body_is_bad_body_never_an_exception(
+    chunks: tuple[bytes, ...], headers: dict[str, str]
+) -> None:
+    with pytest.raises(ScrapeError) as info:
+        await _scrape(*chunks, headers=headers)
+    assert info.value.reason is EvidenceFailure.BAD_BODY
+
+
+@pytest.mark.parametrize(
+    ("status", "failing", "no_endpoint"),
+    [
+        (200, False, False),
+        (503, True, False),
+        (404, False, True),
+        (302, False, True),
+        (401, False, True),
+        (403, False, True),
+    ],
+)
+async def test_only_a_5xx_health_is_failing_and_redirects_are_not_followed(
+    status: int, failing: bool, no_endpoint: bool
+) -> None:
+    paths: list[str] = []
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        paths.append(request.url.path)
+        return httpx.Response(status, headers={"Location": "/elsewhere"})
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(handle)) as client:
+        poll = await VllmHealthPoller(client, "http://vllm:8000", clock=lambda: 1.0).poll()
+    assert (poll.status, poll.failing, poll.no_endpoint) == (status, failing, no_endpoint)
+    assert paths == ["/health"]
+
+
+async def test_an_oversized_health_body_keeps_its_status_and_says_why() -> None:
+    def handle(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, stream=_Chunks(*[b"x" * 65536] * 4))
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(handle)) as client:
+        poll = await VllmHealthPoller(client, "http://vllm:8000", clock=lambda: 1.0).poll()
+    assert (poll.status, poll.failure) == (200, EvidenceFailure.TOO_LARGE)
