@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import re
@@ -104,6 +105,12 @@ async def metrics(request: web.Request) -> web.StreamResponse:
         return web.Response(body=body, content_type="text/plain")
     response = web.StreamResponse(headers={"Content-Type": "text/plain"})
     await response.prepare(request)
+    with contextlib.suppress(ConnectionError):  # sentinel gave up on the answer, as it should
+        await _misbehave(response, mode)
+    return response
+
+
+async def _misbehave(response: web.StreamResponse, mode: str) -> None:
     if mode == "endless":
         await _send_forever(response, 20 * MIB, float("inf"))
     elif mode == "huge":
@@ -115,7 +122,6 @@ async def metrics(request: web.Request) -> web.StreamResponse:
     elif mode == "trickle":
         await _trickle(response, _OK_METRICS.encode())
     await response.write_eof()
-    return response
 
 
 async def health(request: web.Request) -> web.StreamResponse:
@@ -139,11 +145,8 @@ async def health(request: web.Request) -> web.StreamResponse:
         return web.Response()  # never sent: the connection is closed
     response = web.StreamResponse(headers={"Content-Type": "text/plain"})
     await response.prepare(request)
-    if mode == "endless":
-        await _send_forever(response, 20 * MIB, float("inf"))
-    else:  # huge
-        await _send_forever(response, 0, 500 * MIB)
-    await response.write_eof()
+    with contextlib.suppress(ConnectionError):  # sentinel gave up on the answer, as it should
+        await _misbehave(response, mode)
     return response
 
 
