@@ -52,7 +52,7 @@ _HOOKS_SCRIPT = (
 #: Long requests queued ahead of the priority canary; with ``--max-num-seqs 2``
 #: they keep the waiting queue non-empty for several seconds on the tiny model.
 QUEUE_DEPTH = 16
-QUEUE_TOKENS = 400
+QUEUE_TOKENS = 100
 
 
 def metric_names(text: str) -> tuple[list[str], list[str]]:
@@ -128,7 +128,7 @@ def priority_order(client: httpx.Client, model: str) -> dict[str, Any]:
 
         def load(stop: threading.Event = stop) -> None:
             long_body = _chat(
-                model, max_tokens=QUEUE_TOKENS, ignore_eos=True, priority=10, min_tokens=1
+                model, max_tokens=QUEUE_TOKENS, ignore_eos=True, priority=0, min_tokens=1
             )
             with httpx.Client(base_url=str(client.base_url), timeout=120) as own:
                 while not stop.is_set():
