@@ -159,8 +159,9 @@ async def supervised(
     For the long-running loops that are not a simple periodic step (the
     canary scheduler, the incident loops, the gRPC publisher): one that
     raises is recorded and restarted after ``backoff`` seconds, so only a
-    signal ends the daemon. A loop that keeps failing keeps beating nothing,
-    which ``/healthz`` reports.
+    signal ends the daemon. Its failures show in ``/status`` and
+    ``sentinel_loop_errors_total``; one that wedges stops beating, which
+    ``/healthz`` reports.
     """
     while True:
         try:
