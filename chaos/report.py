@@ -18,6 +18,7 @@ from __future__ import annotations
 import itertools
 import json
 import shutil
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -148,7 +149,8 @@ def markdown(summaries: Sequence[Summary], title: str = "Chaos scenarios") -> st
         if bb.ran and bb.settings is not None:
             b = bb.settings
             box = f"{b.interval:g} / {b.scrape_timeout:g} / {b.failure_threshold}"
-            killed_by = ", ".join(bb.killed_by) or "-"
+            counts = Counter(bb.killed_by)
+            killed_by = ", ".join(f"{m} x{n}" if n > 1 else m for m, n in counts.items()) or "-"
         else:
             box, killed_by = f"{NOT_RUN}: {(bb.not_run or '')[:80]}", NOT_RUN
         lines.append(f"| {s.name} | {prober} | {box} | {killed_by} |")

@@ -320,6 +320,10 @@ def test_report_shows_blackbox_beside_the_other_baselines() -> None:
     assert (cells["blackbox fail"], cells["blackbox kill"]) == ("3.5", "9.5")
     assert cells["false kills (sentinel / health / naive / blackbox)"] == "1 / 0 / 0 / 1"
     assert "| t | 1 / 1 / 2 / 2 | 3 / 2 / 3 | vllm_completion, vllm_health |" in table
+    record = _hang_record()
+    record.kills["blackbox"].append(Kill(25.0, 27.0, 22.0, "vllm_completion"))
+    table = report.markdown([summarize(record)])
+    assert "| t | 1 / 1 / 2 / 2 | 3 / 2 / 3 | vllm_completion x2, vllm_health |" in table
 
 
 def test_blackbox_not_run_is_reported_not_raised(tmp_path: Path) -> None:
