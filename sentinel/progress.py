@@ -15,11 +15,11 @@ are compared.
 Sentinel's own canaries are discounted at all times, not only on an idle
 server: each canary in flight (and each for a short while after it finished,
 since ``/metrics`` lags the reply) holds a *credit* per counter (the work it
-can explain: its prompt, its reply, one engine step per token), and every
-counter delta is first charged against those credits. A hung engine usually
+can explain: its prompt, its first token, one engine step per token), and
+every counter delta is first charged against those credits. A hung engine usually
 has stuck real requests in ``running``; the prefill or first token of a
 canary sent to it is charged to the canary and cannot keep it alive. Once a
-canary finished, its credit shrinks to the work its usage reports.
+canary finished, its credit becomes the work its usage reports.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ WORK_COUNTERS = ("generation_tokens", "prompt_tokens", "engine_steps", "completi
 RECENT = 5.0
 """Seconds a finished canary keeps its credit: ``/metrics`` may show its work a sample late."""
 
+IN_FLIGHT_TOKENS = 1.0  # a canary in flight explains its first token, no more
 PREFILL_STEPS = 2.0  # engine steps a canary's prefill may take (chunked prefill) besides decode
 
 
@@ -51,6 +52,10 @@ class _Credit:
     def cap(self, key: str, most: float) -> None:
         """Explain at most ``most`` of ``key`` in all (what was charged already counts)."""
         self.left[key] = min(self.left[key], max(most - self.used.get(key, 0.0), 0.0))
+
+    def set(self, key: str, total: float) -> None:
+        """Explain exactly ``total`` of ``key`` in all: the usage the reply reported."""
+        self.left[key] = max(total - self.used.get(key, 0.0), 0.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,8 +121,20 @@ class ProgressTracker:
         return bool(self.signals)
 
     def canary_sent(self, token: int, now: float, budget: Mapping[str, float]) -> None:
-        """A canary left: until it is done, it explains up to ``budget`` of each counter."""
-        left = {k: float(budget.get(k, 0.0)) for k in WORK_COUNTERS}
+        """A canary left: while in flight it explains its prefill and its first token.
+
+        Only the first token, not its whole reply: tokens past the first are
+        the engine decoding, which a hung engine cannot do, and crediting a
+        canary's full ``max_tokens`` on every retry would absorb a slow, busy
+        server's real work. Once it is done its usage sets the credit exactly.
+        """
+        reply = min(float(budget.get("generation_tokens", 0.0)), IN_FLIGHT_TOKENS)
+        left = {
+            "generation_tokens": reply,
+            "prompt_tokens": float(budget.get("prompt_tokens", 0.0)),
+            "engine_steps": reply + PREFILL_STEPS if budget.get("engine_steps") else 0.0,
+            "completions": float(budget.get("completions", 0.0)),
+        }
         self._credits[token] = _Credit(sent=now, left=left)
 
     def canary_finished(self, token: int, result: CanaryResult | None, now: float) -> None:
@@ -136,10 +153,10 @@ class ProgressTracker:
             credit.cap("completions", 0.0)  # an aborted or failed request is no success
         if result.completion_tokens is not None:
             tokens = float(result.completion_tokens)
-            credit.cap("generation_tokens", tokens)
-            credit.cap("engine_steps", tokens + PREFILL_STEPS)
+            credit.set("generation_tokens", tokens)
+            credit.set("engine_steps", tokens + PREFILL_STEPS)
         if result.prompt_tokens is not None:
-            credit.cap("prompt_tokens", float(result.prompt_tokens))
+            credit.set("prompt_tokens", float(result.prompt_tokens))
 
     def observe_canary(self, result: CanaryResult) -> None:
         """Kept for callers that report results without a send token: nothing to do."""

@@ -128,7 +128,8 @@ def test_the_credit_of_a_canary_follows_it_from_send_to_done() -> None:
     ).progressed
     ledger.canary_abandoned(TEXT, token, 3.0)
     assert ledger.records[TEXT].outstanding == {}
-    assert not ledger.progress.observe(
+    # Abandoned: its first token stays explained, decoding past it is work.
+    assert ledger.progress.observe(
         MetricsSample(4.0, counters={"generation_tokens": 12.0})
     ).progressed
 

@@ -140,7 +140,20 @@ def test_work_beyond_the_credit_is_progress() -> None:
     t.canary_sent(1, 1.5, BUDGET)
     update = t.observe(sample(3.0, generation_tokens=13, prompt_tokens=50, engine_steps=20))
     assert update.progressed
-    assert update.signals["generation_tokens"].real == 1
+    assert update.signals["generation_tokens"].real == 2
+
+
+def test_real_streams_on_a_slow_server_are_not_absorbed_by_retried_canaries() -> None:
+    """2 s per token, two real streams, canaries timing out and retried: tokens still count."""
+    t = ProgressTracker()
+    t.observe(sample(0.0, **WORK))
+    tokens = 10.0
+    big = canary_budget(reply_tokens=32.0, prompt_tokens=8.0)
+    for n in range(1, 6):
+        t.canary_sent(n, 2.0 * n - 1, big)
+        tokens += 1 + 1  # two real streams at 0.5 token/s, plus the canary's first token
+        update = t.observe(sample(2.0 * n, **{**WORK, "generation_tokens": tokens}))
+        assert update.progressed, f"interval {n}"
 
 
 def test_credit_expires_after_recent_window() -> None:
@@ -218,4 +231,4 @@ def test_report_names_what_moved_and_what_was_sentinels_own() -> None:
     assert report["moved"] == ["generation_tokens"]
     interval = report["last_interval"]
     assert isinstance(interval, dict)
-    assert interval["generation_tokens"] == {"delta": 5.0, "own": 2.0, "progress": 3.0}
+    assert interval["generation_tokens"] == {"delta": 5.0, "own": 1.0, "progress": 4.0}
