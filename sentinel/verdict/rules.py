@@ -188,10 +188,14 @@ def broken(
         _or_never(evidence.last_real_completion_at),
         evidence.epoch_started,
     )
-    fails = [r.started for r in results if r.started >= floor and fast_failure(r)]
-    if not fails:
+    # Every canary: the window runs over the newest unbroken run of fast
+    # failures; a refusal or a timeout among them belongs to another rule.
+    run: list[float] = []
+    for r in sorted((r for r in results if r.started >= floor), key=lambda r: r.started):
+        run = [*run, r.started] if fast_failure(r) else []
+    if not run:
         return None
-    since = min(fails)
+    since = run[0]
     elapsed = observed(since, now, evidence.unobserved)
     if elapsed < policy.broken_window:
         return None

@@ -119,6 +119,18 @@ STORM = [result(1.0)] + [result(t, Reason.HTTP_STATUS, status=500) for t in rang
             id="4xx-is-not-broken",
         ),
         pytest.param(
+            Evidence(
+                kinds=kinds(
+                    result(1.0),
+                    result(10.0, Reason.PROTOCOL),  # in flight when the port closed
+                    *(result(t, Reason.CONNECT) for t in range(15, 200, 5)),
+                )
+            ),
+            500.0,
+            False,
+            id="resets-then-refusals-are-the-listener-rule",
+        ),
+        pytest.param(
             Evidence(kinds=kinds(*STORM[:10], result(55.0), *STORM[10:])),
             115.0,
             False,
