@@ -4,6 +4,11 @@ Owns only the command-line surface; the work is :func:`bundle.capture`,
 :class:`store.IncidentStore` and :func:`doctor.run_doctor`. Settings (target,
 diagnostics directory, retention, windows) come from the same sources as
 ``sentinel run``: ``--config``, ``SENTINEL_*`` variables, then these flags.
+
+The parser is built for every command, ``sentinel run`` included, so the
+argument functions need only the light modules (the defaults in ``cgroup``,
+``procs`` and ``bundle``); the doctor and the store are imported by the
+commands that use them.
 """
 
 from __future__ import annotations
@@ -19,8 +24,6 @@ from sentinel import __version__
 from sentinel.config import ConfigError, Settings, effective_config, load_settings
 from sentinel.diagnostics import cgroup, procs
 from sentinel.diagnostics.bundle import DEFAULT_BUDGET_S, DiagnosticsContext, Trigger, capture
-from sentinel.diagnostics.doctor import ProbeTimings, fetch_metrics, render_report, run_doctor
-from sentinel.diagnostics.store import IncidentStore, RetentionPolicy
 from sentinel.exitcode import ExitCode
 
 
@@ -85,6 +88,9 @@ def _match(args: argparse.Namespace) -> procs.ProcessMatch:
 
 def diagnose_main(args: argparse.Namespace) -> int:
     """Capture a bundle now (local processes, the target's /metrics), store it, print the path."""
+    from sentinel.diagnostics.doctor import fetch_metrics
+    from sentinel.diagnostics.store import IncidentStore, RetentionPolicy
+
     try:
         settings = _settings(args)
     except ConfigError as exc:
@@ -121,6 +127,8 @@ def diagnose_main(args: argparse.Namespace) -> int:
 
 def doctor_main(args: argparse.Namespace) -> int:
     """Run every check, print the table, exit 0 (no problems) or 1."""
+    from sentinel.diagnostics.doctor import ProbeTimings, render_report, run_doctor
+
     try:
         settings = _settings(args)
     except ConfigError as exc:
