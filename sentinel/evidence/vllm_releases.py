@@ -74,7 +74,9 @@ RELEASES: tuple[ReleaseFacts, ...] = (
         line="0.9",
         checked="0.9.2 (source only: pins torch 2.6.0+cpu)",
         signals=_V1_SIGNALS,
-        markers=frozenset({"vllm:gpu_cache_usage_perc", "vllm:gpu_prefix_cache_queries_total"}),
+        markers=frozenset(
+            {"vllm:gpu_cache_usage_perc", "vllm:time_per_output_token_seconds_count"}
+        ),
         absent=frozenset({"vllm:inter_token_latency_seconds_count"}),
         engine_title=None,
         worker_title=None,
@@ -83,13 +85,20 @@ RELEASES: tuple[ReleaseFacts, ...] = (
             "no process titles: EngineCore_<i> and VllmWorker-<rank> are multiprocessing "
             "names only, so processes are told apart by parentage",
             "grammar hook is StructuredOutputManager._async_create_grammar",
+            "no metric tells 0.9 from 0.10 but inter_token_latency_seconds (0.10 on)",
         ),
     ),
     ReleaseFacts(
         line="0.10",
         checked="0.10.2 (source only: pins torch 2.6.0+cpu)",
         signals=_V1_SIGNALS,
-        markers=frozenset({"vllm:gpu_cache_usage_perc", "vllm:inter_token_latency_seconds_count"}),
+        markers=frozenset(
+            {
+                "vllm:gpu_cache_usage_perc",
+                "vllm:time_per_output_token_seconds_count",
+                "vllm:inter_token_latency_seconds_count",
+            }
+        ),
         structured_fields=("response_format", "guided_json", "guided_choice"),
         notes=("grammar hook is StructuredOutputManager._async_create_grammar",),
     ),
@@ -98,22 +107,25 @@ RELEASES: tuple[ReleaseFacts, ...] = (
         checked="0.20.2 (source; run on torch 2.13 instead of its pinned 2.11)",
         signals=_V1_SIGNALS,
         markers=frozenset({"vllm:num_requests_waiting_by_reason"}),
-        absent=frozenset({"vllm:gpu_cache_usage_perc"}),
+        absent=frozenset({"vllm:gpu_cache_usage_perc", "vllm:admission_rejections_total"}),
         ignored_fields=("guided_json", "guided_choice"),
+        notes=("exposes the same metric names as 0.27: the two are not told apart",),
     ),
     ReleaseFacts(
         line="0.27",
         checked="0.27.1 (live, CPU backend)",
         signals=_V1_SIGNALS,
         markers=frozenset({"vllm:num_requests_waiting_by_reason"}),
-        absent=frozenset({"vllm:gpu_cache_usage_perc"}),
+        absent=frozenset({"vllm:gpu_cache_usage_perc", "vllm:admission_rejections_total"}),
         ignored_fields=("guided_json", "guided_choice"),
     ),
     ReleaseFacts(
         line="0.32",
         checked="0.32.0 (live, CPU backend)",
         signals=_V1_SIGNALS,
-        markers=frozenset({"vllm:num_requests_waiting_by_reason"}),
+        markers=frozenset(
+            {"vllm:num_requests_waiting_by_reason", "vllm:admission_rejections_total"}
+        ),
         absent=frozenset({"vllm:gpu_cache_usage_perc"}),
         ignored_fields=("guided_json", "guided_choice"),
     ),

@@ -17,11 +17,17 @@ CORE = {
 
 
 def test_old_line_is_told_from_new_by_its_deprecated_gauge() -> None:
-    old = recognise(CORE | {"vllm:gpu_cache_usage_perc", "vllm:gpu_prefix_cache_queries_total"})
-    new = recognise(CORE | {"vllm:num_requests_waiting_by_reason"})
+    deprecated = {"vllm:gpu_cache_usage_perc", "vllm:time_per_output_token_seconds_count"}
+    old = recognise(CORE | deprecated)
+    newer = recognise(CORE | deprecated | {"vllm:inter_token_latency_seconds_count"})
     assert old.lines == ("0.9",)
-    assert "0.9" not in new.lines
-    assert "0.32" in new.lines
+    assert newer.lines == ("0.10",)
+
+
+def test_newest_line_is_told_by_admission_rejections() -> None:
+    waiting = {"vllm:num_requests_waiting_by_reason"}
+    assert recognise(CORE | waiting).lines == ("0.20", "0.27")
+    assert recognise(CORE | waiting | {"vllm:admission_rejections_total"}).lines == ("0.32",)
 
 
 def test_every_signal_maps_to_a_present_sample_and_absent_ones_are_missing() -> None:
