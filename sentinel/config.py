@@ -107,6 +107,9 @@ class Settings(BaseModel):
     diagnostics: bool = True
     diagnostics_max_incidents: int = Field(default=20, ge=1)
     diagnostics_max_bytes: int = Field(default=200 * 1024 * 1024, ge=1024)
+    # One bundle: each section (a /metrics scrape set, a stack dump) and the whole.
+    diagnostics_section_max_bytes: int = Field(default=8 * 1024 * 1024, ge=64 * 1024)
+    diagnostics_bundle_max_bytes: int = Field(default=32 * 1024 * 1024, ge=256 * 1024)
     model: str | None = None
     scheduling_policy: Literal["auto", "priority", "fcfs"] = "auto"
     watch_processes: bool = True

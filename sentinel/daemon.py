@@ -321,6 +321,8 @@ class Daemon:
                 str(kind): tuple(record.results) for kind, record in self.ledger.records.items()
             },
             config=self.config_json,
+            section_max_bytes=self.settings.diagnostics_section_max_bytes,
+            bundle_max_bytes=self.settings.diagnostics_bundle_max_bytes,
         )
 
 

@@ -20,11 +20,19 @@ keep answering probes while it runs:
   argv or environment, or in the config, wherever else they appear. The cause
   line is redacted where it is made, because it quotes a process title and
   travels on to the log, ``/incidents``, ``/status`` and the Event.
+- A bundle is bounded: the ``/metrics`` scrapes and each stack dump are cut
+  to ``section_max_bytes`` *before* they are redacted (redaction costs about
+  0.3 s per 780 kB and copies the text), so a 60 MB exposition never costs
+  three copies of itself; a section that was cut says how much
+  (``truncated_bytes``). If the redacted bundle still exceeds
+  ``bundle_max_bytes``, its largest sections are replaced by a marker naming
+  their size, largest first, until it fits.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -51,6 +59,10 @@ log = get_logger(__name__)
 DEFAULT_BUDGET_S = 8.0
 DEFAULT_CPU_WINDOW_S = 0.5
 MAX_METRICS_SCRAPES = 3
+DEFAULT_SECTION_MAX_BYTES = 8 * 1024 * 1024
+DEFAULT_BUNDLE_MAX_BYTES = 32 * 1024 * 1024
+# Sections that may be dropped whole, in the order they go when a bundle is too large.
+DROPPABLE_SECTIONS = ("metrics", "stacks", "canary_history", "processes", "cgroup", "gpu")
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +96,8 @@ class DiagnosticsContext:
     py_spy: str | None = None  # None: found on PATH or beside the interpreter
     gpu_enabled: bool = True
     xid_window_s: float = 0.2
+    section_max_bytes: int = DEFAULT_SECTION_MAX_BYTES
+    bundle_max_bytes: int = DEFAULT_BUNDLE_MAX_BYTES
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,13 +197,13 @@ async def capture(context: DiagnosticsContext) -> Incident:
             "sentinel": {"version": context.version, "config": dict(context.config)},
             "processes": [asdict(s) for s in snapshots]
             or [_discovered_json(d) for d in discovered],
-            "stacks": {str(pid): asdict(d) for pid, d in (dumps or {}).items()},
+            "stacks": {
+                str(pid): _stack_json(d, context.section_max_bytes)
+                for pid, d in (dumps or {}).items()
+            },
             "gpu": gpus.to_json() if gpus is not None else None,
             "cgroup": _cgroup_json(cpu_section),
-            "metrics": [
-                {"at": _iso(at), "text": text}
-                for at, text in context.metrics_text[-MAX_METRICS_SCRAPES:]
-            ],
+            "metrics": _metrics_json(context.metrics_text, context.section_max_bytes),
             "canary_history": {
                 kind: [_canary_json(r) for r in results]
                 for kind, results in context.canary_history.items()
@@ -198,6 +212,7 @@ async def capture(context: DiagnosticsContext) -> Incident:
             "section_durations_s": timings,
         }
         safe: dict[str, Any] = scrubber.scrub(bundle)
+        _fit(safe, context.bundle_max_bytes)
         return safe, scrubber.scrub_text(render_summary(safe))
 
     duration = round(time.monotonic() - started, 3)
@@ -291,6 +306,77 @@ def _canary_json(result: CanaryResult) -> dict[str, Any]:
     return data
 
 
+def cut_text(text: str, limit: int) -> tuple[str, int]:
+    """``text`` cut to at most ``limit`` UTF-8 bytes, and how many bytes were cut.
+
+    Measured in pieces, so a 60 MB text is never encoded whole just to learn
+    its size; the cut lands on a line boundary when one is near, so the kept
+    part of an exposition still parses.
+    """
+    if len(text) <= limit // 4:  # at most 4 bytes a character: certainly fits
+        return text, 0
+    size = _utf8_size(text)
+    if size <= limit:
+        return text, 0
+    kept = text[:limit]
+    while _utf8_size(kept) > limit:  # non-ASCII: fewer characters fit
+        kept = kept[: len(kept) * 3 // 4]
+    newline = kept.rfind("\n")
+    if newline >= len(kept) // 2:
+        kept = kept[: newline + 1]
+    return kept, size - _utf8_size(kept)
+
+
+def _utf8_size(text: str, piece: int = 1024 * 1024) -> int:
+    return sum(
+        len(text[i : i + piece].encode("utf-8", "surrogatepass"))
+        for i in range(0, len(text), piece)
+    )
+
+
+def _metrics_json(scrapes: Sequence[tuple[float, str]], limit: int) -> list[dict[str, Any]]:
+    """The last scrapes, newest kept whole first, all of them within ``limit`` bytes."""
+    out: list[dict[str, Any]] = []
+    left = limit
+    for at, text in reversed(scrapes[-MAX_METRICS_SCRAPES:]):
+        kept, cut = cut_text(text, max(left, 0))
+        left -= _utf8_size(kept)
+        entry: dict[str, Any] = {"at": _iso(at), "text": kept}
+        if cut:
+            entry["truncated_bytes"] = cut
+        out.append(entry)
+    out.reverse()
+    return out
+
+
+def _stack_json(dump: stacks.StackDump, limit: int) -> dict[str, Any]:
+    data = asdict(dump)
+    text = data.get("text")
+    if isinstance(text, str):
+        data["text"], cut = cut_text(text, limit)
+        if cut:
+            data["truncated_bytes"] = cut
+    return data
+
+
+def _fit(bundle: dict[str, Any], limit: int) -> None:
+    """Drop the largest droppable sections until the bundle's JSON fits ``limit`` bytes."""
+    sizes = {
+        name: len(json.dumps(bundle[name], default=str).encode())
+        for name in DROPPABLE_SECTIONS
+        if bundle.get(name) is not None
+    }
+    total = len(json.dumps(bundle, default=str).encode())
+    for name, size in sorted(sizes.items(), key=lambda item: -item[1]):
+        if total <= limit:
+            return
+        bundle[name] = {"truncated": True, "truncated_bytes": size}
+        total -= size - len(json.dumps(bundle[name]).encode())
+        bundle.setdefault("section_errors", {})[name] = (
+            f"dropped: {size} bytes would exceed the bundle cap of {limit} bytes"
+        )
+
+
 def _iso(epoch: float) -> str:
     return datetime.fromtimestamp(epoch, tz=UTC).isoformat()
 
@@ -308,7 +394,8 @@ def render_summary(bundle: Mapping[str, Any]) -> str:
         "",
         "processes:",
     ]
-    for p in bundle["processes"]:
+    processes = _listed(bundle.get("processes"))
+    for p in processes:
         cpu = p.get("cpu_percent")
         cpu_text = "?" if cpu is None else f"{cpu:.0f}%"
         lines.append(
@@ -318,7 +405,7 @@ def render_summary(bundle: Mapping[str, Any]) -> str:
         )
         if p.get("errors"):
             lines.append(f"           unreadable: {p['errors']}")
-    if not bundle["processes"]:
+    if not processes:
         lines.append("  (no vLLM process visible)")
     cg = bundle.get("cgroup") or {}
     root = cg.get("root") or {}
@@ -346,24 +433,40 @@ def render_summary(bundle: Mapping[str, Any]) -> str:
     for event in g.get("xid_events") or []:
         lines.append(f"  XID {event['xid']} on gpu{event['device_index']}")
     lines += ["", "canaries (last per kind):"]
-    for kind, results in (bundle.get("canary_history") or {}).items():
-        if results:
+    for kind, results in _mapped(bundle.get("canary_history")).items():
+        if isinstance(results, list) and results:
             last = results[-1]
             lines.append(
                 f"  {kind:<11} {last['reason']:<12} {last['duration']:.2f} s  {last['detail'][:80]}"
             )
-    lines.append(f"metrics   {len(bundle.get('metrics') or [])} scrape(s) kept")
+    scrapes = _listed(bundle.get("metrics"))
+    cut = sum(m.get("truncated_bytes", 0) for m in scrapes)
+    lines.append(f"metrics   {len(scrapes)} scrape(s) kept" + (f", {cut} bytes cut" if cut else ""))
     if bundle.get("section_errors"):
         lines += ["", "sections that failed:"]
         lines += [f"  {name}: {err}" for name, err in bundle["section_errors"].items()]
     lines += ["", "stacks:"]
-    for pid, dump in (bundle.get("stacks") or {}).items():
+    for pid, dump in _mapped(bundle.get("stacks")).items():
+        if not isinstance(dump, dict):
+            continue
         if dump["ok"]:
             lines.append(dump["text"])
         else:
             lines.append(f"Process {pid}: no stacks ({dump['error']})")
         lines.append("")
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _listed(section: Any) -> list[Any]:
+    """A list section, or nothing when it is absent or was dropped for size."""
+    return section if isinstance(section, list) else []
+
+
+def _mapped(section: Any) -> dict[str, Any]:
+    """A mapping section, or nothing when it is absent or was dropped for size."""
+    if not isinstance(section, dict) or section.get("truncated") is True:
+        return {}
+    return section
 
 
 def _mib(value: int | None) -> str:

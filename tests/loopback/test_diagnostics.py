@@ -286,3 +286,60 @@ async def test_retention_by_count_and_size(pod: Pod, tmp_path: Path) -> None:
     assert [r.id for r in tiny.incidents()] == [newest.id]  # the newest always stays
     assert tiny.read(newest.id) is not None
     assert tiny.read("../etc") is None
+
+
+def huge_exposition(size: int) -> str:
+    """A vLLM-shaped exposition of about ``size`` bytes, with the API key planted in it."""
+    line = 'vllm:generation_tokens_total{model_name="m",engine="%d"} 42.0\n'
+    head = f'# HELP vllm:x leaked "{API_KEY}"\n# TYPE vllm:generation_tokens_total counter\n'
+    count = size // len(line % 0)
+    return head + "".join(line % i for i in range(count))
+
+
+async def test_bundle_with_a_60_mb_exposition_stays_under_the_cap(pod: Pod, tmp_path: Path) -> None:
+    text = huge_exposition(60 * 1024 * 1024)
+    section_cap, bundle_cap = 4 * 1024 * 1024, 12 * 1024 * 1024
+    nothing = ProcessMatch(titles=("none-" + pod.tag,), cmdlines=())
+    incident = await capture(
+        context(
+            pod,
+            process_match=nothing,
+            metrics_text=[(time.time() - 4, text), (time.time() - 2, text), (time.time(), text)],
+            section_max_bytes=section_cap,
+            bundle_max_bytes=bundle_cap,
+        )
+    )
+    del text
+    scrapes = incident.bundle["metrics"]
+    kept = sum(len(m["text"].encode()) for m in scrapes)
+    assert kept <= section_cap
+    assert sum(m.get("truncated_bytes", 0) for m in scrapes) >= 3 * 60 * 1024 * 1024 - section_cap
+    newest = scrapes[-1]
+    assert newest["text"].startswith("# HELP vllm:x")
+    assert newest["text"].endswith("\n")  # cut on a line boundary
+    assert API_KEY not in newest["text"]  # redaction still applied to what was kept
+    record = IncidentStore(tmp_path / "diag").write(incident)
+    size = sum(len(text.encode()) for text in read_dir(Path(record.path)).values())
+    assert size <= bundle_cap + 1024 * 1024, size
+    assert "bytes cut" in incident.summary
+
+
+async def test_bundle_over_the_total_cap_drops_its_largest_section(
+    pod: Pod, tmp_path: Path
+) -> None:
+    text = huge_exposition(3 * 1024 * 1024)
+    nothing = ProcessMatch(titles=("none-" + pod.tag,), cmdlines=())
+    incident = await capture(
+        context(
+            pod,
+            process_match=nothing,
+            metrics_text=[(time.time(), text)],
+            section_max_bytes=4 * 1024 * 1024,
+            bundle_max_bytes=1024 * 1024,
+        )
+    )
+    assert incident.bundle["metrics"]["truncated"] is True
+    assert incident.bundle["metrics"]["truncated_bytes"] > 3 * 1024 * 1024
+    assert "metrics" in incident.bundle["section_errors"]
+    assert len(json.dumps(incident.bundle).encode()) <= 1024 * 1024
+    assert incident.summary.splitlines()[0] == incident.cause_line
