@@ -146,3 +146,44 @@ def test_run_serves_and_stops_on_sigterm(sim: SimProcess) -> None:
         if process.poll() is None:
             process.kill()
             process.wait()
+
+
+MALFORMED_CONFIGS: list[tuple[str, bytes, dict[str, str], str]] = [
+    ("not-utf8", b"hang_window: 20\n\xff\xfe\n", {}, "not UTF-8 text"),
+    ("deeply-nested", b"a: " + b"[" * 3000 + b"]" * 3000 + b"\n", {}, "nested too deeply"),
+    ("malformed-yaml", b"a: {b: [1\n", {}, "not valid YAML"),
+    ("infinite-window", b"hang_window: .inf\n", {}, "hang_window: Value error, must be between"),
+    ("tiny-interval", b"process_interval: 1e-12\n", {}, "process_interval: Value error"),
+    ("unknown-variable", b"", {"SENTINEL_HANG_WINDOWS": "20"}, "SENTINEL_HANG_WINDOWS"),
+    ("bad-canaries-variable", b"", {"SENTINEL_CANARIES": "[1"}, "SENTINEL_CANARIES"),
+]
+
+
+@pytest.mark.parametrize(
+    ("content", "env", "expected"),
+    [pytest.param(c, e, x, id=i) for i, c, e, x in MALFORMED_CONFIGS],
+)
+def test_malformed_input_is_one_line_and_exit_2(
+    tmp_path: Path, content: bytes, env: dict[str, str], expected: str
+) -> None:
+    config = tmp_path / "sentinel.yaml"
+    config.write_bytes(content)
+    for command in (["check-config", str(config)], ["run", "--config", str(config)]):
+        if command[0] == "check-config" and env:
+            continue  # check-config validates the file alone, not the environment
+        done = sentinel(*command, env=env, timeout=30)
+        assert done.returncode == 2, done.stderr
+        lines = done.stderr.strip().splitlines()
+        assert len(lines) == 1, done.stderr
+        assert expected in lines[0]
+        assert "Traceback" not in done.stderr
+
+
+def test_non_utf8_key_file_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    key = tmp_path / "key"
+    key.write_bytes(b"sk-\xff\xfe")
+    done = sentinel("run", "--api-key-file", str(key), "--listen", "127.0.0.1:0", timeout=30)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        f"sentinel run: configuration error: api_key_file: cannot read {key}: not UTF-8 text"
+    ]
