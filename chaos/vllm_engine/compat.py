@@ -15,10 +15,14 @@ on the tiny text model and records what it really does:
   back exactly, which a random-weight model cannot do by chance, so a field
   that is accepted and silently ignored reads as not honoured;
 - the chaos plugin's hook points installed, and whether ``engine_hang`` really
-  stops the engine (a request does not finish while it is on, does after).
+  stops the engine (a request does not finish while it is on, does after);
+- with ``--sigstop TITLE``: how many of 8 requests finish while the processes
+  titled ``TITLE`` are stopped, ``/health``, and which ``engine`` label's token
+  counter still moves (one data-parallel engine or one tensor-parallel rank).
 
-``--extra`` passes server flags (``--tensor-parallel-size 2``); a server that
-does not come up is recorded with its log's tail, which is the finding.
+Unknown arguments pass on as server flags (``--tensor-parallel-size 2``); a
+server that does not come up is recorded with its log's tail, which is the
+finding. ``--env VLLM_CPU_OMP_THREADS_BIND=0|0`` gives each rank its CPU list.
 
 Run ``python -m chaos.vllm_engine.compat --release 0.27.1`` (one server at a time,
 always stopped); the JSON report goes to stdout and ``.cache/compat/``.
