@@ -245,15 +245,18 @@ def probe_target(probe: Obj) -> tuple[str, int, str]:
 def check_wiring(deployment: Obj) -> None:
     settings = sentinel_settings(deployment)
     defaults = Settings()
-    # The manifest spells out sentinel's defaults rather than changing them.
-    assert (settings.listen, settings.grpc_listen) == (defaults.listen, defaults.grpc_listen)
+    # The manifest spells out sentinel's defaults rather than changing them, except
+    # that a gRPC listener exists only where the vllm probes use it.
+    vllm = container(deployment, "vllm")
+    uses_grpc = any("grpc" in vllm[field] for field in PROBE_FIELDS.values())
+    assert settings.listen == defaults.listen
+    assert settings.grpc_listen == (defaults.grpc_listen if uses_grpc else None)
     assert settings.target == defaults.target
     _, http_port = split_host_port(settings.listen)
-    _, grpc_port = split_host_port(settings.grpc_listen)
+    grpc_port = split_host_port(settings.grpc_listen)[1] if settings.grpc_listen else None
     sidecar = container(deployment, "sentinel")
     declared = {p["containerPort"] for p in sidecar["ports"]}
-    assert {http_port, grpc_port} <= declared
-    vllm = container(deployment, "vllm")
+    assert declared == {http_port} | ({grpc_port} if grpc_port else set())
     for verdict, field in PROBE_FIELDS.items():
         handler, port, what = probe_target(vllm[field])
         # A named port would resolve among the vllm container's own ports.
@@ -282,6 +285,32 @@ def test_vllm_probes_reach_sentinel_grpc_services(tmp_path: Path) -> None:
     for field in PROBE_FIELDS.values():
         strip = {k: v for k, v in vllm[field].items() if k != "grpc"}
         assert strip == {k: v for k, v in base_vllm[field].items() if k != "httpGet"}
+
+
+def test_network_policy_admits_only_prometheus_to_sentinel() -> None:
+    """Only Prometheus reaches sentinel from other pods (the node is always let in)."""
+    objs = base_objects()
+    policy = find(objs, "NetworkPolicy")
+    deployment = find(objs, "Deployment")
+    pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
+    selector = policy["spec"]["podSelector"]["matchLabels"]
+    assert selector.items() <= pod_labels.items()
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    http_port = split_host_port(sentinel_settings(deployment).listen)[1]
+    open_ports: set[int] = set()
+    for rule in policy["spec"]["ingress"]:
+        ports = {p["port"] for p in rule["ports"]}
+        if http_port in ports or 8472 in ports:
+            assert rule.get("from"), "sentinel's ports must not be open to every pod"
+            for peer in rule["from"]:
+                assert peer["podSelector"]["matchLabels"] == {
+                    "app.kubernetes.io/name": "prometheus"
+                }
+                assert "namespaceSelector" in peer
+        if not rule.get("from"):
+            open_ports |= ports
+    vllm = container(deployment, "vllm")
+    assert open_ports == {p["containerPort"] for p in vllm["ports"]}
 
 
 def test_sentinel_is_a_native_sidecar_in_a_shared_process_namespace() -> None:
