@@ -49,6 +49,7 @@ from sentinel.serve.grpc import GrpcHealthServer
 from sentinel.serve.http import HttpServer
 from sentinel.telemetry.logging import get_logger
 from sentinel.telemetry.metrics import SentinelMetrics
+from sentinel.telemetry.redact import redact_url
 from sentinel.verdict import Action
 
 log = get_logger("sentinel.daemon")
@@ -161,7 +162,7 @@ class Daemon:
             log.info(
                 "sentinel_started",
                 version=__version__,
-                target=settings.target,
+                target=redact_url(settings.target),
                 http_port=self.http.port,
                 grpc_port=self.grpc.port if self.grpc.enabled else None,
                 enforce=settings.enforce,
@@ -280,7 +281,7 @@ class Daemon:
             ("evaluate", settings.eval_interval, self._evaluate_step),
         ]
         if settings.watch_processes:
-            watcher = ProcessWatcher(self.clock, listen_port=httpx.URL(settings.target).port)
+            watcher = ProcessWatcher(self.clock, listen_port=target_port(settings.target))
             steps.append(("processes", settings.process_interval, observers.process_step(watcher)))
         return steps
 
@@ -342,3 +343,14 @@ def _log_result(result: CanaryResult) -> None:
         log.info("canary", **fields)
     else:
         log.warning("canary", **fields)
+
+
+def target_port(target: str) -> int | None:
+    """The port the target listens on, the scheme's default when the URL names none.
+
+    Process attribution finds the target's API server by this listening port; a
+    URL without a port still has one, and leaving it out would switch
+    attribution off.
+    """
+    url = httpx.URL(target)
+    return url.port or {"http": 80, "https": 443}.get(url.scheme)

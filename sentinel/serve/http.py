@@ -34,6 +34,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 
 from sentinel.health import HealthSnapshot, HealthState, ProbeAnswer
+from sentinel.telemetry.redact import redact_document
 
 STATE_KEY = web.AppKey("sentinel_health_state", HealthState)
 REGISTRY_KEY = web.AppKey("sentinel_registry", CollectorRegistry)
@@ -190,7 +191,8 @@ async def _healthz(request: web.Request) -> web.Response:
 
 
 async def _status(request: web.Request) -> web.Response:
-    return web.json_response(status_json(request.app[STATE_KEY].snapshot()))
+    # /status quotes the target URL, process titles and reasons: it passes the one redactor.
+    return web.json_response(redact_document(status_json(request.app[STATE_KEY].snapshot())))
 
 
 async def _metrics(request: web.Request) -> web.Response:

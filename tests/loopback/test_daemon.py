@@ -21,6 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from chaos.load import LoadConfig, run_load
 from sentinel.canary.result import CanaryResult
 from sentinel.catalog import default_directory
+from sentinel.daemon import target_port
 from sentinel_sim.launch import SimProcess
 from tests.loopback.sidecar import Sidecar, eventually, running_sidecar
 from tests.ports import free_port
@@ -325,3 +326,16 @@ def _sample(text: str, name: str, **labels: str) -> float:
             ):
                 total += s.value
     return total
+
+
+@pytest.mark.parametrize(
+    ("target", "port"),
+    [
+        ("http://127.0.0.1:8000", 8000),
+        ("http://vllm", 80),
+        ("https://vllm.example", 443),
+        ("http://user:pw@vllm:9000/v1", 9000),
+    ],
+)
+def test_target_port_defaults_to_the_scheme(target: str, port: int) -> None:
+    assert target_port(target) == port

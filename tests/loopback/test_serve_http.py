@@ -114,6 +114,28 @@ async def test_endpoints_follow_published_snapshots(
     assert (await client.get("/livez")).status_code == 200
 
 
+async def test_status_passes_the_redactor(state: HealthState, client: httpx.AsyncClient) -> None:
+    """A target URL with userinfo and a secret in a cause line never leave through /status."""
+    await state.publish(
+        replace(
+            state.snapshot(),
+            status={
+                "target": "http://admin:hunter2-pw@vllm:8000",
+                "incident": {
+                    "cause": "engine_blocked: vllm serve --api-key sk-live-0123456789abcdef"
+                },
+                "model": "tiny-llama",
+            },
+        )
+    )
+    body = (await client.get("/status")).text
+    assert "hunter2-pw" not in body
+    assert "sk-live-0123456789abcdef" not in body
+    status = json.loads(body)
+    assert status["target"].endswith("@vllm:8000")
+    assert status["model"] == "tiny-llama"
+
+
 async def test_healthz_fails_when_a_loop_stops_ticking(
     state: HealthState, clock: Clock, client: httpx.AsyncClient
 ) -> None:
