@@ -24,8 +24,8 @@ import httpx
 import psutil
 import yaml
 
+from chaos.ports import free_port
 from tests.hostile_target import HostileProcess
-from tests.ports import free_port
 
 RSS_GOAL_MB = 150.0
 P99_GOAL_MS = 10.0

@@ -17,10 +17,10 @@ import httpx
 import pytest
 from aiohttp import web
 
+from chaos.ports import free_port
 from sentinel.canary.result import CanaryKind, Reason
 from sentinel.canary.runner import CanaryRunner, ModelResolutionError
 from sentinel.catalog import CanarySpec, load_catalog
-from tests.ports import free_port
 
 CATALOG = load_catalog()
 TEXT = CATALOG.get("text")

@@ -15,9 +15,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from chaos.ports import free_port
 from sentinel.catalog import default_directory
 from sentinel_sim.launch import SimProcess
-from tests.ports import free_port
 
 
 def sentinel(

@@ -35,11 +35,11 @@ import pytest
 import yaml
 
 from chaos.load import LoadConfig, run_load
+from chaos.ports import free_port
 from chaos.scenario import SCENARIO_DIR, load_scenario
 from sentinel.config import Settings
 from sentinel_sim.launch import SimProcess
 from tests.loopback.sidecar import FAST, Sidecar, eventually, running_sidecar
-from tests.ports import free_port
 
 pytestmark = pytest.mark.timeout(240)
 

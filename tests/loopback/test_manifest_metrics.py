@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import httpx
 import pytest
 
-from tests.ports import free_port
+from chaos.ports import free_port
 from tests.unit.test_manifests import all_referenced_metrics, exposed_names
 
 if TYPE_CHECKING:

@@ -10,6 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
+from chaos.ports import free_port
 from sentinel.canary.kinds import KINDS
 from sentinel.canary.result import CanaryKind, Reason
 from sentinel.probe import (
@@ -21,7 +22,6 @@ from sentinel.probe import (
     render_json,
     render_table,
 )
-from tests.ports import free_port
 
 
 def fake_server(*, images: bool = True, hang_structured: bool = False) -> httpx.MockTransport:

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 import psutil
 import pytest
 
+from chaos.ports import free_port
 from sentinel.diagnostics import procs
 from sentinel.evidence.processes import (
     Attribution,
@@ -27,7 +28,6 @@ from sentinel.evidence.processes import (
     scheduling_policy,
 )
 from sentinel_sim.launch import SimProcess
-from tests.ports import free_port
 
 DEADLINE = 15.0
 API_MODULE = "vllm.entrypoints.openai.api_server"

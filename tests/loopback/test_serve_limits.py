@@ -22,7 +22,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.ports import free_port
+from chaos.ports import free_port
 
 FD_LIMIT = 1024
 FLOOD = 3000

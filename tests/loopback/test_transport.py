@@ -18,11 +18,11 @@ from contextlib import asynccontextmanager
 import httpx
 import pytest
 
+from chaos.ports import free_port
 from sentinel.canary.result import Reason
 from sentinel.canary.runner import CanaryRunner
 from sentinel.catalog import load_catalog
 from sentinel.transport import TransportFailure, classify_transport
-from tests.ports import free_port
 
 Behaviour = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 

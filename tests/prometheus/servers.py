@@ -24,7 +24,7 @@ import httpx
 import pytest
 import yaml
 
-from tests.ports import free_port
+from chaos.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 MONITORING = ROOT / "manifests" / "components" / "monitoring"

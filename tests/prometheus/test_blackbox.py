@@ -17,8 +17,8 @@ import httpx
 import pytest
 
 from chaos.blackbox import CONFIG
+from chaos.ports import free_port
 from sentinel_sim.launch import SimProcess
-from tests.ports import free_port
 from tests.prometheus.servers import Server, tool
 
 # What Prometheus sends with each scrape: blackbox_exporter bounds the probe by it
