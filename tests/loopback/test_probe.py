@@ -43,9 +43,21 @@ def fake_server(*, images: bool = True, hang_structured: bool = False) -> httpx.
                 return httpx.Response(500, json={"error": {"message": "grammar failed"}})
             text = json.dumps(body["response_format"]["json_schema"]["schema"]["enum"][0])
         prompt_tokens = 26 if isinstance(content, list) else 10
+        usage = {"prompt_tokens": prompt_tokens, "completion_tokens": 1}
+        if body.get("stream"):
+            # Streamed as vLLM does: one delta per token, usage last (include_usage).
+            chunks = [
+                {"choices": [{"delta": {"content": text}, "finish_reason": None}]},
+                {"choices": [{"delta": {}, "finish_reason": "stop"}]},
+                {"choices": [], "usage": usage},
+            ]
+            events = "".join(f"data: {json.dumps(c)}\n\n" for c in chunks) + "data: [DONE]\n\n"
+            return httpx.Response(
+                200, content=events.encode(), headers={"content-type": "text/event-stream"}
+            )
         reply = {
             "choices": [{"message": {"content": text}, "finish_reason": "stop"}],
-            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": 1},
+            "usage": usage,
         }
         return httpx.Response(200, json=reply)
 
