@@ -6,7 +6,9 @@ seen, when the last *real* (not sentinel's own) completion happened, and
 whether the server restarted (every work counter went down together).
 
 Progress is completed work, never motion: generated tokens, successful
-completions, prompt tokens prefilled and tokens processed by engine steps.
+completions, prompt tokens prefilled and tokens processed by engine steps
+(the sum of vLLM's ``vllm:iteration_tokens_total``, not its step count: a step
+that processed no token is no work).
 Gauges (running, waiting, KV cache) move when clients arrive, give up or
 abort, and preemptions are work undone, so neither ever counts. A counter that
 is absent is no evidence, never "flat": only counters present in both samples
@@ -15,7 +17,8 @@ are compared.
 Sentinel's own canaries are discounted at all times, not only on an idle
 server: each canary in flight (and each for a short while after it finished,
 since ``/metrics`` lags the reply) holds a *credit* per counter (the work it
-can explain: its prompt, its first token, one engine step per token), and
+can explain: its prompt, its first token, and the same tokens as processed
+by engine steps), and
 every counter delta is first charged against those credits. A hung engine usually
 has stuck real requests in ``running``; the prefill or first token of a
 canary sent to it is charged to the canary and cannot keep it alive. Once a
@@ -30,14 +33,13 @@ from dataclasses import dataclass, field
 from sentinel.canary.result import CanaryResult
 from sentinel.evidence.metrics import MetricsSample
 
-WORK_COUNTERS = ("generation_tokens", "prompt_tokens", "engine_steps", "completions")
+WORK_COUNTERS = ("generation_tokens", "prompt_tokens", "engine_tokens", "completions")
 """The counters that are progress; every other sampled signal is motion at best."""
 
 RECENT = 5.0
 """Seconds a finished canary keeps its credit: ``/metrics`` may show its work a sample late."""
 
 IN_FLIGHT_TOKENS = 1.0  # a canary in flight explains its first token, no more
-PREFILL_STEPS = 2.0  # engine steps a canary's prefill may take (chunked prefill) besides decode
 
 
 @dataclass(slots=True)
@@ -85,7 +87,8 @@ def canary_budget(
     return {
         "generation_tokens": reply_tokens,
         "prompt_tokens": prompt_tokens,
-        "engine_steps": reply_tokens + PREFILL_STEPS,
+        # An engine step processes a canary's prompt (prefill) and each token it decodes.
+        "engine_tokens": reply_tokens + prompt_tokens,
         "completions": 1.0 if completes else 0.0,
     }
 
@@ -129,10 +132,11 @@ class ProgressTracker:
         server's real work. Once it is done its usage sets the credit exactly.
         """
         reply = min(float(budget.get("generation_tokens", 0.0)), IN_FLIGHT_TOKENS)
+        prompt = float(budget.get("prompt_tokens", 0.0))
         left = {
             "generation_tokens": reply,
-            "prompt_tokens": float(budget.get("prompt_tokens", 0.0)),
-            "engine_steps": reply + PREFILL_STEPS if budget.get("engine_steps") else 0.0,
+            "prompt_tokens": prompt,
+            "engine_tokens": min(float(budget.get("engine_tokens", 0.0)), reply + prompt),
             "completions": float(budget.get("completions", 0.0)),
         }
         self._credits[token] = _Credit(sent=now, left=left)
@@ -152,11 +156,11 @@ class ProgressTracker:
         if not result.ok:
             credit.cap("completions", 0.0)  # an aborted or failed request is no success
         if result.completion_tokens is not None:
-            tokens = float(result.completion_tokens)
-            credit.set("generation_tokens", tokens)
-            credit.set("engine_steps", tokens + PREFILL_STEPS)
+            credit.set("generation_tokens", float(result.completion_tokens))
         if result.prompt_tokens is not None:
             credit.set("prompt_tokens", float(result.prompt_tokens))
+        if result.completion_tokens is not None and result.prompt_tokens is not None:
+            credit.set("engine_tokens", float(result.completion_tokens + result.prompt_tokens))
 
     def observe_canary(self, result: CanaryResult) -> None:
         """Kept for callers that report results without a send token: nothing to do."""

@@ -68,6 +68,7 @@ class _Progress:
     responded: bool = False  # response headers arrived
     http_status: int | None = None
     ttft: float | None = None
+    tokens: int = 0  # streamed pieces of generated text received so far
 
 
 # The canary vocabulary for each transport failure. Only a refusal or an
@@ -200,6 +201,7 @@ class CanaryRunner:
             prompt_tokens=reply.prompt_tokens if reply else None,
             completion_tokens=reply.completion_tokens if reply else None,
             stream=spec.stream,
+            tokens_received=progress.tokens if spec.stream else None,
         )
 
     async def _baseline(self, sent: CanaryRequest, model: str) -> int | None:
@@ -278,6 +280,7 @@ class CanaryRunner:
                 if piece:
                     if progress.ttft is None:
                         progress.ttft = self._clock() - started
+                    progress.tokens += 1
                     text.append(piece)
                 if choice.get("finish_reason"):
                     finish_reason = str(choice["finish_reason"])

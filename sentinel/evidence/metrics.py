@@ -7,8 +7,10 @@ engine-step and preemption counters; running, waiting and KV-cache gauges).
 Parsing is done by prometheus-client's parser, never by hand. Signals are
 matched on *sample* names, which is what a server exposes: the parser drops
 ``_total`` from a counter family's name but keeps it on the samples, and
-vLLM's histogram ``vllm:iteration_tokens_total`` exposes
-``vllm:iteration_tokens_total_count``. A signal the server does not expose is
+vLLM's histogram ``vllm:iteration_tokens_total`` (tokens per engine step)
+exposes ``vllm:iteration_tokens_total_sum``, the tokens engine steps processed:
+progress is that sum, never ``_count``, since a step that processed no token
+is no work. A signal the server does not expose is
 absent from the sample (no evidence), never zero: a renamed or disabled metric
 must not read as "flat".
 
@@ -42,7 +44,7 @@ COUNTER_SAMPLES: Mapping[str, str] = MappingProxyType(
     {
         "vllm:generation_tokens_total": "generation_tokens",
         "vllm:prompt_tokens_total": "prompt_tokens",
-        "vllm:iteration_tokens_total_count": "engine_steps",
+        "vllm:iteration_tokens_total_sum": "engine_tokens",
         "vllm:num_preemptions_total": "preemptions",
     }
 )

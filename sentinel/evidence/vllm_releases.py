@@ -9,7 +9,7 @@ which sample feeds each progress signal, so that a reader never treats a
 renamed metric as a flat one.
 
 The signal keys are those of :mod:`sentinel.evidence.metrics`
-(``generation_tokens``, ``engine_steps``, ``running`` ...). Sample names are the
+(``generation_tokens``, ``engine_tokens``, ``running`` ...). Sample names are the
 exposed ones: a counter declared ``vllm:generation_tokens`` is exposed as
 ``vllm:generation_tokens_total``.
 """
@@ -25,7 +25,7 @@ _V1_SIGNALS: Mapping[str, str] = MappingProxyType(
     {
         "generation_tokens": "vllm:generation_tokens_total",
         "prompt_tokens": "vllm:prompt_tokens_total",
-        "engine_steps": "vllm:iteration_tokens_total_count",
+        "engine_tokens": "vllm:iteration_tokens_total_sum",
         "preemptions": "vllm:num_preemptions_total",
         "completions": "vllm:request_success_total",
         "running": "vllm:num_requests_running",

@@ -24,8 +24,10 @@ from sentinel.catalog import CanarySpec, load_catalog
 
 CATALOG = load_catalog()
 TEXT = CATALOG.get("text")
-STRUCTURED = CATALOG.get("structured")
-MULTIMODAL = CATALOG.get("multimodal")
+# The catalog streams the path kinds; these tests judge reply contents, so they
+# ask for whole replies (streaming has its own tests below).
+STRUCTURED = replace(CATALOG.get("structured"), stream=False)
+MULTIMODAL = replace(CATALOG.get("multimodal"), stream=False)
 BASE = "http://sim.test"
 KEY = "sk-secret-key-123"
 
@@ -231,6 +233,7 @@ async def test_streaming_collects_text_usage_and_ttft() -> None:
     assert (result.prompt_tokens, result.completion_tokens) == (7, 2)
     assert result.ttft is not None
     assert 0 <= result.ttft <= result.duration
+    assert result.tokens_received == 2  # both content pieces, not the usage chunk
     assert rec.bodies()[0]["stream_options"] == {"include_usage": True}
 
 
@@ -342,6 +345,8 @@ async def test_deadline_gives_timeout_and_closes_the_connection(
         assert result.reason is Reason.TIMEOUT
         assert result.duration >= 0.3
         assert (result.ttft is not None) == stream  # the first delta arrived before the stall
+        # Pieces are counted only when streamed: one arrived, then the stall.
+        assert result.tokens_received == (1 if stream else None)
         await wait_for(stall_server.disconnected)
 
 

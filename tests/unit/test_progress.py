@@ -35,7 +35,7 @@ def result(
 
 
 BUDGET = canary_budget(reply_tokens=2.0, prompt_tokens=8.0)
-WORK = {"generation_tokens": 10.0, "prompt_tokens": 50.0, "engine_steps": 20.0, "completions": 3}
+WORK = {"generation_tokens": 10.0, "prompt_tokens": 50.0, "engine_tokens": 20.0, "completions": 3}
 
 
 def test_first_sample_is_a_baseline_not_progress() -> None:
@@ -57,8 +57,8 @@ def test_rising_counter_is_progress_at_the_sample_time() -> None:
 
 def test_flat_counters_are_no_progress() -> None:
     t = ProgressTracker()
-    t.observe(sample(1.0, generation_tokens=10, engine_steps=4))
-    assert not t.observe(sample(3.0, generation_tokens=10, engine_steps=4)).progressed
+    t.observe(sample(1.0, generation_tokens=10, engine_tokens=4))
+    assert not t.observe(sample(3.0, generation_tokens=10, engine_tokens=4)).progressed
     assert t.last_progress_at is None
 
 
@@ -68,7 +68,7 @@ def test_a_finished_canary_explains_exactly_its_usage() -> None:
     t.canary_sent(1, 1.5, BUDGET)
     t.canary_finished(1, result(completion=2, prompt=5), 1.8)
     update = t.observe(
-        sample(3.0, generation_tokens=12, prompt_tokens=55, completions=4, engine_steps=22)
+        sample(3.0, generation_tokens=12, prompt_tokens=55, completions=4, engine_tokens=22)
     )
     assert not update.progressed
     assert update.real_completions == 0
@@ -112,7 +112,7 @@ def test_in_flight_canary_prefill_and_first_token_are_never_progress(
     t.observe(sample(1.0, gauges, **WORK))
     t.canary_sent(1, 1.5, BUDGET)
     update = t.observe(
-        sample(3.0, gauges, generation_tokens=11, prompt_tokens=58, engine_steps=22, completions=3)
+        sample(3.0, gauges, generation_tokens=11, prompt_tokens=58, engine_tokens=22, completions=3)
     )
     assert not update.progressed
     assert t.last_progress_at is None
@@ -128,7 +128,7 @@ def test_every_retry_is_discounted_again() -> None:
         t.canary_sent(n, sent, BUDGET)
         tokens, prompts = tokens + 1, prompts + 8  # prefill and a first token, then stuck
         update = t.observe(
-            sample(sent + 2, generation_tokens=tokens, prompt_tokens=prompts, engine_steps=20)
+            sample(sent + 2, generation_tokens=tokens, prompt_tokens=prompts, engine_tokens=20)
         )
         assert not update.progressed, f"retry {n}"
         t.canary_finished(n, result(completion=None, prompt=None, reason=Reason.TIMEOUT), sent + 8)
@@ -138,7 +138,7 @@ def test_work_beyond_the_credit_is_progress() -> None:
     t = ProgressTracker()
     t.observe(sample(1.0, **WORK))
     t.canary_sent(1, 1.5, BUDGET)
-    update = t.observe(sample(3.0, generation_tokens=13, prompt_tokens=50, engine_steps=20))
+    update = t.observe(sample(3.0, generation_tokens=13, prompt_tokens=50, engine_tokens=20))
     assert update.progressed
     assert update.signals["generation_tokens"].real == 2
 

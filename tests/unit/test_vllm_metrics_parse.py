@@ -90,7 +90,7 @@ def test_every_progress_signal_is_read_from_a_vllm_exposition() -> None:
         "generation_tokens": 4200.0,
         "prompt_tokens": 1500.0,
         "completions": 49.0,  # stop + length; abort and error are not progress
-        "engine_steps": 812.0,  # the histogram's _count, not a bucket or _sum
+        "engine_tokens": 5700.0,  # the histogram's _sum (tokens processed), not _count (steps)
         "preemptions": 2.0,
     }
     assert dict(sample.gauges) == {"running": 3.0, "waiting": 7.0, "kv_cache_usage": 0.25}
@@ -131,10 +131,10 @@ vllm:request_success_total{engine="0",finished_reason="abort",model_name="m"} 7.
 
 def test_untyped_exposition_without_metadata_still_parses() -> None:
     # A server (or the simulator) that omits HELP/TYPE lines exposes the same sample names.
-    text = "vllm:generation_tokens_total 5\nvllm:iteration_tokens_total_count 2\n"
+    text = "vllm:generation_tokens_total 5\nvllm:iteration_tokens_total_sum 2\n"
     assert parse_vllm_metrics(text, at=0.0).counters == {
         "generation_tokens": 5.0,
-        "engine_steps": 2.0,
+        "engine_tokens": 2.0,
     }
 
 
@@ -247,13 +247,13 @@ def test_only_the_signal_lines_are_parsed() -> None:
     )
     kept = relevant_lines(text).splitlines()
     assert kept == [
-        'vllm:iteration_tokens_total_count{engine="0"} 7.0',
+        'vllm:iteration_tokens_total_sum{engine="0"} 40.0',
         'vllm:generation_tokens_total{engine="0"} 33.0',
         'vllm:request_success_total{finished_reason="stop"} 2.0',
     ]
     sample = parse_vllm_metrics(text, 1.0)
     assert dict(sample.counters) == {
-        "engine_steps": 7.0,
+        "engine_tokens": 40.0,
         "generation_tokens": 33.0,
         "completions": 2.0,
     }
@@ -372,3 +372,10 @@ async def test_an_oversized_health_body_keeps_its_status_and_says_why() -> None:
     async with httpx.AsyncClient(transport=httpx.MockTransport(handle)) as client:
         poll = await VllmHealthPoller(client, "http://vllm:8000", clock=lambda: 1.0).poll()
     assert (poll.status, poll.failure) == (200, EvidenceFailure.TOO_LARGE)
+
+
+def test_an_engine_step_that_processed_no_token_is_no_work() -> None:
+    """Steps counted (``_count``) without tokens processed (``_sum``) leave the signal flat."""
+    before = "vllm:iteration_tokens_total_count 10\nvllm:iteration_tokens_total_sum 40\n"
+    after = "vllm:iteration_tokens_total_count 25\nvllm:iteration_tokens_total_sum 40\n"
+    assert parse_vllm_metrics(before, 0.0).counters == parse_vllm_metrics(after, 1.0).counters

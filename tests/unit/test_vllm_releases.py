@@ -7,7 +7,7 @@ from sentinel.evidence.vllm_releases import BY_LINE, RELEASES, recognise
 CORE = {
     "vllm:generation_tokens_total",
     "vllm:prompt_tokens_total",
-    "vllm:iteration_tokens_total_count",
+    "vllm:iteration_tokens_total_sum",
     "vllm:num_preemptions_total",
     "vllm:request_success_total",
     "vllm:num_requests_running",
@@ -31,10 +31,10 @@ def test_newest_line_is_told_by_admission_rejections() -> None:
 
 
 def test_every_signal_maps_to_a_present_sample_and_absent_ones_are_missing() -> None:
-    found = recognise(CORE - {"vllm:iteration_tokens_total_count"}, engines=["1", "0", "10"])
+    found = recognise(CORE - {"vllm:iteration_tokens_total_sum"}, engines=["1", "0", "10"])
     assert found.signals["generation_tokens"] == "vllm:generation_tokens_total"
-    assert "engine_steps" not in found.signals
-    assert found.missing == ("engine_steps",)
+    assert "engine_tokens" not in found.signals
+    assert found.missing == ("engine_tokens",)
     assert found.engines == ("0", "1", "10")
 
 
