@@ -6,8 +6,10 @@ import asyncio
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Callable, Iterator
 
@@ -336,3 +338,37 @@ async def test_a_listener_that_is_not_vllm_is_the_target_and_adopts_no_vllm(
         assert snap.api is not None
         assert snap.api.pid == pid
         assert sim.engine_pid not in {p.pid for p in snap.engine_processes}
+
+
+def _refuses(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1.0).close()
+    except ConnectionRefusedError:
+        return True
+    except OSError:
+        return False
+    return False
+
+
+async def test_an_attributed_server_is_kept_after_its_listener_closes() -> None:
+    """Its listener gone, the same live process is still the target's (listener down needs it).
+
+    A watcher that never saw it own the socket does not adopt it.
+    """
+    with SimProcess() as sim:
+        watcher = ProcessWatcher(clock=lambda: 0.0, listen_port=sim.port)
+        assert (await watcher.sample_async()).api is not None
+        sim.control.set_fault("listener_closed")
+        deadline = time.monotonic() + 10.0
+        while not _refuses(sim.port):
+            assert time.monotonic() < deadline, "the listener never closed"
+            await asyncio.sleep(0.05)
+        snap = await watcher.sample_async()
+        assert snap.api is not None
+        assert snap.api.pid == sim.api_pid
+        assert snap.attribution is Attribution.LISTENING_SOCKET
+        assert "closed" in snap.attribution_detail
+        assert [p.pid for p in snap.engines] == [sim.engine_pid]
+        fresh = await ProcessWatcher(clock=lambda: 0.0, listen_port=sim.port).sample_async()
+        assert fresh.api is None
+        assert fresh.attribution is Attribution.NONE
