@@ -120,6 +120,15 @@ RELEASES: tuple[ReleaseFacts, ...] = (
         ignored_fields=("guided_json", "guided_choice"),
     ),
     ReleaseFacts(
+        line="0.29",
+        checked="0.29.0 (live, CPU backend)",
+        signals=_V1_SIGNALS,
+        markers=frozenset({"vllm:num_requests_waiting_by_reason"}),
+        absent=frozenset({"vllm:gpu_cache_usage_perc", "vllm:admission_rejections_total"}),
+        ignored_fields=("guided_json", "guided_choice"),
+        notes=("exposes the same metric names as 0.20 and 0.27 (live)",),
+    ),
+    ReleaseFacts(
         line="0.32",
         checked="0.32.0 (live, CPU backend)",
         signals=_V1_SIGNALS,

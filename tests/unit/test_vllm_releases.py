@@ -26,7 +26,7 @@ def test_old_line_is_told_from_new_by_its_deprecated_gauge() -> None:
 
 def test_newest_line_is_told_by_admission_rejections() -> None:
     waiting = {"vllm:num_requests_waiting_by_reason"}
-    assert recognise(CORE | waiting).lines == ("0.20", "0.27")
+    assert recognise(CORE | waiting).lines == ("0.20", "0.27", "0.29")
     assert recognise(CORE | waiting | {"vllm:admission_rejections_total"}).lines == ("0.32",)
 
 
