@@ -1,6 +1,7 @@
-"""Configuration: typed, strict, checkable; defaults in code.
+"""Configuration: where the settings come from, merged and checked once.
 
-Sources, lowest precedence first: the defaults below, a YAML file
+Sources, lowest precedence first: the defaults of :class:`Settings`
+(:mod:`sentinel.settings`, the model and its ranges), a YAML file
 (``--config``), ``SENTINEL_*`` environment variables, command-line flags.
 Unknown keys are rejected and every error names the key and where it came
 from, so ``sentinel check-config FILE`` and a bad start-up say exactly what to
@@ -11,228 +12,56 @@ needed and never logged.
 
 from __future__ import annotations
 
-import math
 import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import yaml
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    ValidationError,
-    ValidationInfo,
-    field_validator,
-    model_validator,
+from pydantic import ValidationError
+
+from sentinel.catalog import CatalogError, apply_overrides, load_catalog
+
+# The model lives in sentinel.settings; its names stay importable from here.
+from sentinel.settings import (
+    COUNT_RANGES,
+    DAY,
+    GRPC_OFF,
+    RANGES,
+    SECONDS_RANGES,
+    CanaryOverride,
+    Settings,
+    split_host_port,
 )
 
-from sentinel.verdict import Action, Policy
+__all__ = [
+    "COUNT_RANGES",
+    "DAY",
+    "ENV_PREFIX",
+    "FIELDS",
+    "GRPC_OFF",
+    "MAX_CONFIG_BYTES",
+    "RANGES",
+    "SECONDS_RANGES",
+    "CanaryOverride",
+    "ConfigError",
+    "Settings",
+    "effective_config",
+    "env_name",
+    "load_settings",
+    "read_api_key",
+    "split_host_port",
+    "unknown_env",
+]
 
 ENV_PREFIX = "SENTINEL_"
 # A settings file is a page of YAML; anything much larger is a wrong path.
 MAX_CONFIG_BYTES = 1024 * 1024
-# Words meaning "no gRPC listener" for ``grpc_listen`` (flag, variable or file).
-GRPC_OFF = frozenset({"", "off", "none", "false", "disabled"})
-
-# Every duration setting: (least, most) seconds. A duration outside its range
-# is refused naming the unit: ``hang_window: .inf`` would mean liveness can
-# never fail, ``process_interval: 1e-12`` a loop that never yields.
-DAY = 86_400.0
-SECONDS_RANGES: dict[str, tuple[float, float]] = {
-    "scrape_interval": (0.1, 3600.0),
-    "scrape_timeout": (0.1, 3600.0),
-    "health_interval": (0.1, 3600.0),
-    "health_timeout": (0.1, 60.0),
-    "process_interval": (0.1, 3600.0),
-    "eval_interval": (0.05, 60.0),
-    "idle_window": (0.0, DAY),
-    "hang_window": (1.0, DAY),
-    "no_evidence_window": (1.0, DAY),
-    "dead_grace": (0.0, 3600.0),
-    "brake_window": (60.0, 7 * DAY),
-    "shutdown_timeout": (0.1, 600.0),
-    "interval": (0.1, DAY),
-    "deadline": (0.1, 3600.0),
-}
-
-
-def _finite_in_range(value: object, field: str | None) -> object:
-    """Refuse a non-finite float anywhere, and a duration outside its range, with units."""
-    if not isinstance(value, float):
-        return value
-    bounds = SECONDS_RANGES.get(field or "")
-    if bounds is None:
-        if not math.isfinite(value):
-            raise ValueError(f"must be a finite number, got {value}")
-        return value
-    least, most = bounds
-    if not math.isfinite(value) or not least <= value <= most:
-        raise ValueError(f"must be between {least:g} s and {most:g} s, got {value:g} s")
-    return value
-
-
-class CanaryOverride(BaseModel):
-    """Per-canary timing and policy overrides on top of the catalog's YAML."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    interval: float | None = None
-    deadline: float | None = None
-    jitter: float | None = Field(default=None, ge=0, lt=1)
-    enabled: bool | None = None
-    policy: Action | None = None
-
-    @field_validator("*", mode="after")
-    @classmethod
-    def _finite(cls, value: object, info: ValidationInfo) -> object:
-        return _finite_in_range(value, info.field_name)
-
-
-class Settings(BaseModel):
-    """Every knob of ``sentinel run``; the defaults are DESIGN.md's table."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    target: str = "http://127.0.0.1:8000"
-    listen: str = "0.0.0.0:8471"
-    # None: no gRPC listener (``off``); the Kubernetes gRPC-probe variant turns it on.
-    grpc_listen: str | None = "0.0.0.0:8472"
-    probes: Path | None = None
-    enforce: bool = True
-    api_key_file: Path | None = None
-    diagnostics_dir: Path = Path("/tmp/sentinel-diagnostics")
-    diagnostics: bool = True
-    diagnostics_max_incidents: int = Field(default=20, ge=1)
-    diagnostics_max_bytes: int = Field(default=200 * 1024 * 1024, ge=1024)
-    # One bundle: each section (a /metrics scrape set, a stack dump) and the whole.
-    diagnostics_section_max_bytes: int = Field(default=8 * 1024 * 1024, ge=64 * 1024)
-    diagnostics_bundle_max_bytes: int = Field(default=32 * 1024 * 1024, ge=256 * 1024)
-    model: str | None = None
-    scheduling_policy: Literal["auto", "priority", "fcfs"] = "auto"
-    watch_processes: bool = True
-
-    scrape_interval: float = 2.0
-    # A busy API server answers /metrics late; a late sample is still evidence.
-    scrape_timeout: float = 10.0
-    health_interval: float = 2.0
-    process_interval: float = 1.0
-    eval_interval: float = 0.5
-    idle_window: float = 5.0
-    hang_window: float = 15.0
-    no_evidence_window: float = 30.0
-    dead_grace: float = 5.0
-    broken_window: float = 60.0
-    listener_grace: float = 30.0
-    path_misses: int = Field(default=2, ge=1)
-    ready_out_after: int = Field(default=2, ge=1)
-    ready_back_after: int = Field(default=3, ge=1)
-    brake_max_restarts: int = Field(default=3, ge=1)
-    brake_window: float = 3600.0
-    engine_policy: Action = Action.RESTART
-    dead_policy: Action = Action.RESTART
-    broken_policy: Action = Action.RESTART
-    listener_policy: Action = Action.RESTART
-    shutdown_timeout: float = 5.0
-    # Caps on what the target may send (hostile or merely huge answers).
-    # vLLM's whole exposition is well under 1 MiB and the series sentinel
-    # reads number a few dozen, even with data-parallel engines.
-    health_timeout: float = Field(default=2.0, gt=0, le=60)
-    metrics_max_bytes: int = Field(default=8 * 1024 * 1024, ge=64 * 1024)
-    metrics_max_lines: int = Field(default=100_000, ge=100)
-    metrics_max_line_bytes: int = Field(default=64 * 1024, ge=1024)
-    metrics_max_series: int = Field(default=1_000, ge=10)
-    canary_max_bytes: int = Field(default=1024 * 1024, ge=4096)
-    canaries: dict[str, CanaryOverride] = Field(default_factory=dict)
-
-    log_format: Literal["auto", "json", "console"] = "auto"
-    log_level: Literal["debug", "info", "warning", "error"] = "info"
-
-    @field_validator("target")
-    @classmethod
-    def _target_is_http(cls, value: str) -> str:
-        if not value.startswith(("http://", "https://")):
-            raise ValueError("must be an http:// or https:// URL")
-        return value.rstrip("/")
-
-    @field_validator("listen")
-    @classmethod
-    def _host_port(cls, value: str) -> str:
-        split_host_port(value)
-        return value
-
-    @field_validator("grpc_listen", mode="before")
-    @classmethod
-    def _grpc_host_port(cls, value: object) -> object:
-        if value is None or (isinstance(value, str) and value.strip().lower() in GRPC_OFF):
-            return None
-        if isinstance(value, str):
-            split_host_port(value)
-        return value
-
-    @field_validator("*", mode="after")
-    @classmethod
-    def _finite(cls, value: object, info: ValidationInfo) -> object:
-        return _finite_in_range(value, info.field_name)
-
-    @model_validator(mode="after")
-    def _cross_field(self) -> Settings:
-        if self.no_evidence_window < self.hang_window:
-            raise ValueError(
-                "no_evidence_window must be at least hang_window "
-                f"({self.no_evidence_window} < {self.hang_window})"
-            )
-        if self.hang_window <= 2 * self.scrape_interval:
-            raise ValueError(
-                "hang_window must exceed two scrape intervals, or progress cannot be seen "
-                f"({self.hang_window} <= 2 x {self.scrape_interval})"
-            )
-        if self.scrape_timeout >= self.no_evidence_window:
-            raise ValueError(
-                "scrape_timeout must be shorter than no_evidence_window "
-                f"({self.scrape_timeout} >= {self.no_evidence_window})"
-            )
-        if self.eval_interval > self.hang_window / 4:
-            raise ValueError("eval_interval must be at most a quarter of hang_window")
-        return self
-
-    @property
-    def evidence_freshness(self) -> float:
-        """How old the last /metrics sample may be and still count as evidence."""
-        return self.scrape_interval * 2 + self.scrape_timeout
-
-    def policy(self) -> Policy:
-        return Policy(
-            enforce=self.enforce,
-            hang_window=self.hang_window,
-            no_evidence_window=self.no_evidence_window,
-            dead_grace=self.dead_grace,
-            path_misses=self.path_misses,
-            ready_out_after=self.ready_out_after,
-            ready_back_after=self.ready_back_after,
-            brake_max_restarts=self.brake_max_restarts,
-            brake_window=self.brake_window,
-            engine_action=self.engine_policy,
-            dead_action=self.dead_policy,
-            broken_window=self.broken_window,
-            listener_grace=self.listener_grace,
-            broken_action=self.broken_policy,
-            listener_action=self.listener_policy,
-        )
 
 
 class ConfigError(Exception):
     """A configuration problem, with the key and the source in its message."""
-
-
-def split_host_port(value: str) -> tuple[str, int]:
-    """``HOST:PORT`` (``[::1]:PORT`` for IPv6) -> (host, port); port 0 allowed."""
-    host, sep, port = value.rpartition(":")
-    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ValueError(f"expected HOST:PORT, got {value!r}")
-    return host.strip("[]") or "0.0.0.0", int(port)
 
 
 FIELDS = tuple(Settings.model_fields)
@@ -277,9 +106,31 @@ def load_settings(
             merged[key] = value
             origin[key] = f"flag --{key.replace('_', '-')}"
     try:
-        return Settings.model_validate(merged)
+        settings = Settings.model_validate(merged)
     except ValidationError as exc:
         raise ConfigError(_describe(exc, origin, config_file)) from None
+    _check_catalog_deadlines(settings, origin, config_file)
+    return settings
+
+
+def _check_catalog_deadlines(
+    settings: Settings, origin: Mapping[str, str], config_file: Path | None
+) -> None:
+    """The windows against every enabled canary's deadline, the catalog's included.
+
+    :class:`Settings` checks the deadlines it is given; the catalog's own
+    (8 s text, 10 s structured and multimodal) are only known here. A catalog
+    that does not load is reported where it is loaded, with its own message.
+    """
+    try:
+        specs = apply_overrides(load_catalog(settings.probes).specs, settings.canaries)
+    except (CatalogError, OSError):
+        return
+    try:
+        settings.check_windows({s.name: s.deadline for s in specs if s.enabled})
+    except ValueError as exc:
+        where = origin.get("hang_window") or (str(config_file) if config_file else "settings")
+        raise ConfigError(f"{where}: {exc}") from None
 
 
 # Variables that are not settings but are read under the prefix, and the shapes

@@ -162,8 +162,31 @@ def test_split_host_port(value: str, expected: tuple[str, int]) -> None:
         ("eval_interval: 0\n", "eval_interval: Value error, must be between 0.05 s and 60 s"),
         ("canaries: {text: {interval: .inf}}\n", "canaries.text.interval: Value error, must be"),
         ("hang_window: 1e400\n", "must be between 1 s and 86400 s"),
+        ("broken_window: .inf\n", "broken_window: Value error, must be between 1 s and 86400 s"),
+        ("listener_grace: 0\n", "listener_grace: Value error, must be between 1 s"),
+        ("health_timeout: 600\n", "health_timeout: Value error, must be between 0.1 s and 60 s"),
+        ("metrics_max_bytes: 0\n", "metrics_max_bytes: Value error, must be between 65536 bytes"),
+        ("metrics_max_lines: 1e12\n", "metrics_max_lines: Input should be a valid integer"),
+        ("metrics_max_series: 99999999\n", "metrics_max_series: Value error, must be between"),
+        ("canary_max_bytes: 10\n", "canary_max_bytes: Value error, must be between 4096 bytes"),
+        ("diagnostics_max_incidents: 0\n", "between 1 incidents and 10000 incidents"),
     ],
-    ids=["inf-window", "tiny-interval", "nan", "zero", "override-inf", "overflow"],
+    ids=[
+        "inf-window",
+        "tiny-interval",
+        "nan",
+        "zero",
+        "override-inf",
+        "overflow",
+        "broken-inf",
+        "listener-zero",
+        "health-timeout",
+        "metrics-bytes",
+        "metrics-lines",
+        "metrics-series",
+        "canary-bytes",
+        "incidents",
+    ],
 )
 def test_durations_are_finite_and_ranged_with_units(
     tmp_path: Path, text: str, expected: str
@@ -172,6 +195,33 @@ def test_durations_are_finite_and_ranged_with_units(
         load_settings(write(tmp_path, text), {})
     assert expected in str(info.value)
     assert str(tmp_path) in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # The shipped catalog's deadlines (8 s text, 10 s structured) bound the windows.
+        ("hang_window: 9\n", "hang_window must be at least every canary deadline (9 s < 10 s"),
+        ("broken_window: 5\n", "broken_window must be at least every canary deadline"),
+        (
+            "hang_window: 12\ncanaries: {text: {deadline: 14, interval: 10}}\n",
+            "(12 s < 14 s, the deadline of canary 'text')",
+        ),
+    ],
+    ids=["hang-below-catalog", "broken-below-catalog", "hang-below-override"],
+)
+def test_windows_are_never_shorter_than_the_deadlines_they_judge(
+    tmp_path: Path, text: str, expected: str
+) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_settings(write(tmp_path, text), {})
+    assert expected in str(info.value)
+
+
+def test_scaled_windows_fit_scaled_deadlines() -> None:
+    canaries = {k: {"deadline": 2.0} for k in ("text", "structured", "multimodal")}
+    flags = {"hang_window": 4.0, "scrape_interval": 0.5, "broken_window": 4.0, "canaries": canaries}
+    assert load_settings(None, {}, flags).broken_window == 4.0
 
 
 def test_duration_from_environment_is_ranged() -> None:

@@ -1,0 +1,273 @@
+"""The settings model: every knob of ``sentinel run``, typed, ranged and cross-checked.
+
+Pure data and validation; where the values come from (defaults, a YAML file,
+``SENTINEL_*`` variables, flags) is :mod:`sentinel.config`'s business, which
+also re-exports these names. Every number is finite and ranged with its unit
+(:data:`RANGES`), so a typo such as ``hang_window: .inf`` (liveness that can
+never fail) or ``metrics_max_bytes: 0`` is refused naming the key and unit.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+
+from sentinel.verdict import Action, Policy
+
+# Words meaning "no gRPC listener" for ``grpc_listen`` (flag, variable or file).
+GRPC_OFF = frozenset({"", "off", "none", "false", "disabled"})
+
+# Every duration setting: (least, most) seconds. A duration outside its range
+# is refused naming the unit: ``hang_window: .inf`` would mean liveness can
+# never fail, ``process_interval: 1e-12`` a loop that never yields.
+DAY = 86_400.0
+KIB = 1024
+MIB = 1024 * KIB
+GIB = 1024 * MIB
+SECONDS_RANGES: dict[str, tuple[float, float]] = {
+    "scrape_interval": (0.1, 3600.0),
+    "scrape_timeout": (0.1, 3600.0),
+    "health_interval": (0.1, 3600.0),
+    "health_timeout": (0.1, 60.0),
+    "broken_window": (1.0, DAY),
+    "listener_grace": (1.0, DAY),
+    "process_interval": (0.1, 3600.0),
+    "eval_interval": (0.05, 60.0),
+    "idle_window": (0.0, DAY),
+    "hang_window": (1.0, DAY),
+    "no_evidence_window": (1.0, DAY),
+    "dead_grace": (0.0, 3600.0),
+    "brake_window": (60.0, 7 * DAY),
+    "shutdown_timeout": (0.1, 600.0),
+    "interval": (0.1, DAY),
+    "deadline": (0.1, 3600.0),
+}
+# Every cap and count: (least, most, unit). A cap of 0 would refuse every
+# answer; one of 10**18 is no cap at all.
+COUNT_RANGES: dict[str, tuple[int, int, str]] = {
+    "diagnostics_max_incidents": (1, 10_000, "incidents"),
+    "diagnostics_max_bytes": (KIB, 1024 * GIB, "bytes"),
+    "diagnostics_section_max_bytes": (64 * KIB, GIB, "bytes"),
+    "diagnostics_bundle_max_bytes": (256 * KIB, 16 * GIB, "bytes"),
+    "metrics_max_bytes": (64 * KIB, GIB, "bytes"),
+    "metrics_max_lines": (100, 100_000_000, "lines"),
+    "metrics_max_line_bytes": (KIB, 64 * MIB, "bytes"),
+    "metrics_max_series": (10, 1_000_000, "series"),
+    "canary_max_bytes": (4 * KIB, 256 * MIB, "bytes"),
+    "path_misses": (1, 100, "canaries"),
+    "ready_out_after": (1, 100, "evaluations"),
+    "ready_back_after": (1, 100, "evaluations"),
+    "brake_max_restarts": (1, 1_000, "restarts"),
+}
+RANGES: dict[str, tuple[float, float, str]] = {
+    **{name: (least, most, "s") for name, (least, most) in SECONDS_RANGES.items()},
+    **COUNT_RANGES,
+}
+
+
+def _finite_in_range(value: object, field: str | None) -> object:
+    """Refuse a non-finite number anywhere, and a ranged setting outside its range, with units."""
+    if isinstance(value, bool) or not isinstance(value, float | int):
+        return value
+    bounds = RANGES.get(field or "")
+    if bounds is None:
+        if not math.isfinite(value):
+            raise ValueError(f"must be a finite number, got {value}")
+        return value
+    least, most, unit = bounds
+    if not math.isfinite(value) or not least <= value <= most:
+        raise ValueError(
+            f"must be between {least:g} {unit} and {most:g} {unit}, got {value:g} {unit}"
+        )
+    return value
+
+
+class CanaryOverride(BaseModel):
+    """Per-canary timing and policy overrides on top of the catalog's YAML."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    interval: float | None = None
+    deadline: float | None = None
+    jitter: float | None = Field(default=None, ge=0, lt=1)
+    enabled: bool | None = None
+    policy: Action | None = None
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _finite(cls, value: object, info: ValidationInfo) -> object:
+        return _finite_in_range(value, info.field_name)
+
+
+class Settings(BaseModel):
+    """Every knob of ``sentinel run``; the defaults are DESIGN.md's table."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    target: str = "http://127.0.0.1:8000"
+    listen: str = "0.0.0.0:8471"
+    # None: no gRPC listener (``off``); the Kubernetes gRPC-probe variant turns it on.
+    grpc_listen: str | None = "0.0.0.0:8472"
+    probes: Path | None = None
+    enforce: bool = True
+    api_key_file: Path | None = None
+    diagnostics_dir: Path = Path("/tmp/sentinel-diagnostics")
+    diagnostics: bool = True
+    diagnostics_max_incidents: int = 20
+    diagnostics_max_bytes: int = 200 * 1024 * 1024
+    # One bundle: each section (a /metrics scrape set, a stack dump) and the whole.
+    diagnostics_section_max_bytes: int = 8 * 1024 * 1024
+    diagnostics_bundle_max_bytes: int = 32 * 1024 * 1024
+    model: str | None = None
+    scheduling_policy: Literal["auto", "priority", "fcfs"] = "auto"
+    watch_processes: bool = True
+
+    scrape_interval: float = 2.0
+    # A busy API server answers /metrics late; a late sample is still evidence.
+    scrape_timeout: float = 10.0
+    health_interval: float = 2.0
+    process_interval: float = 1.0
+    eval_interval: float = 0.5
+    idle_window: float = 5.0
+    hang_window: float = 15.0
+    no_evidence_window: float = 30.0
+    dead_grace: float = 5.0
+    broken_window: float = 60.0
+    listener_grace: float = 30.0
+    path_misses: int = 2
+    ready_out_after: int = 2
+    ready_back_after: int = 3
+    brake_max_restarts: int = 3
+    brake_window: float = 3600.0
+    engine_policy: Action = Action.RESTART
+    dead_policy: Action = Action.RESTART
+    broken_policy: Action = Action.RESTART
+    listener_policy: Action = Action.RESTART
+    shutdown_timeout: float = 5.0
+    # Caps on what the target may send (hostile or merely huge answers).
+    # vLLM's whole exposition is well under 1 MiB and the series sentinel
+    # reads number a few dozen, even with data-parallel engines.
+    health_timeout: float = 2.0
+    metrics_max_bytes: int = 8 * 1024 * 1024
+    metrics_max_lines: int = 100_000
+    metrics_max_line_bytes: int = 64 * 1024
+    metrics_max_series: int = 1_000
+    canary_max_bytes: int = 1024 * 1024
+    canaries: dict[str, CanaryOverride] = Field(default_factory=dict)
+
+    log_format: Literal["auto", "json", "console"] = "auto"
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+
+    @field_validator("target")
+    @classmethod
+    def _target_is_http(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")):
+            raise ValueError("must be an http:// or https:// URL")
+        return value.rstrip("/")
+
+    @field_validator("listen")
+    @classmethod
+    def _host_port(cls, value: str) -> str:
+        split_host_port(value)
+        return value
+
+    @field_validator("grpc_listen", mode="before")
+    @classmethod
+    def _grpc_host_port(cls, value: object) -> object:
+        if value is None or (isinstance(value, str) and value.strip().lower() in GRPC_OFF):
+            return None
+        if isinstance(value, str):
+            split_host_port(value)
+        return value
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _finite(cls, value: object, info: ValidationInfo) -> object:
+        return _finite_in_range(value, info.field_name)
+
+    @model_validator(mode="after")
+    def _cross_field(self) -> Settings:
+        if self.no_evidence_window < self.hang_window:
+            raise ValueError(
+                "no_evidence_window must be at least hang_window "
+                f"({self.no_evidence_window} < {self.hang_window})"
+            )
+        if self.hang_window <= 2 * self.scrape_interval:
+            raise ValueError(
+                "hang_window must exceed two scrape intervals, or progress cannot be seen "
+                f"({self.hang_window} <= 2 x {self.scrape_interval})"
+            )
+        if self.scrape_timeout >= self.no_evidence_window:
+            raise ValueError(
+                "scrape_timeout must be shorter than no_evidence_window "
+                f"({self.scrape_timeout} >= {self.no_evidence_window})"
+            )
+        if self.eval_interval > self.hang_window / 4:
+            raise ValueError("eval_interval must be at most a quarter of hang_window")
+        deadlines = {
+            name: o.deadline for name, o in self.canaries.items() if o.deadline is not None
+        }
+        self.check_windows(deadlines)
+        return self
+
+    def check_windows(self, deadlines: Mapping[str, float]) -> None:
+        """Refuse a window shorter than a canary deadline it judges.
+
+        A hang window shorter than a deadline confirms a hang on a canary that
+        was still allowed to answer: a slow server (2 s per token) would be
+        killed by its own deadline arithmetic. ``deadlines`` maps canary names
+        to their deadlines in seconds; raises ``ValueError`` naming both.
+        """
+        if not deadlines:
+            return
+        name, longest = max(deadlines.items(), key=lambda item: item[1])
+        for window in ("hang_window", "broken_window"):
+            value = getattr(self, window)
+            if value < longest:
+                raise ValueError(
+                    f"{window} must be at least every canary deadline "
+                    f"({value:g} s < {longest:g} s, the deadline of canary {name!r})"
+                )
+
+    @property
+    def evidence_freshness(self) -> float:
+        """How old the last /metrics sample may be and still count as evidence."""
+        return self.scrape_interval * 2 + self.scrape_timeout
+
+    def policy(self) -> Policy:
+        return Policy(
+            enforce=self.enforce,
+            hang_window=self.hang_window,
+            no_evidence_window=self.no_evidence_window,
+            dead_grace=self.dead_grace,
+            path_misses=self.path_misses,
+            ready_out_after=self.ready_out_after,
+            ready_back_after=self.ready_back_after,
+            brake_max_restarts=self.brake_max_restarts,
+            brake_window=self.brake_window,
+            engine_action=self.engine_policy,
+            dead_action=self.dead_policy,
+            broken_window=self.broken_window,
+            listener_grace=self.listener_grace,
+            broken_action=self.broken_policy,
+            listener_action=self.listener_policy,
+        )
+
+
+def split_host_port(value: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[::1]:PORT`` for IPv6) -> (host, port); port 0 allowed."""
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"expected HOST:PORT, got {value!r}")
+    return host.strip("[]") or "0.0.0.0", int(port)
