@@ -1,7 +1,8 @@
 """The canary runner: one canary request over HTTP, judged, as a frozen :class:`CanaryResult`.
 
-It owns the exchange (request, streaming, reply parsing) and the mapping of every
-exception to a closed :class:`Reason`, in one place (:func:`classify`), so a
+It owns the exchange (request, streaming, the event stream read under a byte
+cap); what the reply's bytes mean and which closed :class:`Reason` every
+exception maps to is :mod:`sentinel.canary.replies` (:func:`classify`), so a
 failed probe never raises; transport failures are named by
 :mod:`sentinel.transport`, shared with the evidence adapters. It does not own
 time: the caller passes the deadline, the runner enforces it on the whole
@@ -28,9 +29,21 @@ from httpx_sse._decoders import SSEDecoder, SSELineDecoder
 
 from sentinel.canary.kinds import KINDS
 from sentinel.canary.protocol import CHAT_ENDPOINT, CanaryKindProbe, CanaryRequest, Reply
+from sentinel.canary.replies import (
+    CanaryFailure,
+    choice_text,
+    classify,
+    decode_json,
+    error_of,
+    int_or_none,
+    parse_reply,
+    status_failure,
+)
 from sentinel.canary.result import CanaryResult, Reason
 from sentinel.canary.spec import CanarySpec
-from sentinel.transport import TransportFailure, classify_transport, iter_capped, read_capped
+from sentinel.transport import classify_transport, iter_capped, read_capped
+
+__all__ = ["CanaryFailure", "CanaryRunner", "ModelResolutionError", "classify", "new_nonce"]
 
 log = structlog.get_logger(__name__)
 
@@ -40,16 +53,6 @@ MAX_BODY_BYTES = 1 << 20  # a canary reply is tiny; a huge one is garbage, not w
 DEFAULT_DEADLINE = 30.0
 MAX_DETAIL = 300
 MODELS_PATH = "/v1/models"
-
-
-class CanaryFailure(Exception):
-    """A failed exchange with its closed reason; raised inside the runner, never out of ``run``."""
-
-    def __init__(self, reason: Reason, detail: str, *, http_status: int | None = None) -> None:
-        super().__init__(detail)
-        self.reason = reason
-        self.detail = detail
-        self.http_status = http_status
 
 
 class ModelResolutionError(Exception):
@@ -69,46 +72,6 @@ class _Progress:
     http_status: int | None = None
     ttft: float | None = None
     tokens: int = 0  # streamed pieces of generated text received so far
-
-
-# The canary vocabulary for each transport failure. Only a refusal or an
-# unreachable address is CONNECT (the scheduler reads it as "nothing listens");
-# a reset, a TLS failure or a broken answer is a server that is there and
-# failed the canary, so it is PROTOCOL, never CONNECT.
-_TRANSPORT_REASONS = {
-    TransportFailure.REFUSED: Reason.CONNECT,
-    TransportFailure.UNREACHABLE: Reason.CONNECT,
-    TransportFailure.TIMEOUT: Reason.TIMEOUT,
-    TransportFailure.RESET: Reason.PROTOCOL,
-    TransportFailure.TLS: Reason.PROTOCOL,
-    TransportFailure.PROTOCOL: Reason.PROTOCOL,
-    # An oversized or undecodable reply is the body's fault, not the connection's.
-    TransportFailure.OVERSIZED: Reason.BAD_BODY,
-    TransportFailure.DECODING: Reason.BAD_BODY,
-}
-
-
-def classify(exc: BaseException, *, responded: bool) -> tuple[Reason, str]:
-    """The one place a canary's exceptions become reasons.
-
-    Transport failures are named by :func:`sentinel.transport.classify_transport`
-    (shared with the evidence adapters) and only translated here; the detail
-    keeps the transport name and whether headers had arrived, so ``/status``
-    tells a reset before a response from one that cut a stream short.
-    """
-    if isinstance(exc, CanaryFailure):
-        return exc.reason, exc.detail
-    if isinstance(exc, TimeoutError):
-        return Reason.TIMEOUT, "deadline passed"
-    if isinstance(exc, httpx_sse.SSEError):  # an httpx.TransportError, but the body's fault
-        return Reason.BAD_BODY, f"broken event stream: {exc}"
-    failure = classify_transport(exc)
-    if failure is not None:
-        when = "after the response headers" if responded else "before a response"
-        return _TRANSPORT_REASONS[failure], f"{failure} {when}: {type(exc).__name__}: {exc}"
-    if isinstance(exc, ValueError | KeyError | TypeError | UnicodeDecodeError):
-        return Reason.BAD_BODY, f"{type(exc).__name__}: {exc}"
-    return Reason.PROTOCOL, f"{type(exc).__name__}: {exc}"
 
 
 def new_nonce() -> str:
@@ -214,7 +177,7 @@ class CanaryRunner:
         progress = _Progress()
         try:
             payload = await self._post_json(CHAT_ENDPOINT, sent.baseline_body, progress)
-            reply = _parse_reply(payload, chat=True)
+            reply = parse_reply(payload, chat=True)
         except CanaryFailure as exc:
             raise CanaryFailure(
                 exc.reason, f"baseline (no image): {exc.detail}", http_status=exc.http_status
@@ -242,9 +205,9 @@ class CanaryRunner:
             progress.http_status = response.status_code
             if not response.is_success:
                 raw = await self._read_capped(response)
-                raise _status_failure(response.status_code, raw, probe)
+                raise status_failure(response.status_code, raw, probe)
             if not spec.stream:
-                return _parse_reply(_decode_json(await self._read_capped(response)), chat=chat)
+                return parse_reply(decode_json(await self._read_capped(response)), chat=chat)
             return await self._read_stream(response, progress, started, chat=chat)
 
     async def _read_stream(
@@ -257,17 +220,17 @@ class CanaryRunner:
             if event.data == "[DONE]":
                 return Reply(
                     text="".join(text),
-                    prompt_tokens=_int_or_none(usage.get("prompt_tokens")),
-                    completion_tokens=_int_or_none(usage.get("completion_tokens")),
+                    prompt_tokens=int_or_none(usage.get("prompt_tokens")),
+                    completion_tokens=int_or_none(usage.get("completion_tokens")),
                     finish_reason=finish_reason,
                 )
             if not event.data:
                 continue
-            chunk = _decode_json(event.data.encode())
+            chunk = decode_json(event.data.encode())
             if not isinstance(chunk, dict):
                 raise CanaryFailure(Reason.BAD_BODY, "stream chunk is not a JSON object")
             if "error" in chunk:
-                status, message = _error_of(chunk)
+                status, message = error_of(chunk)
                 raise CanaryFailure(
                     Reason.HTTP_STATUS, f"error in stream: {message}", http_status=status
                 )
@@ -276,7 +239,7 @@ class CanaryRunner:
             for choice in chunk.get("choices") or []:
                 if not isinstance(choice, dict):
                     raise CanaryFailure(Reason.BAD_BODY, "stream choice is not an object")
-                piece = _choice_text(choice, chat=chat, delta=True)
+                piece = choice_text(choice, chat=chat, delta=True)
                 if piece:
                     if progress.ttft is None:
                         progress.ttft = self._clock() - started
@@ -306,8 +269,8 @@ class CanaryRunner:
             progress.http_status = response.status_code
             raw = await self._read_capped(response)
             if not response.is_success:
-                raise _status_failure(response.status_code, raw, None)
-            return _decode_json(raw)
+                raise status_failure(response.status_code, raw, None)
+            return decode_json(raw)
 
     async def _read_capped(self, response: httpx.Response) -> bytes:
         try:
@@ -345,80 +308,3 @@ class CanaryRunner:
         if self._api_key:
             detail = detail.replace(self._api_key, "***")
         return detail[:MAX_DETAIL]
-
-
-def _decode_json(raw: bytes) -> Any:
-    try:
-        return json.loads(raw)
-    except ValueError:
-        raise CanaryFailure(Reason.BAD_BODY, f"not JSON: {raw[:80]!r}") from None
-
-
-def _error_of(payload: Any) -> tuple[int | None, str]:
-    """The status and message of an error body, in either shape vLLM has used.
-
-    Current: ``{"error": {"message", "type", "param", "code"}}``; older:
-    ``{"object": "error", "message", "type", "code"}``.
-    """
-    if not isinstance(payload, dict):
-        return None, ""
-    inner = payload.get("error")
-    source = inner if isinstance(inner, dict) else payload
-    message = source.get("message")
-    if not isinstance(message, str):
-        message = inner if isinstance(inner, str) else ""
-    code = source.get("code")
-    return (code if isinstance(code, int) and not isinstance(code, bool) else None), message
-
-
-def _status_failure(status: int, raw: bytes, probe: CanaryKindProbe | None) -> CanaryFailure:
-    try:
-        payload: Any = json.loads(raw)
-    except ValueError:
-        payload = None
-    _, message = _error_of(payload)
-    if not message:
-        message = raw[:120].decode("utf-8", "replace")
-    if probe is not None:
-        special = probe.rejection(status, message)
-        if special is not None:
-            return CanaryFailure(special, f"HTTP {status}: {message}", http_status=status)
-    return CanaryFailure(Reason.HTTP_STATUS, f"HTTP {status}: {message}", http_status=status)
-
-
-def _int_or_none(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def _choice_text(choice: Mapping[str, Any], *, chat: bool, delta: bool) -> str:
-    if not chat:
-        value = choice.get("text")
-    else:
-        message = choice.get("delta" if delta else "message")
-        if message is None and delta:
-            return ""
-        if not isinstance(message, dict):
-            raise CanaryFailure(Reason.BAD_BODY, "choice has no message")
-        value = message.get("content")
-    if value is None:
-        return ""
-    if not isinstance(value, str):
-        raise CanaryFailure(Reason.BAD_BODY, "generated text is not a string")
-    return value
-
-
-def _parse_reply(payload: Any, *, chat: bool) -> Reply:
-    if not isinstance(payload, dict):
-        raise CanaryFailure(Reason.BAD_BODY, "reply is not a JSON object")
-    choices = payload.get("choices")
-    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
-        raise CanaryFailure(Reason.BAD_BODY, "reply has no choices")
-    usage = payload.get("usage")
-    usage = usage if isinstance(usage, dict) else {}
-    finish = choices[0].get("finish_reason")
-    return Reply(
-        text=_choice_text(choices[0], chat=chat, delta=False),
-        prompt_tokens=_int_or_none(usage.get("prompt_tokens")),
-        completion_tokens=_int_or_none(usage.get("completion_tokens")),
-        finish_reason=str(finish) if finish is not None else None,
-    )

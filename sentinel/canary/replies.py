@@ -1,0 +1,147 @@
+"""Reading a canary's reply: JSON and error bodies, choices, usage, and every failure's reason.
+
+The runner (:mod:`sentinel.canary.runner`) owns the exchange and the clock;
+this module owns what the bytes mean. :func:`classify` is the one place an
+exception becomes a closed :class:`~sentinel.canary.result.Reason`, and
+:class:`CanaryFailure` is how a reply that is not an answer says why, raised
+inside the runner and never out of it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import httpx_sse
+
+from sentinel.canary.protocol import CanaryKindProbe, Reply
+from sentinel.canary.result import Reason
+from sentinel.transport import TransportFailure, classify_transport
+
+
+class CanaryFailure(Exception):
+    """A failed exchange with its closed reason; raised inside the runner, never out of ``run``."""
+
+    def __init__(self, reason: Reason, detail: str, *, http_status: int | None = None) -> None:
+        super().__init__(detail)
+        self.reason = reason
+        self.detail = detail
+        self.http_status = http_status
+
+
+# The canary vocabulary for each transport failure. Only a refusal or an
+# unreachable address is CONNECT (the scheduler reads it as "nothing listens");
+# a reset, a TLS failure or a broken answer is a server that is there and
+# failed the canary, so it is PROTOCOL, never CONNECT.
+TRANSPORT_REASONS = {
+    TransportFailure.REFUSED: Reason.CONNECT,
+    TransportFailure.UNREACHABLE: Reason.CONNECT,
+    TransportFailure.TIMEOUT: Reason.TIMEOUT,
+    TransportFailure.RESET: Reason.PROTOCOL,
+    TransportFailure.TLS: Reason.PROTOCOL,
+    TransportFailure.PROTOCOL: Reason.PROTOCOL,
+    # An oversized or undecodable reply is the body's fault, not the connection's.
+    TransportFailure.OVERSIZED: Reason.BAD_BODY,
+    TransportFailure.DECODING: Reason.BAD_BODY,
+}
+
+
+def classify(exc: BaseException, *, responded: bool) -> tuple[Reason, str]:
+    """The one place a canary's exceptions become reasons.
+
+    Transport failures are named by :func:`sentinel.transport.classify_transport`
+    (shared with the evidence adapters) and only translated here; the detail
+    keeps the transport name and whether headers had arrived, so ``/status``
+    tells a reset before a response from one that cut a stream short.
+    """
+    if isinstance(exc, CanaryFailure):
+        return exc.reason, exc.detail
+    if isinstance(exc, TimeoutError):
+        return Reason.TIMEOUT, "deadline passed"
+    if isinstance(exc, httpx_sse.SSEError):  # an httpx.TransportError, but the body's fault
+        return Reason.BAD_BODY, f"broken event stream: {exc}"
+    failure = classify_transport(exc)
+    if failure is not None:
+        when = "after the response headers" if responded else "before a response"
+        return TRANSPORT_REASONS[failure], f"{failure} {when}: {type(exc).__name__}: {exc}"
+    if isinstance(exc, ValueError | KeyError | TypeError | UnicodeDecodeError):
+        return Reason.BAD_BODY, f"{type(exc).__name__}: {exc}"
+    return Reason.PROTOCOL, f"{type(exc).__name__}: {exc}"
+
+
+def decode_json(raw: bytes) -> Any:
+    try:
+        return json.loads(raw)
+    except ValueError:
+        raise CanaryFailure(Reason.BAD_BODY, f"not JSON: {raw[:80]!r}") from None
+
+
+def error_of(payload: Any) -> tuple[int | None, str]:
+    """The status and message of an error body, in either shape vLLM has used.
+
+    Current: ``{"error": {"message", "type", "param", "code"}}``; older:
+    ``{"object": "error", "message", "type", "code"}``.
+    """
+    if not isinstance(payload, dict):
+        return None, ""
+    inner = payload.get("error")
+    source = inner if isinstance(inner, dict) else payload
+    message = source.get("message")
+    if not isinstance(message, str):
+        message = inner if isinstance(inner, str) else ""
+    code = source.get("code")
+    return (code if isinstance(code, int) and not isinstance(code, bool) else None), message
+
+
+def status_failure(status: int, raw: bytes, probe: CanaryKindProbe | None) -> CanaryFailure:
+    try:
+        payload: Any = json.loads(raw)
+    except ValueError:
+        payload = None
+    _, message = error_of(payload)
+    if not message:
+        message = raw[:120].decode("utf-8", "replace")
+    if probe is not None:
+        special = probe.rejection(status, message)
+        if special is not None:
+            return CanaryFailure(special, f"HTTP {status}: {message}", http_status=status)
+    return CanaryFailure(Reason.HTTP_STATUS, f"HTTP {status}: {message}", http_status=status)
+
+
+def int_or_none(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def choice_text(choice: Mapping[str, Any], *, chat: bool, delta: bool) -> str:
+    if not chat:
+        value = choice.get("text")
+    else:
+        message = choice.get("delta" if delta else "message")
+        if message is None and delta:
+            return ""
+        if not isinstance(message, dict):
+            raise CanaryFailure(Reason.BAD_BODY, "choice has no message")
+        value = message.get("content")
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise CanaryFailure(Reason.BAD_BODY, "generated text is not a string")
+    return value
+
+
+def parse_reply(payload: Any, *, chat: bool) -> Reply:
+    if not isinstance(payload, dict):
+        raise CanaryFailure(Reason.BAD_BODY, "reply is not a JSON object")
+    choices = payload.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        raise CanaryFailure(Reason.BAD_BODY, "reply has no choices")
+    usage = payload.get("usage")
+    usage = usage if isinstance(usage, dict) else {}
+    finish = choices[0].get("finish_reason")
+    return Reply(
+        text=choice_text(choices[0], chat=chat, delta=False),
+        prompt_tokens=int_or_none(usage.get("prompt_tokens")),
+        completion_tokens=int_or_none(usage.get("completion_tokens")),
+        finish_reason=str(finish) if finish is not None else None,
+    )
