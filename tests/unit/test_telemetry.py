@@ -25,7 +25,7 @@ from sentinel.telemetry.logging import (
     get_logger,
 )
 from sentinel.telemetry.metrics import SentinelMetrics
-from tests.metric_contract import CONTRACT
+from tests.metric_contract import CONTRACT_METRICS
 
 
 def scrape(registry: CollectorRegistry) -> list[Sample]:
@@ -71,13 +71,21 @@ async def test_every_contract_name_is_exposed_once_state_is_known(
     state: HealthState, metrics: SentinelMetrics
 ) -> None:
     await state.publish(replace(state.snapshot(), priority_effective=True, progress_at=90.0))
-    samples = scrape(metrics.registry)
+    text = generate_latest(metrics.registry).decode()
+    # Exposed means declared (HELP and TYPE) with the contract's type, as a
+    # scraper and Prometheus see it. A labelled family whose label values are
+    # not known up front (the loop of sentinel_loop_errors_total) has no
+    # series until its first increment, which is still the same family.
+    families = {f.name: f.type for f in text_string_to_metric_families(text)}
     exposed = {
-        n.removesuffix("_bucket").removesuffix("_count").removesuffix("_sum")
-        for n in names(samples)
+        name + "_total" if kind == "counter" else name: kind for name, kind in families.items()
     }
-    assert exposed >= CONTRACT
+    assert {n: exposed.get(n) for n in CONTRACT_METRICS} == CONTRACT_METRICS
+    samples = scrape(metrics.registry)
     assert all(n.startswith("sentinel_") for n in names(samples))
+    metrics.loop_failed("scrape")
+    after = scrape(metrics.registry)
+    assert value(after, "sentinel_loop_errors_total", loop="scrape") == 1
 
 
 def test_known_series_exist_at_zero_from_the_start(metrics: SentinelMetrics) -> None:
