@@ -27,6 +27,9 @@ from sentinel.telemetry.metrics import SentinelMetrics
 log = get_logger("sentinel.scheduler")
 
 ResultHook = Callable[[CanaryResult], None]
+# Told the loop's name and the exception one cadence step raised (the daemon's
+# loop-failure record: /status, sentinel_loop_errors_total, a sparse log line).
+ErrorHook = Callable[[str, BaseException], None]
 
 DEFAULT_MAX_TOKENS = 16
 DEFAULT_PROMPT_ESTIMATE = 2048.0  # before a canary of the kind succeeded (images cost many)
@@ -48,6 +51,7 @@ class Scheduler:
         sleep: Callable[[float], Awaitable[None]],
         beat: Callable[[str, float], None],
         on_result: ResultHook | None = None,
+        on_error: ErrorHook | None = None,
         rng: random.Random | None = None,
     ) -> None:
         self.specs = tuple(s for s in specs if s.enabled)
@@ -60,6 +64,7 @@ class Scheduler:
         self.sleep = sleep  # paired with the clock: a virtual clock brings its own sleep
         self.beat = beat
         self.on_result = on_result
+        self.on_error = on_error
         self.rng = rng or random.Random()
         self._model_lock = asyncio.Lock()
         self._unresolved: Reason | None = None
@@ -67,7 +72,12 @@ class Scheduler:
         self.control_spec = text[0] if text else None
 
     async def run(self) -> None:
-        """One loop per enabled spec until cancelled; a loop that dies ends them all."""
+        """One loop per enabled spec until cancelled.
+
+        A step that raises is recorded and its loop carries on
+        (:meth:`_loop`), so one kind's bug never cancels the other kinds'
+        canaries in flight; only a loop dying outside a step ends them all.
+        """
         async with asyncio.TaskGroup() as group:
             for spec in self.specs:
                 group.create_task(self._loop(spec), name=f"canary:{spec.name}")
@@ -83,7 +93,13 @@ class Scheduler:
         while True:
             self.beat(name, self._max_gap(spec))
             started = self.clock()
-            retry = await self._tick(spec)
+            try:
+                retry = await self._tick(spec)
+            except Exception as exc:
+                # Recorded, then the normal cadence: a step that keeps raising
+                # costs one attempt per interval, never a hot loop.
+                self._failed(name, exc)
+                retry = False
             if retry:
                 continue
             delay = spec.interval * (1 + self.rng.uniform(-spec.jitter, spec.jitter))
@@ -131,6 +147,17 @@ class Scheduler:
                 "canary_kind_disabled", canary=spec.name, kind=spec.kind.value, why=result.detail
             )
         return result.reason is Reason.TIMEOUT
+
+    def _failed(self, loop: str, exc: Exception) -> None:
+        """One cadence step raised: count it where the observers' failures show; never raises."""
+        try:
+            if self.on_error is not None:
+                self.on_error(loop, exc)
+            else:
+                self.metrics.loop_failed(loop)
+                log.error("loop_error", loop=loop, error=f"{type(exc).__name__}: {exc}")
+        except Exception:  # a broken hook must not take the loop down with it
+            log.exception("loop_error_unrecorded", loop=loop)
 
     async def _send_recorded(self, spec: CanarySpec, model: str, epoch: int) -> CanaryResult:
         ledger = self.ledger

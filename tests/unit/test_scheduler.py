@@ -340,3 +340,25 @@ async def test_heartbeat_gap_covers_the_longest_wait(jitter: float) -> None:
     async with scheduling(specs) as h:
         await h.clock.run_until(T0 + 1)
     assert h.beats["canary:text"] >= 5.0 * (1 + jitter) + 3.0
+
+
+async def test_a_step_that_raises_is_counted_and_every_loop_carries_on() -> None:
+    """A bug in one kind's step costs that step, not the scheduler or the other kinds."""
+
+    def broken_for_structured(ledger: Ledger, result: CanaryResult) -> None:
+        if result.kind is CanaryKind("structured"):
+            raise RuntimeError("a bug in the structured step")
+
+    specs = _specs(
+        text={"interval": 5.0, "jitter": 0.0},
+        structured={"interval": 10.0, "jitter": 0.0},
+    )
+    async with scheduling(specs, on_result=broken_for_structured) as h:
+        await h.clock.run_until(T0 + 31)
+    # The text loop never noticed; the structured loop kept its cadence (no hot retry).
+    assert h.times("text") == [0.0, 0.0, 5.0, 10.0, 10.0, 15.0, 20.0, 20.0, 25.0, 30.0, 30.0]
+    assert h.times("structured") == [0.0, 10.0, 20.0, 30.0]
+    errors = h.metrics.registry.get_sample_value(
+        "sentinel_loop_errors_total", {"loop": "canary:structured"}
+    )
+    assert errors == 4
