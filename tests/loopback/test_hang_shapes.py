@@ -10,8 +10,9 @@ becomes red within :data:`RED_WITHIN`):
   streams that stop after one token) is an *engine* hang;
 - every canary failing fast (a reset, a 500 storm, an empty 200) is *broken*;
 - a closed listener behind a live API-server process is *listener down*;
-- a slow server (2 s per token) and a busy server whose ``/metrics`` lapses
-  for less than the no-evidence window never fail liveness;
+- a slow server (2 s per token, judged with the shipped canary deadlines) and
+  a busy server whose ``/metrics`` lapses for less than the no-evidence window
+  never fail liveness;
 - sentinel's own process paused again and again does not hide a hang;
 - two servers on one host: one stopped engine never turns the other's
   sentinel red.
@@ -54,6 +55,22 @@ GREEN_WITHIN = 30.0
 # which is the honest failure.
 SCALED: dict[str, Any] = {"broken_window": 4.0, "listener_grace": 3.0}
 TIMINGS: dict[str, Any] = {k: v for k, v in SCALED.items() if k in Settings.model_fields}
+
+
+# Slow decode is judged with the shipped canary deadlines (8 s text, 10 s
+# structured and multimodal): at 2 s per token a scaled 2 s deadline cannot fit
+# even the text control's 2 tokens, which would test the arithmetic, not the
+# rule. The windows stay short but never shorter than the deadlines they judge.
+SHIPPED_DEADLINES: dict[str, Any] = {
+    "hang_window": 10.0,
+    "no_evidence_window": 12.0,
+    "broken_window": 10.0,
+    "canaries": {
+        "text": {"interval": 4.0, "deadline": 8.0, "jitter": 0.0},
+        "structured": {"interval": 5.0, "deadline": 10.0},
+        "multimodal": {"interval": 5.0, "deadline": 10.0},
+    },
+}
 
 
 @contextlib.asynccontextmanager
@@ -128,9 +145,10 @@ async def test_hang_shape_is_confirmed_with_its_kind(
 async def test_slow_decode_two_seconds_per_token_never_fails_liveness(
     sim: SimProcess, background: bool
 ) -> None:
-    async with _sidecar(sim.base_url) as sidecar:
+    async with _sidecar(sim.base_url, **SHIPPED_DEADLINES) as sidecar:
         sim.control.set_fault("slow_decode", token_s=2.0)
-        observe = 5 * HANG_WINDOW
+        # Three hang windows: each canary kind misses its deadline several times over.
+        observe = 3 * float(SHIPPED_DEADLINES["hang_window"])
         load = None
         if background:
             config = LoadConfig(
