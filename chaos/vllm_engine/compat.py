@@ -271,6 +271,8 @@ def probe(
         if hooks.returncode == 0 and hooks.stdout.strip()
         else f"failed: {hooks.stderr.strip()[-300:]}",
     }
+    extra = [*engine_env.release(release).server_args, *extra]
+    report["extra_args"] = extra
     work = Path(tempfile.mkdtemp(prefix=f"sentinel-compat-{release}-"))
     server = VllmServer(
         env.python,

@@ -88,6 +88,11 @@ class Release:
     #: The release runs transformers 4, which cannot read the tiny models' transformers 5
     #: tokenizer class: see :func:`model_for`.
     transformers4: bool = False
+    #: Server flags the release needs here. 0.10's CPU backend runs a float32 model in
+    #: bfloat16, and xgrammar's CPU bitmask kernel then raises "logits must be of type
+    #: float32" in EngineCore on the first structured-output request, killing the
+    #: engine (measured): ``--dtype float32`` keeps structured output usable.
+    server_args: tuple[str, ...] = ()
 
     @property
     def default(self) -> bool:
@@ -129,6 +134,7 @@ RELEASES: dict[str, Release] = {
         extra=("torchvision==0.21.0", "transformers<5"),
         alias_distribution=True,
         transformers4=True,
+        server_args=("--dtype", "float32"),
     ),
 }
 
