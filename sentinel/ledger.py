@@ -5,11 +5,12 @@ watcher append to it; the evaluation loop turns it into a frozen
 :class:`~sentinel.verdict.Evidence` at one instant. Everything runs on one
 event loop, so there are no locks: each method is a few synchronous lines.
 
-A server (re)start — a new API server PID or start time, or vLLM's work
-counters all going down together — opens a new *epoch*: canary history and
-progress are forgotten and startup is earned again. A refused connection is
-not a restart (it starts the *listener down* timer), and a reset is a failed
-canary: neither says the server's identity changed.
+A server (re)start — a new API server PID or start time, the attributed API
+server exiting, or vLLM's work counters all going down together — opens a new
+*epoch*: canary history and progress are forgotten and startup is earned
+again. A refused connection is not a restart (it starts the *listener down*
+timer), and a reset is a failed canary: neither says the server's identity
+changed.
 """
 
 from __future__ import annotations
@@ -173,8 +174,16 @@ class Ledger:
         previous, self.processes = self.processes, snapshot
         before = None if previous is None else previous.api_identity
         after = snapshot.api_identity
-        if before is not None and after is not None and before != after:
-            self.new_epoch(f"API server restarted (pid {before[0]} -> {after[0]})", now)
+        # An attributed API server is kept while that very process lives (even
+        # with its listener closed), so losing it means it exited: that server
+        # is over, as surely as a new PID or start time says it restarted.
+        if before is not None and before != after:
+            why = (
+                f"API server restarted (pid {before[0]} -> {after[0]})"
+                if after is not None
+                else f"API server exited (pid {before[0]})"
+            )
+            self.new_epoch(why, now)
         down = [p for p in snapshot.engine_processes if p.state in _DOWN]
         if snapshot.api is not None and down:
             if self.engine_down_since is None:

@@ -216,24 +216,37 @@ async def test_observe_only_reports_but_keeps_liveness(sim: SimProcess) -> None:
         assert _sample(metrics, "sentinel_enforce") == 0
 
 
-async def test_restart_loop_brake_turns_a_repeat_hang_into_unready(sim: SimProcess) -> None:
-    async with running_sidecar(sim.base_url, brake_max_restarts=1) as sidecar:
-        await _wait_green(sidecar)
-        sim.control.set_fault("engine_hang")
-        await _wait_red(sidecar)
-        sim.control.clear_all()
-        await _wait_green(sidecar)
-        sim.control.set_fault("engine_hang")
+async def test_restart_loop_brake_turns_a_repeat_hang_into_unready() -> None:
+    """The brake counts real restarts: a red episode, then a new server, then a hang again.
 
-        async def braked() -> bool:
-            return bool((await sidecar.json("/status"))["verdict"]["brake_engaged"])
+    A red blip that clears without a restart (the fault cleared in place)
+    is not counted; the server being replaced after a red episode is.
+    """
+    port = free_port()
+    with SimProcess(extra_args=["--port", str(port)]) as first:
+        async with running_sidecar(first.base_url, brake_max_restarts=1) as sidecar:
 
-        await eventually(braked, 20, "the restart-loop brake")
-        assert await sidecar.code("/livez") == 200
-        assert await sidecar.code("/readyz") == 503
-        assert "brake" in str((await sidecar.json("/readyz"))["reason"])
-        metrics = (await sidecar.client.get(sidecar.url + "/metrics")).text
-        assert _sample(metrics, "sentinel_restart_brake_engaged") == 1
+            async def braked() -> bool:
+                return bool((await sidecar.json("/status"))["verdict"]["brake_engaged"])
+
+            await _wait_green(sidecar)
+            first.control.set_fault("engine_hang")
+            await _wait_red(sidecar)
+            first.control.clear_all()  # a blip: no restart
+            await _wait_green(sidecar)
+            assert not await braked()
+            first.control.set_fault("engine_hang")
+            await _wait_red(sidecar)
+            first.stop()  # the kubelet restarts the hung server
+            with SimProcess(extra_args=["--port", str(port)]) as second:
+                await _wait_green(sidecar)
+                second.control.set_fault("engine_hang")
+                await eventually(braked, 20, "the restart-loop brake")
+                assert await sidecar.code("/livez") == 200
+                assert await sidecar.code("/readyz") == 503
+                assert "brake" in str((await sidecar.json("/readyz"))["reason"])
+                metrics = (await sidecar.client.get(sidecar.url + "/metrics")).text
+                assert _sample(metrics, "sentinel_restart_brake_engaged") == 1
 
 
 async def test_text_only_model_disables_multimodal_without_blocking_startup() -> None:

@@ -8,6 +8,13 @@ from __future__ import annotations
 
 from sentinel.canary.result import CanaryKind, CanaryResult, Reason
 from sentinel.evidence.metrics import MetricsSample
+from sentinel.evidence.processes import (
+    Attribution,
+    ProcessInfo,
+    ProcessRole,
+    ProcessSnapshot,
+    ProcessState,
+)
 from sentinel.ledger import HISTORY, Ledger
 from sentinel.verdict import Action
 
@@ -184,3 +191,26 @@ def test_evidence_freezes_each_kind_and_counts_progress_only_when_fresh() -> Non
     # Frozen: later canaries do not change evidence already taken.
     ledger.canary_sent(TEXT, 9.0)
     assert fresh.kinds[TEXT].outstanding == (4.0,)
+
+
+def _snapshot(at: float, pid: int | None) -> ProcessSnapshot:
+    api = None
+    if pid is not None:
+        api = ProcessInfo(pid, ProcessRole.API_SERVER, "vllm", ProcessState.SLEEPING, 100.0)
+    return ProcessSnapshot(at=at, api=api, attribution=Attribution.LISTENING_SOCKET)
+
+
+def test_an_api_server_that_exits_ends_its_epoch_once() -> None:
+    """Gone is a server's end; its successor appearing afterwards is not a second restart."""
+    ledger = _ledger()
+    ledger.observe_processes(_snapshot(1.0, None), 1.0)  # never attributed: nothing ends
+    ledger.observe_processes(_snapshot(2.0, 41), 2.0)
+    ledger.observe_processes(_snapshot(3.0, 41), 3.0)
+    assert ledger.epoch == 0
+    ledger.observe_processes(_snapshot(4.0, None), 4.0)
+    assert (ledger.epoch, ledger.epoch_reason) == (1, "API server exited (pid 41)")
+    ledger.observe_processes(_snapshot(5.0, None), 5.0)
+    ledger.observe_processes(_snapshot(6.0, 42), 6.0)
+    assert ledger.epoch == 1
+    ledger.observe_processes(_snapshot(7.0, 43), 7.0)
+    assert (ledger.epoch, ledger.epoch_reason) == (2, "API server restarted (pid 42 -> 43)")
