@@ -62,7 +62,7 @@ engine: engine-env
 # vLLM compatibility: one engine environment per release line
 # (.cache/vllm-env-<release>-<key>/; chaos/vllm_engine/env.py says why these lines),
 # then each release's facts probed on a live server into .cache/compat/ (one at a time).
-COMPAT_RELEASES ?= 0.32.0 0.29.0 0.27.1
+COMPAT_RELEASES ?= 0.32.0 0.29.0 0.27.1 0.20.2 0.10.2
 .PHONY: compat
 compat: $(STAMP)
 	for r in $(COMPAT_RELEASES); do $(PY) -m chaos.vllm_engine.env --release $$r || exit 1; done
