@@ -21,11 +21,11 @@ FAULT_DIR_ENV = "SENTINEL_CHAOS_FAULT_DIR"
 
 #: fault -> {parameter: default}
 FAULTS: Mapping[str, Mapping[str, Any]] = {
-    "engine_hang": {},
+    "engine_hang": {"engine": None},
     "structured_hang": {},
     "multimodal_hang": {},
-    "stream_stall": {"after": 1},
-    "slow_decode": {"factor": 10.0},
+    "stream_stall": {"after": 1, "engine": None},
+    "slow_decode": {"factor": 10.0, "step_seconds": None, "engine": None},
 }
 
 
@@ -78,4 +78,11 @@ class FaultSwitch:
             raise ValueError(f"after must be >= 0, got {values['after']!r}")
         if "factor" in values and float(values["factor"]) <= 0:
             raise ValueError(f"factor must be > 0, got {values['factor']!r}")
-        return values
+        step = values.get("step_seconds")
+        if step is not None and float(step) <= 0:
+            raise ValueError(f"step_seconds must be > 0, got {step!r}")
+        engine = values.get("engine")
+        if engine is not None and (isinstance(engine, bool) or int(engine) < 0):
+            raise ValueError(f"engine must be a data-parallel rank >= 0, got {engine!r}")
+        # Unset optional knobs stay out of the file: the plugin reads absence as "all".
+        return {key: value for key, value in values.items() if value is not None}

@@ -6,7 +6,11 @@ at class level in every process.
   class works whenever the plugin loads): ``engine_hang`` blocks before the
   step, ``stream_stall`` blocks once a running request has ``after`` output
   tokens (those tokens were already sent), ``slow_decode`` sleeps after the
-  step so it takes ``factor`` times as long.
+  step so it takes ``factor`` times as long, or, given ``step_seconds``, sleeps
+  that long after every step (one token per running request per step, so
+  ``step_seconds: 2`` decodes at 0.5 token/s whatever the step itself costs).
+  Each of these takes ``engine`` (a data-parallel rank): only that engine's
+  core acts on it, so one engine of several can hang while the others serve.
 - Grammar compilation, ``StructuredOutputManager._create_grammar`` (run on
   EngineCore's grammar thread pool for every backend, xgrammar included):
   ``structured_hang`` blocks it, so structured requests wait while others run.
@@ -44,20 +48,60 @@ Hook = Callable[[FaultBoard, Callable[..., Any]], Callable[..., Any]]
 def _engine_step(board: FaultBoard, original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     def step(self: Any, *args: Any, **kwargs: Any) -> Any:
-        board.wait_while("engine_hang")
+        rank = _dp_rank(self)
+        while _mine(board.get("engine_hang"), rank):
+            time.sleep(PAUSE)
         stall = board.get("stream_stall")
-        while stall is not None and _has_streamed(self, int(stall.get("after", 1))):
+        while (
+            stall is not None
+            and _mine(stall, rank)
+            and _has_streamed(self, int(stall.get("after", 1)))
+        ):
             time.sleep(PAUSE)
             stall = board.get("stream_stall")
         started = time.monotonic()
         result = original(self, *args, **kwargs)
         slow = board.get("slow_decode")
-        if slow is not None:
-            elapsed = max(time.monotonic() - started, MIN_STEP_SECONDS)
-            time.sleep(max(float(slow.get("factor", 10.0)) - 1.0, 0.0) * elapsed)
+        if slow is not None and _mine(slow, rank):
+            time.sleep(_slow_decode_sleep(slow, time.monotonic() - started))
         return result
 
     return step
+
+
+def _slow_decode_sleep(params: Mapping[str, Any], elapsed: float) -> float:
+    """Seconds to add after a step that took ``elapsed``: a fixed ``step_seconds`` when
+    given (a decode rate independent of the model and the machine), else enough to make
+    the step ``factor`` times as long."""
+    fixed = params.get("step_seconds")
+    if fixed is not None:
+        return max(float(fixed), 0.0)
+    return max(float(params.get("factor", 10.0)) - 1.0, 0.0) * max(elapsed, MIN_STEP_SECONDS)
+
+
+def _dp_rank(engine: Any) -> int:
+    """This engine core's data-parallel rank (0 without data parallelism).
+
+    ``DPEngineCoreProc`` keeps ``dp_rank``; every release since 0.9 also has it in
+    ``vllm_config.parallel_config.data_parallel_rank``.
+    """
+    rank = getattr(engine, "dp_rank", None)
+    if rank is None:
+        config = getattr(getattr(engine, "vllm_config", None), "parallel_config", None)
+        rank = getattr(config, "data_parallel_rank", 0)
+    try:
+        return int(rank or 0)
+    except (TypeError, ValueError):
+        return 0
+
+
+def _mine(params: Mapping[str, Any] | None, rank: int) -> bool:
+    """Whether a fault that is on applies to the engine of data-parallel ``rank``: every
+    engine unless the fault names one with ``engine``."""
+    if params is None:
+        return False
+    wanted = params.get("engine")
+    return wanted is None or int(wanted) == rank
 
 
 def _has_streamed(engine: Any, after: int) -> bool:
