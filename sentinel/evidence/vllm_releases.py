@@ -64,6 +64,8 @@ class ReleaseFacts:
     #: Fields accepted but ignored (200, unconstrained output): never use.
     ignored_fields: tuple[str, ...] = ()
     priority_policy: bool = True
+    #: Server flags the CPU backend needs for sentinel's canaries to work (measured).
+    server_flags: tuple[str, ...] = ()
     #: Where the chaos plugin's engine-step hook sits.
     engine_step_hook: str = "vllm.v1.engine.core.EngineCoreProc._process_engine_step"
     notes: tuple[str, ...] = field(default_factory=tuple)
@@ -81,6 +83,7 @@ RELEASES: tuple[ReleaseFacts, ...] = (
         engine_title=None,
         worker_title=None,
         structured_fields=("response_format", "guided_json", "guided_choice"),
+        ignored_fields=("structured_outputs",),
         notes=(
             "no process titles: EngineCore_<i> and VllmWorker-<rank> are multiprocessing "
             "names only, so processes are told apart by parentage",
@@ -90,7 +93,7 @@ RELEASES: tuple[ReleaseFacts, ...] = (
     ),
     ReleaseFacts(
         line="0.10",
-        checked="0.10.2 (source only: pins torch 2.6.0+cpu)",
+        checked="0.10.2 (live, CPU backend, on the plain torch 2.6.0 of its pin)",
         signals=_V1_SIGNALS,
         markers=frozenset(
             {
@@ -99,12 +102,22 @@ RELEASES: tuple[ReleaseFacts, ...] = (
                 "vllm:inter_token_latency_seconds_count",
             }
         ),
+        # Live, by the nonce rule: the guided_* fields and response_format constrain
+        # the reply; structured_outputs (0.11 on) is accepted and ignored.
         structured_fields=("response_format", "guided_json", "guided_choice"),
-        notes=("grammar hook is StructuredOutputManager._async_create_grammar",),
+        ignored_fields=("structured_outputs",),
+        # In its default bfloat16 on the CPU, xgrammar's bitmask kernel raises "logits
+        # must be of type float32" on the first structured request and EngineCore dies.
+        server_flags=("--dtype", "float32"),
+        notes=(
+            "grammar hook is StructuredOutputManager._async_create_grammar",
+            "single process on the CPU backend (uniproc executor): VLLM::EngineCore "
+            "runs the model, there is no VLLM::Worker",
+        ),
     ),
     ReleaseFacts(
         line="0.20",
-        checked="0.20.2 (source; run on torch 2.13 instead of its pinned 2.11)",
+        checked="0.20.2 (live, CPU backend, on the plain torch 2.11.0 of its pin)",
         signals=_V1_SIGNALS,
         markers=frozenset({"vllm:num_requests_waiting_by_reason"}),
         absent=frozenset({"vllm:gpu_cache_usage_perc", "vllm:admission_rejections_total"}),

@@ -48,3 +48,14 @@ def test_table_is_keyed_by_line_and_lines_are_ordered() -> None:
     assert list(BY_LINE) == [r.line for r in RELEASES]
     numbers = [tuple(int(p) for p in r.line.split(".")) for r in RELEASES]
     assert numbers == sorted(numbers)
+
+
+def test_oldest_live_line_says_which_structured_field_it_honours_and_what_it_needs() -> None:
+    old = BY_LINE["0.10"]
+    assert "live" in old.checked
+    assert "guided_json" in old.structured_fields
+    assert "structured_outputs" in old.ignored_fields
+    assert old.server_flags == ("--dtype", "float32")
+    # sentinel's structured canary sends response_format: honoured by every line.
+    assert all("response_format" in r.structured_fields for r in RELEASES)
+    assert not set(old.structured_fields) & set(old.ignored_fields)
