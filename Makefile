@@ -50,23 +50,28 @@ prometheus-tools:
 engine-env: $(STAMP)
 	$(PY) -m chaos.vllm_engine.env
 
-# The same build, started in the background (output in .cache/engine-env.out); the
-# first engine test waits for it on its lock, so lint and the fast tiers overlap it.
+# The same build, started in the background (output in .cache/engine-env.out), then
+# the oldest release's (tests/engine/test_oldest_release.py; text model only); each
+# engine test waits for its environment on its lock, so lint and the fast tiers overlap them.
+OLDEST_RELEASE ?= 0.10.2
 engine-env-bg: $(STAMP)
 	@mkdir -p .cache
-	@($(PY) -m chaos.vllm_engine.env > .cache/engine-env.out 2>&1 &)
+	@(($(PY) -m chaos.vllm_engine.env; $(PY) -m chaos.vllm_engine.env --release $(OLDEST_RELEASE) --models text) > .cache/engine-env.out 2>&1 &)
 
 engine: engine-env
 	$(PY) -m pytest -q -m engine tests/engine tests/contract
 
 # vLLM compatibility: one engine environment per release line
 # (.cache/vllm-env-<release>-<key>/; chaos/vllm_engine/env.py says why these lines),
-# then each release's facts probed on a live server into .cache/compat/ (one at a time).
+# then sentinel with its shipped defaults against each release's live server (one at a
+# time): startup, signals, priority, slow decode, engine hang, SIGSTOP. Prints the
+# table and writes docs/compat.md; per-release reports in .cache/compat/matrix-*.json.
+# The facts probe per release: python -m chaos.vllm_engine.compat --release X.
 COMPAT_RELEASES ?= 0.32.0 0.29.0 0.27.1 0.20.2 0.10.2
 .PHONY: compat
 compat: $(STAMP)
-	for r in $(COMPAT_RELEASES); do $(PY) -m chaos.vllm_engine.env --release $$r || exit 1; done
-	for r in $(COMPAT_RELEASES); do $(PY) -m chaos.vllm_engine.compat --release $$r --quick > /dev/null || exit 1; done
+	for r in $(COMPAT_RELEASES); do $(PY) -m chaos.vllm_engine.env --release $$r --models text || exit 1; done
+	$(PY) -m chaos.vllm_engine.matrix $(foreach r,$(COMPAT_RELEASES),--release $(r)) --table
 
 bench-sim: $(STAMP)
 	$(PY) -m tests.bench.bench_sim_capacity

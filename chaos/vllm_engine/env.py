@@ -452,7 +452,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         env = ensure_env(args.release)
-        paths = {kind: str(ensure_model(env, kind)) for kind in args.models}
+        # The models are written by transformers 5; a transformers-4 release reads a
+        # copy of them (model_for), never models its own transformers wrote.
+        writer = ensure_env() if release(args.release).transformers4 else env
+        paths = {
+            kind: str(model_for(ensure_model(writer, kind), args.release)) for kind in args.models
+        }
     except EngineEnvError as error:
         print(f"[engine-env] {error}", file=sys.stderr)
         return 1

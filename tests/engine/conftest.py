@@ -21,9 +21,15 @@ def engine(pytestconfig: pytest.Config) -> EngineServer:
     return shared_server(pytestconfig)
 
 
+def _uses_shared_server(item: pytest.Item) -> bool:
+    """Whether a test runs on the session's server (tests of another release or of a
+    multi-process engine start their own, and must not start this one beside it)."""
+    return "engine" in getattr(item, "fixturenames", ())
+
+
 @pytest.fixture(autouse=True)
 def _engine_healthy_after(request: pytest.FixtureRequest) -> Iterator[None]:
-    if request.node.get_closest_marker("engine") is None:
+    if request.node.get_closest_marker("engine") is None or not _uses_shared_server(request.node):
         yield
         return
     engine: EngineServer = request.getfixturevalue("engine")
@@ -33,13 +39,18 @@ def _engine_healthy_after(request: pytest.FixtureRequest) -> Iterator[None]:
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Run tests marked ``engine`` last, keeping their order.
+    """Run tests marked ``engine`` last, keeping their order, those with a server of
+    their own first.
 
-    The real-vLLM environment may still be building in the background (``make
+    The real-vLLM environments may still be building in the background (``make
     engine-env-bg``) while the pure and loopback tiers run; the first engine
-    test waits for that build on its lock.
+    test waits for that build on its lock. A test with its own server (another
+    release, a multi-process engine) stops it at the end of its module, before the
+    session's shared server starts: one server at a time on a small machine.
     """
     engine = [item for item in items if item.get_closest_marker("engine") is not None]
     if engine:
         others = [item for item in items if item.get_closest_marker("engine") is None]
-        items[:] = others + engine
+        own = [item for item in engine if not _uses_shared_server(item)]
+        shared = [item for item in engine if _uses_shared_server(item)]
+        items[:] = others + own + shared

@@ -78,3 +78,82 @@ def test_stray_and_partial_files_are_ignored(plugin: ModuleType, tmp_path: Path)
 def test_switch_rejects_bad_faults(tmp_path: Path, name: str, params: dict[str, float]) -> None:
     with pytest.raises(ValueError, match=r"."):
         FaultSwitch(tmp_path).set(name, **params)
+
+
+PLUGIN_PACKAGE = PLUGIN_FAULTS.parent
+
+
+@pytest.fixture(scope="module")
+def hooks() -> ModuleType:
+    """The plugin's hooks module, loaded from source as part of its package."""
+    spec = importlib.util.spec_from_file_location(
+        "_sentinel_chaos_pkg",
+        PLUGIN_PACKAGE / "__init__.py",
+        submodule_search_locations=[str(PLUGIN_PACKAGE)],
+    )
+    assert spec is not None
+    assert spec.loader is not None
+    package = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = package
+    spec.loader.exec_module(package)
+    return importlib.import_module("_sentinel_chaos_pkg.hooks")
+
+
+class _Engine:
+    """Stands in for an EngineCoreProc: the rank attributes the hook reads, and a step."""
+
+    def __init__(self, dp_rank: int | None) -> None:
+        self.dp_rank = dp_rank
+        self.steps = 0
+
+    def step(self) -> int:
+        self.steps += 1
+        return self.steps
+
+
+def test_engine_hang_naming_a_rank_holds_only_that_engine(
+    hooks: ModuleType, tmp_path: Path
+) -> None:
+    board = hooks.FaultBoard(tmp_path, interval=3600.0)
+    step = hooks._engine_step(board, _Engine.step)
+    FaultSwitch(tmp_path).set("engine_hang", engine=1)
+    assert board.get("engine_hang") == {"engine": 1}
+    free = _Engine(dp_rank=0)
+    assert step(free) == 1  # rank 0 steps although a hang is on (for rank 1)
+    assert hooks._mine(board.get("engine_hang"), 1)
+    assert not hooks._mine(board.get("engine_hang"), 0)
+    FaultSwitch(tmp_path).set("engine_hang")
+    assert hooks._mine(board.get("engine_hang"), 0)  # no rank named: every engine
+
+
+def test_rank_is_read_from_the_parallel_config_without_dp_rank(hooks: ModuleType) -> None:
+    class Config:
+        data_parallel_rank = 3
+
+    class Vllm:
+        parallel_config = Config()
+
+    engine = _Engine(dp_rank=None)
+    engine.vllm_config = Vllm()  # type: ignore[attr-defined]
+    assert hooks._dp_rank(engine) == 3
+    assert hooks._dp_rank(_Engine(dp_rank=2)) == 2
+    assert hooks._dp_rank(object()) == 0
+
+
+def test_slow_decode_sleeps_a_fixed_step_or_a_factor(hooks: ModuleType) -> None:
+    assert hooks._slow_decode_sleep({"step_seconds": 2.0, "factor": 10.0}, 0.001) == 2.0
+    assert hooks._slow_decode_sleep({"factor": 3.0}, 0.5) == pytest.approx(1.0)
+    floor = hooks.MIN_STEP_SECONDS
+    assert hooks._slow_decode_sleep({"factor": 11.0}, 0.0) == pytest.approx(10 * floor)
+
+
+def test_switch_writes_only_the_knobs_given(tmp_path: Path) -> None:
+    switch = FaultSwitch(tmp_path)
+    switch.set("slow_decode", step_seconds=2.0)
+    body = (tmp_path / "slow_decode.json").read_text()
+    assert '"step_seconds": 2.0' in body
+    assert '"engine"' not in body
+    with pytest.raises(ValueError, match="step_seconds"):
+        switch.set("slow_decode", step_seconds=0)
+    with pytest.raises(ValueError, match="engine"):
+        switch.set("engine_hang", engine=-1)
