@@ -81,6 +81,12 @@ def port_bindable(port: int) -> bool:
         return True
 
 
+def process_title(process: psutil.Process) -> str:
+    """A process's full title: its command line when vLLM titled it, else its name."""
+    line = " ".join(process.cmdline()).strip()
+    return line if line.startswith("VLLM::") else process.name()
+
+
 class VllmServer:
     """One real vLLM server process tree; a context manager that always cleans up."""
 
@@ -285,11 +291,16 @@ class VllmServer:
             return []
 
     def processes(self, title: str) -> list[psutil.Process]:
-        """Descendants of the API server whose process title is ``title``."""
+        """Descendants of the API server whose process title is exactly ``title``.
+
+        The title is read from the command line (``setproctitle`` rewrites it, padded
+        with blanks): the kernel's 15-character name cuts ``VLLM::Worker_TP1`` to
+        ``VLLM::Worker_TP``, which would match every tensor-parallel rank.
+        """
         found = []
         for child in self.descendants():
             with contextlib.suppress(psutil.Error):
-                if child.name() == title[:15] or " ".join(child.cmdline()).startswith(title):
+                if process_title(child) == title:
                     found.append(child)
         return found
 
