@@ -9,10 +9,12 @@ hang of kind ``toy``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from importlib.resources.abc import Traversable
 from typing import Any
 
+from sentinel.canary import kinds
 from sentinel.canary.protocol import (
     OK,
     CanaryRequest,
@@ -57,3 +59,13 @@ class ToyCanary:
 
 
 CANARY = ToyCanary()
+
+
+@contextmanager
+def registered() -> Iterator[None]:
+    """The toy kind in the registry for the duration, and gone again after."""
+    kinds.register(CANARY)
+    try:
+        yield
+    finally:
+        kinds.unregister(KIND)

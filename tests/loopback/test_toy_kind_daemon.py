@@ -18,7 +18,6 @@ import pytest
 import yaml
 from aiohttp import web
 
-from sentinel.canary import kinds
 from tests import toykind
 from tests.loopback.sidecar import Sidecar, eventually, running_sidecar
 
@@ -29,11 +28,8 @@ REQUEST = {"messages": [{"role": "user", "content": "Say ok."}], "max_tokens": 2
 
 @pytest.fixture
 def toy_registered() -> Iterator[None]:
-    kinds.register(toykind.CANARY)
-    try:
+    with toykind.registered():
         yield
-    finally:
-        kinds.unregister(toykind.KIND)
 
 
 class ToyServer:

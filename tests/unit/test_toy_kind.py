@@ -21,7 +21,6 @@ import pytest
 import yaml
 from prometheus_client import CollectorRegistry
 
-from sentinel.canary import kinds
 from sentinel.canary.result import CanaryResult, Reason
 from sentinel.canary.runner import CanaryRunner
 from sentinel.canary.spec import TEXT
@@ -38,11 +37,8 @@ TOY_DEADLINE = 0.2  # each toy miss costs this much wall time; two are needed
 
 @pytest.fixture
 def toy_registered() -> Iterator[None]:
-    kinds.register(toykind.CANARY)
-    try:
+    with toykind.registered():
         yield
-    finally:
-        kinds.unregister(toykind.KIND)
 
 
 def write_catalog(directory: Path, **toy: Any) -> Path:
