@@ -16,6 +16,16 @@ shown to own the socket (none listens, or its sockets are unreadable without
 privileges), nothing is attributed, the snapshot says why, and process
 evidence is off.
 
+Following the target is cheap once it is found: each sample reads only the
+attributed server, the descendants it had at the last recheck and the
+processes seen behind it (:mod:`sentinel.evidence.process_table` owns the
+reads). Every ``recheck_interval`` the server's descendants are looked up
+again and the server is asked whether it still owns the socket (both read
+tables far larger than the target: every process's parent, every socket of
+the network namespace). The whole table and every process's sockets are read
+only while there is no owner to follow or it stopped listening, and then with
+a growing pause between reads.
+
 psutil calls block, so the daemon uses :meth:`ProcessWatcher.sample_async`,
 which runs them in a worker thread.
 """
@@ -23,12 +33,11 @@ which runs them in a worker thread.
 from __future__ import annotations
 
 import asyncio
+import math
 import os
-from collections.abc import Callable, Iterable, Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
-
-import psutil
 
 # The vocabulary lives in its own module; its names are importable from here too.
 from sentinel.evidence.process_model import (
@@ -44,6 +53,13 @@ from sentinel.evidence.process_model import (
     SchedulingPolicy,
     process_state,
     scheduling_policy,
+)
+from sentinel.evidence.process_table import (
+    ProcessTable,
+    Row,
+    ancestors,
+    listens_on,
+    system_listeners,
 )
 
 __all__ = [
@@ -63,98 +79,26 @@ __all__ = [
 ]
 
 
-_ATTRS = ["pid", "ppid", "name", "cmdline", "create_time", "status", "cpu_times"]
-
-
-@dataclass(slots=True)
-class _Row:
-    pid: int
-    ppid: int | None
-    name: str
-    cmdline: tuple[str, ...]
-    create_time: float
-    status: str | None
-    cpu_seconds: float | None
-
-    @classmethod
-    def from_info(cls, info: dict[str, Any]) -> _Row:
-        cmdline = tuple(arg for arg in (info.get("cmdline") or ()) if arg)
-        cpu = info.get("cpu_times")
-        return cls(
-            pid=int(info["pid"]),
-            ppid=info.get("ppid"),
-            name=info.get("name") or "",
-            cmdline=cmdline,
-            create_time=float(info.get("create_time") or 0.0),
-            status=info.get("status"),
-            cpu_seconds=None if cpu is None else float(cpu.user + cpu.system),
-        )
-
-    def info(self, role: ProcessRole) -> ProcessInfo:
-        return ProcessInfo(
-            pid=self.pid,
-            role=role,
-            name=self.name,
-            # psutil reports no status for a process it could not read at all,
-            # which in a shared PID namespace means it vanished while listed.
-            state=ProcessState.GONE if self.status is None else process_state(self.status),
-            create_time=self.create_time,
-            ppid=self.ppid,
-            cpu_seconds=self.cpu_seconds,
-            cmdline=self.cmdline,
-        )
-
-
-def _read_table(exclude: Iterable[int]) -> list[_Row]:
-    skip = set(exclude)
-    rows = []
-    for proc in psutil.process_iter(_ATTRS, ad_value=None):
-        info = proc.info
-        if info.get("pid") is None or info["pid"] in skip:
-            continue
-        rows.append(_Row.from_info(info))
-    return rows
-
-
-def _ancestors(pid: int, parents: dict[int, int | None]) -> list[int]:
-    chain: list[int] = []
-    current = parents.get(pid)
-    while current is not None and current not in chain:
-        chain.append(current)
-        current = parents.get(current)
-    return chain
-
-
-def _listens_on(pid: int, port: int) -> bool:
-    try:
-        connections = psutil.Process(pid).net_connections(kind="tcp")
-    except (psutil.Error, OSError):
-        return False
-    return any(
-        c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port for c in connections
-    )
-
-
-def _listeners(port: int, candidates: Iterable[int]) -> set[int]:
+def _owners(port: int, apis: Sequence[Row], parents: dict[int, int | None]) -> set[int]:
     """The PIDs that own a socket listening on ``port``.
 
-    One system-wide read where the platform allows it (its owner PIDs are
-    known for every process sentinel may inspect); else each candidate is
-    asked. A socket whose owner cannot be read proves nothing about anyone.
+    The vLLM-titled candidates (and their ancestors, which may share the
+    socket) are asked first, one cheap read each; every process's sockets are
+    read only when none of them owns it, since the owner may wear no vLLM
+    title at all. Where that system-wide read is refused, the candidates'
+    answer stands.
     """
-    try:
-        connections = psutil.net_connections(kind="tcp")
-    except (psutil.Error, OSError):
-        return {pid for pid in candidates if _listens_on(pid, port)}
-    return {
-        c.pid
-        for c in connections
-        if c.pid is not None and c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port
-    }
+    owners = {row.pid for row in apis if listens_on(row.pid, port)}
+    if owners:
+        return owners | {
+            a for pid in owners for a in ancestors(pid, parents) if listens_on(a, port)
+        }
+    found = system_listeners(port)
+    return set() if found is None else found
 
 
 def _is_descendant(pid: int, ancestor: int, parents: dict[int, int | None]) -> bool:
-    return ancestor in _ancestors(pid, parents)
+    return ancestor in ancestors(pid, parents)
 
 
 @dataclass(slots=True)
@@ -173,12 +117,27 @@ class ProcessWatcher:
     # target's API server. None (no port known) falls back to the patterns
     # alone, for callers that know the table holds only their server.
     listen_port: int | None = None
+    # Paces the costly reads: the first search again after rescan_after
+    # seconds, each later one twice as late up to rescan_max; a followed
+    # server's descendants and socket checked again every recheck_interval.
+    scan_clock: Callable[[], float] = time.monotonic
+    rescan_after: float = 1.0
+    rescan_max: float = 16.0
+    recheck_interval: float = 15.0
     _identity: tuple[int, float] | None = None
     _seen: dict[tuple[int, float], ProcessInfo] = field(default_factory=dict)
+    _table: ProcessTable = field(default_factory=ProcessTable)
+    _rescan: float = 0.0
+    _scan_due: float = -math.inf
+    _detail: str = ""
+    _tree: tuple[int, ...] = ()
+    _tree_root: tuple[int, float] | None = None
+    _recheck_due: float = -math.inf
+    _listening: bool = False
 
     def sample(self) -> ProcessSnapshot:
-        """Read the process table (blocking)."""
-        rows = _read_table(self.exclude_pids)
+        """Read the target's processes (blocking)."""
+        rows, settled = self._rows()
         at = self.clock()
         parents = {row.pid: row.ppid for row in rows}
         # A process keeps the role it was first seen with: a zombie's name and
@@ -190,7 +149,11 @@ class ProcessWatcher:
             for row in rows
         }
 
-        api_row, attribution, detail = self._attribute(rows, roles, parents)
+        if settled is None:
+            api_row, attribution, detail = self._attribute(rows, roles, parents)
+            self._searched(rows, api_row, detail, parents)
+        else:
+            api_row, attribution, detail = settled
         api = None if api_row is None else api_row.info(ProcessRole.API_SERVER)
 
         identity = None if api is None else (api.pid, api.create_time)
@@ -198,7 +161,7 @@ class ProcessWatcher:
             self._identity = identity
             self._seen = {}
 
-        def belongs(row: _Row) -> bool:
+        def belongs(row: Row) -> bool:
             # Behind a known API server, only its own descendants count; this
             # keeps unrelated vLLM processes (another pod's, a test's) out. A
             # process seen behind it earlier keeps counting once orphaned (a
@@ -247,12 +210,79 @@ class ProcessWatcher:
             attribution_detail=detail,
         )
 
+    def _rows(self) -> tuple[list[Row], tuple[Row | None, Attribution, str] | None]:
+        """The rows to judge, and the attribution when following the known server settled it."""
+        port = self.listen_port
+        if port is None:
+            return self._table.read_all(self.exclude_pids), None
+        now = self.scan_clock()
+        api = self._followed()
+        if api is None and self._identity is not None:
+            # The server is gone: look for its successor now, then back off.
+            self._scan_due, self._rescan = now, self.rescan_after
+        if api is not None:
+            rows = self._family(api, now, port)
+            if self._listening:
+                return rows, (api, Attribution.LISTENING_SOCKET, "")
+            if now < self._scan_due:
+                return rows, (api, Attribution.LISTENING_SOCKET, self._kept())
+        elif now < self._scan_due:
+            return [], (None, Attribution.NONE, self._detail)
+        step = max(self._rescan, self.rescan_after)
+        self._scan_due, self._rescan = now + step, min(step * 2, self.rescan_max)
+        return self._table.read_all(self.exclude_pids), None
+
+    def _followed(self) -> Row | None:
+        """The attributed server, read by PID, while the very same process lives."""
+        if self._identity is None:
+            return None
+        pid, created = self._identity
+        rows = self._table.read([pid])
+        if not rows or rows[0].create_time != created:
+            return None
+        return None if rows[0].info(ProcessRole.API_SERVER).state in GONE_STATES else rows[0]
+
+    def _family(self, api: Row, now: float, port: int) -> list[Row]:
+        """The server, its descendants and the processes seen behind it, each read by PID.
+
+        A child born since the last recheck waits for the next one, and so
+        does a closed listener; every known process is read each sample.
+        """
+        if self._tree_root != api.key or now >= self._recheck_due:
+            self._listening = listens_on(api.pid, port)
+            self._tree = tuple(self._table.descendants(api.pid))
+            self._tree_root, self._recheck_due = api.key, now + self.recheck_interval
+        others = [*self._tree, *(pid for pid, _ in self._seen)]
+        rows = [api, *self._table.read(p for p in others if p != api.pid)]
+        self._table.forget_except(row.pid for row in rows)
+        return rows
+
+    def _searched(
+        self,
+        rows: Sequence[Row],
+        api_row: Row | None,
+        detail: str,
+        parents: dict[int, int | None],
+    ) -> None:
+        """Remember what a whole-table search found, for the samples that follow it."""
+        self._detail = detail
+        if api_row is None:
+            return
+        if not detail:
+            self._rescan = self.rescan_after
+        self._listening = not detail
+        self._tree = tuple(r.pid for r in rows if _is_descendant(r.pid, api_row.pid, parents))
+        self._tree_root, self._recheck_due = api_row.key, self.scan_clock() + self.recheck_interval
+
+    def _kept(self) -> str:
+        return f"kept: its listening socket of port {self.listen_port} is closed"
+
     def _attribute(
         self,
-        rows: Sequence[_Row],
+        rows: Sequence[Row],
         roles: dict[int, ProcessRole | None],
         parents: dict[int, int | None],
-    ) -> tuple[_Row | None, Attribution, str]:
+    ) -> tuple[Row | None, Attribution, str]:
         """The target's API server, how it was found, and why not when it was not."""
         # The API server is the top-most match: a fork of it (before its child
         # sets a title) or a process it spawns may match the same pattern.
@@ -260,35 +290,32 @@ class ProcessWatcher:
             row
             for row in rows
             if roles[row.pid] is ProcessRole.API_SERVER
-            and not any(
-                roles.get(a) is ProcessRole.API_SERVER for a in _ancestors(row.pid, parents)
-            )
+            and not any(roles.get(a) is ProcessRole.API_SERVER for a in ancestors(row.pid, parents))
         ]
         if self.listen_port is None:
             best = min(apis, key=lambda r: (r.create_time, r.pid), default=None)
             return best, Attribution.PATTERNS, ""
-        owners = _listeners(self.listen_port, (row.pid for row in apis))
+        owners = _owners(self.listen_port, apis, parents)
         # Any process owning the socket is the server, vLLM-titled or not; the
         # top-most owner, since children of a forking server share the socket.
         owning = [
             row
             for row in rows
-            if row.pid in owners and not any(a in owners for a in _ancestors(row.pid, parents))
+            if row.pid in owners and not any(a in owners for a in ancestors(row.pid, parents))
         ]
         best = min(owning, key=lambda r: (r.create_time, r.pid), default=None)
         if best is not None:
             return best, Attribution.LISTENING_SOCKET, ""
         kept = self._still_attributed(rows)
         if kept is not None:
-            detail = f"kept: its listening socket of port {self.listen_port} is closed"
-            return kept, Attribution.LISTENING_SOCKET, detail
+            return kept, Attribution.LISTENING_SOCKET, self._kept()
         detail = f"no process owning the listening socket of port {self.listen_port} is visible"
         if apis:
             pids = ", ".join(str(row.pid) for row in apis)
             detail += f" (not adopted: vLLM API server(s) {pids} on other ports)"
         return None, Attribution.NONE, detail
 
-    def _still_attributed(self, rows: Sequence[_Row]) -> _Row | None:
+    def _still_attributed(self, rows: Sequence[Row]) -> Row | None:
         """The API server attributed earlier, if the very same process still lives.
 
         A server whose listener closed is still the target's server: it is

@@ -355,14 +355,16 @@ async def test_an_attributed_server_is_kept_after_its_listener_closes() -> None:
 
     A watcher that never saw it own the socket does not adopt it.
     """
+    now = [0.0]
     with SimProcess() as sim:
-        watcher = ProcessWatcher(clock=lambda: 0.0, listen_port=sim.port)
+        watcher = ProcessWatcher(clock=lambda: 0.0, listen_port=sim.port, scan_clock=lambda: now[0])
         assert (await watcher.sample_async()).api is not None
         sim.control.set_fault("listener_closed")
         deadline = time.monotonic() + 10.0
         while not _refuses(sim.port):
             assert time.monotonic() < deadline, "the listener never closed"
             await asyncio.sleep(0.05)
+        now[0] += watcher.recheck_interval  # a followed server's socket is rechecked this often
         snap = await watcher.sample_async()
         assert snap.api is not None
         assert snap.api.pid == sim.api_pid
@@ -372,3 +374,85 @@ async def test_an_attributed_server_is_kept_after_its_listener_closes() -> None:
         fresh = await ProcessWatcher(clock=lambda: 0.0, listen_port=sim.port).sample_async()
         assert fresh.api is None
         assert fresh.attribution is Attribution.NONE
+
+
+# -- the cost of following the target ----------------------------------------
+
+
+class CountingReads:
+    """Counts psutil's whole-table and system-wide socket reads (the costly ones)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.tables = 0
+        self.sockets = 0
+        process_iter, net_connections = psutil.process_iter, psutil.net_connections
+
+        def counted_iter(*args: object, **kwargs: object) -> object:
+            self.tables += 1
+            return process_iter(*args, **kwargs)  # type: ignore[arg-type]
+
+        def counted_connections(*args: object, **kwargs: object) -> object:
+            self.sockets += 1
+            return net_connections(*args, **kwargs)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(psutil, "process_iter", counted_iter)
+        monkeypatch.setattr(psutil, "net_connections", counted_connections)
+
+
+async def test_a_followed_server_costs_no_whole_table_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    with SimProcess() as sim:
+        reads = CountingReads(monkeypatch)
+        watcher = ProcessWatcher(clock=lambda: 0.0, listen_port=sim.port)
+        first = await watcher.sample_async()
+        assert first.api is not None
+        assert reads.tables == 1
+        for _ in range(5):
+            snap = await watcher.sample_async()
+            assert snap.api_identity == first.api_identity
+            assert snap.attribution is Attribution.LISTENING_SOCKET
+            assert snap.attribution_detail == ""
+            assert [p.pid for p in snap.engines] == [sim.engine_pid]
+        assert reads.tables == 1
+        assert reads.sockets <= 1
+        # Its engine stopping is still seen at once.
+        os.kill(sim.engine_pid, signal.SIGSTOP)
+        try:
+            snap = await eventually(watcher, lambda s: engine_state(s) is ProcessState.STOPPED)
+        finally:
+            os.kill(sim.engine_pid, signal.SIGCONT)
+        assert reads.tables == 1
+
+
+async def test_a_search_that_finds_nothing_backs_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    now = [0.0]
+    reads = CountingReads(monkeypatch)
+    watcher = ProcessWatcher(
+        clock=lambda: 0.0,
+        listen_port=free_port(),
+        scan_clock=lambda: now[0],
+        rescan_after=1.0,
+        rescan_max=4.0,
+    )
+    searches = []
+    for step in range(12):  # 0.0 .. 11.0 s, one sample a second
+        now[0] = float(step)
+        before = reads.tables
+        snap = await watcher.sample_async()
+        assert snap.attribution is Attribution.NONE
+        assert "no process owning" in snap.attribution_detail
+        if reads.tables > before:
+            searches.append(step)
+    assert searches == [0, 1, 3, 7, 11]
+
+
+async def test_a_server_that_exits_is_searched_for_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    reads = CountingReads(monkeypatch)
+    with SimProcess() as sim:
+        watcher = ProcessWatcher(clock=lambda: 0.0, listen_port=sim.port, scan_clock=lambda: 0.0)
+        assert (await watcher.sample_async()).api is not None
+        kill_tree(sim.api_pid)
+        snap = await eventually(watcher, lambda s: s.api is None)
+        assert reads.tables == 2  # the first search, then one when the server went
+        assert snap.attribution is Attribution.NONE
