@@ -22,6 +22,7 @@ evidence loops in :mod:`sentinel.observers`, the ``/status`` document in
 from __future__ import annotations
 
 import asyncio
+import ssl
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -141,9 +142,10 @@ class Daemon:
         self.grpc = GrpcHealthServer(self.state, settings.grpc_listen)
         timeout = httpx.Timeout(10.0, connect=2.0)
         limits = httpx.Limits(max_connections=32, max_keepalive_connections=8)
+        tls = tls_context(settings.target)
         async with (
-            httpx.AsyncClient(timeout=timeout, limits=limits) as evidence_client,
-            httpx.AsyncClient(timeout=timeout, limits=limits) as canary_client,
+            httpx.AsyncClient(timeout=timeout, limits=limits, verify=tls) as evidence_client,
+            httpx.AsyncClient(timeout=timeout, limits=limits, verify=tls) as canary_client,
         ):
             self.runner = CanaryRunner(
                 canary_client,
@@ -343,6 +345,19 @@ def _log_result(result: CanaryResult) -> None:
         log.info("canary", **fields)
     else:
         log.warning("canary", **fields)
+
+
+def tls_context(target: str) -> ssl.SSLContext:
+    """The one TLS context both clients share: CA certificates only for an https target.
+
+    Left to itself httpx builds a context per client and loads the CA bundle
+    into each (about 1.4 MB of memory and 0.1 s of start apiece), which a
+    plain-http target never uses. Over http the context trusts no one, so a
+    redirect to https fails closed rather than going unverified.
+    """
+    if httpx.URL(target).scheme == "https":
+        return httpx.create_ssl_context()
+    return ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
 
 
 def target_port(target: str) -> int | None:

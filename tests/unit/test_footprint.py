@@ -8,11 +8,13 @@ about 30 MB of resident memory), so these run a fresh interpreter and look at
 from __future__ import annotations
 
 import json
+import ssl
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
+from sentinel.daemon import tls_context
 from sentinel.k8s import in_cluster_credentials
 
 INCIDENT_ONLY = ("kubernetes", "pynvml", "matplotlib")
@@ -64,3 +66,13 @@ def test_in_cluster_credentials_say_what_is_missing(tmp_path: Path) -> None:
     assert in_cluster_credentials({}, account) == "KUBERNETES_SERVICE_HOST is not set"
     (account / "ca.crt").unlink()
     assert "ca.crt" in (in_cluster_credentials(env, account) or "")
+
+
+def test_a_plain_http_target_loads_no_certificates_and_trusts_no_one() -> None:
+    plain = tls_context("http://127.0.0.1:8000")
+    assert plain.cert_store_stats()["x509_ca"] == 0
+    assert plain.verify_mode is ssl.CERT_REQUIRED  # a redirect to https fails closed
+    assert plain.check_hostname
+    secure = tls_context("https://vllm.example:8443")
+    assert secure.cert_store_stats()["x509_ca"] > 0
+    assert secure.verify_mode is ssl.CERT_REQUIRED
