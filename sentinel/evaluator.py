@@ -153,6 +153,8 @@ class Evaluator:
             action=hang.action.value,
             outcome=hang_outcome(hang, enforce=enforce, braked=verdict.brake_engaged),
             reason=hang.reason,
+            engines=list(hang.engines),
+            ranks=list(hang.ranks),
         )
 
     def _log_transitions(self, previous: Verdict | None, verdict: Verdict, now: float) -> None:

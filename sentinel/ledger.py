@@ -20,9 +20,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from sentinel.canary.result import CanaryKind, CanaryResult
+from sentinel.evidence.process_model import ProcessInfo, placed
 from sentinel.evidence.processes import ProcessSnapshot, ProcessState
 from sentinel.progress import ProgressTracker
-from sentinel.verdict import Action, Evidence, KindEvidence
+from sentinel.verdict import Action, EngineProgress, Evidence, KindEvidence
 
 _DOWN = (ProcessState.STOPPED, ProcessState.ZOMBIE, ProcessState.GONE)
 
@@ -65,6 +66,10 @@ class Ledger:
         self.processes: ProcessSnapshot | None = None
         self.engine_down_since: float | None = None
         self.engine_down_detail = ""
+        self.down_engines: tuple[int, ...] = ()  # data-parallel engines of the down processes
+        self.down_ranks: tuple[int, ...] = ()  # tensor-parallel ranks of the down processes
+        # Titles and placements seen (pid, start time): a zombie keeps only its short name.
+        self._placements: dict[tuple[int, float], ProcessInfo] = {}
         self.last_canary_activity = float("-inf")
         self.sends: deque[tuple[float, Mapping[str, float]]] = deque(maxlen=256)
         self.startup_passed = False
@@ -83,6 +88,7 @@ class Ledger:
         self.health_failing_since = None
         self.engine_down_since = None
         self.engine_down_detail = ""
+        self.down_engines, self.down_ranks = (), ()
         self.startup_passed = False
 
     def saw_refusal(self, now: float) -> None:
@@ -158,9 +164,21 @@ class Ledger:
         record.enabled, record.disabled_reason = False, reason
 
     def busy(self, now: float, idle_window: float) -> bool:
-        """Real (not sentinel's) completions happened within the idle window."""
+        """Real (not sentinel's) completions happened within the idle window, on every engine.
+
+        Completions vouch only for the engines that made them: while one
+        data-parallel engine's work has been flat for the idle window, the
+        server is not busy as a whole and canaries keep running (one stuck
+        engine among busy ones is exactly what they must catch).
+        """
         last = self.progress.last_real_completion_at
-        return last is not None and now - last <= idle_window
+        if last is None or now - last > idle_window:
+            return False
+        engines = self.progress.engines
+        return len(engines) < 2 or all(
+            track.last_progress_at is not None and now - track.last_progress_at <= idle_window
+            for track in engines.values()
+        )
 
     # -- evidence -----------------------------------------------------------
     def observe_health(self, status: int | None, now: float) -> None:
@@ -171,6 +189,10 @@ class Ledger:
             self.health_failing_since = now
 
     def observe_processes(self, snapshot: ProcessSnapshot, now: float) -> None:
+        snapshot = placed(snapshot, self._placements)
+        self._placements = {
+            (p.pid, p.create_time): p for p in (*snapshot.engine_processes, *snapshot.coordinators)
+        }
         previous, self.processes = self.processes, snapshot
         before = None if previous is None else previous.api_identity
         after = snapshot.api_identity
@@ -188,12 +210,13 @@ class Ledger:
         if snapshot.api is not None and down:
             if self.engine_down_since is None:
                 self.engine_down_since = now
-            self.engine_down_detail = ", ".join(
-                f"{p.name or p.role.value} (pid {p.pid}) {p.state.value}" for p in down
-            )
+            self.engine_down_detail = ", ".join(f"{p.describe()} {p.state.value}" for p in down)
+            self.down_engines = _distinct(p.placement.engine for p in down)
+            self.down_ranks = _distinct(p.placement.tp_rank for p in down)
         else:
             self.engine_down_since = None
             self.engine_down_detail = ""
+            self.down_engines, self.down_ranks = (), ()
 
     def evidence(
         self,
@@ -229,7 +252,25 @@ class Ledger:
             health_failing_since=self.health_failing_since,
             engine_down_since=self.engine_down_since,
             engine_down_detail=self.engine_down_detail,
+            down_engines=self.down_engines,
+            down_ranks=self.down_ranks,
+            engines=self._engine_progress() if fresh else (),
             refused_since=self.refused_since,
             api_alive=self.api_alive(),
             unobserved=unobserved,
         )
+
+    def _engine_progress(self) -> tuple[EngineProgress, ...]:
+        """Each engine's own progress, when the server exposes more than one."""
+        engines = self.progress.engines
+        if len(engines) < 2:
+            return ()
+        return tuple(
+            EngineProgress(engine, track.first_seen_at, track.last_progress_at)
+            for engine, track in sorted(engines.items())
+        )
+
+
+def _distinct(values: Iterable[int | None]) -> tuple[int, ...]:
+    """The named indices, each once, in order."""
+    return tuple(sorted({v for v in values if v is not None}))

@@ -23,6 +23,15 @@ every counter delta is first charged against those credits. A hung engine usuall
 has stuck real requests in ``running``; the prefill or first token of a
 canary sent to it is charged to the canary and cannot keep it alive. Once a
 canary finished, its credit becomes the work its usage reports.
+
+Under data parallelism vLLM labels every sample with its ``engine``; each
+engine's work counters are followed as well as their sum (:class:`EngineTrack`),
+so one engine whose work is flat while another's moves can be told from a
+whole-server hang. Per engine the counters are taken as they are: which
+engine served a canary is unknown, so its credit is charged in the total
+only. That is safe for the one question asked per engine, "did it do any
+work at all?": a canary's work shows on the engine that served it, and a
+stuck engine serves none.
 """
 
 from __future__ import annotations
@@ -58,6 +67,26 @@ class _Credit:
     def set(self, key: str, total: float) -> None:
         """Explain exactly ``total`` of ``key`` in all: the usage the reply reported."""
         self.left[key] = max(total - self.used.get(key, 0.0), 0.0)
+
+
+@dataclass(slots=True)
+class EngineTrack:
+    """One engine's work counters (its ``engine`` label) across samples of this epoch."""
+
+    first_seen_at: float  # the first sample that carried this engine
+    counters: dict[str, float]
+    last_progress_at: float | None = None  # the last sample in which its work moved
+    last_delta: dict[str, float] = field(default_factory=dict)
+    totals: dict[str, float] = field(default_factory=dict)
+
+    def observe(self, counters: Mapping[str, float], at: float) -> None:
+        work = {k: v for k, v in counters.items() if k in WORK_COUNTERS}
+        deltas = {k: max(work[k] - self.counters[k], 0.0) for k in work if k in self.counters}
+        self.counters, self.last_delta = work, deltas
+        for key, delta in deltas.items():
+            self.totals[key] = self.totals.get(key, 0.0) + delta
+        if any(delta > 0 for delta in deltas.values()):
+            self.last_progress_at = at
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +135,7 @@ class ProgressTracker:
         self.signals: tuple[str, ...] = ()
         self.last_update = ProgressUpdate()
         self.totals: dict[str, SignalReport] = {}  # summed over the epoch
+        self.engines: dict[str, EngineTrack] = {}  # per ``engine`` label, this epoch
 
     def reset(self) -> None:
         """Forget the samples (a new server epoch); canaries in flight keep their credit."""
@@ -117,6 +147,7 @@ class ProgressTracker:
         self.signals = ()
         self.last_update = ProgressUpdate()
         self.totals = {}
+        self.engines = {}
 
     @property
     def available(self) -> bool:
@@ -174,6 +205,7 @@ class ProgressTracker:
         if present:
             self.last_evidence_at = sample.at
         if previous is None:
+            self._follow_engines(sample)
             self._expire(sample.at)
             return self._remember(ProgressUpdate())
         before = {k: v for k, v in previous.counters.items() if k in WORK_COUNTERS}
@@ -182,7 +214,10 @@ class ProgressTracker:
             self.last_progress_at = None
             self.last_real_completion_at = None
             self.totals = {}
+            self.engines = {}
+            self._follow_engines(sample)
             return self._remember(ProgressUpdate(restarted=True))
+        self._follow_engines(sample)
 
         credits = [
             c
@@ -224,6 +259,18 @@ class ProgressTracker:
             )
         )
 
+    def _follow_engines(self, sample: MetricsSample) -> None:
+        """Each engine's own work; an engine no longer in the exposition is forgotten."""
+        for engine, counters in sample.engines.items():
+            track = self.engines.get(engine)
+            if track is None:
+                work = {k: v for k, v in counters.items() if k in WORK_COUNTERS}
+                self.engines[engine] = EngineTrack(first_seen_at=sample.at, counters=work)
+            else:
+                track.observe(counters, sample.at)
+        for engine in [e for e in self.engines if e not in sample.engines]:
+            del self.engines[engine]
+
     def _remember(self, update: ProgressUpdate) -> ProgressUpdate:
         self.last_update = update
         return update
@@ -253,4 +300,22 @@ class ProgressTracker:
                 for k, r in sorted(self.totals.items())
             },
             "canaries_discounted": len(self._credits),
+            # Per engine (vLLM's ``engine`` label): its own work as counted,
+            # sentinel's canaries not discounted (which engine served one is unknown).
+            "engines": {
+                engine: {
+                    "progress_age": None
+                    if track.last_progress_at is None
+                    else round(now - track.last_progress_at, 3),
+                    "seen_for": round(now - track.first_seen_at, 3),
+                    "last_interval": dict(sorted(track.last_delta.items())),
+                    "epoch_totals": dict(sorted(track.totals.items())),
+                }
+                for engine, track in sorted(self.engines.items(), key=lambda i: _order(i[0]))
+            },
         }
+
+
+def _order(engine: str) -> tuple[int, str]:
+    """Engine labels in numeric order ("2" before "10"), anything else after."""
+    return (int(engine), "") if engine.isdigit() else (1 << 30, engine)

@@ -151,6 +151,9 @@ class Settings(BaseModel):
     brake_max_restarts: int = 3
     brake_window: float = 3600.0
     engine_policy: Action = Action.RESTART
+    # One data-parallel engine stuck while the others serve: its share of
+    # requests hangs forever, so restart; unready or alert keep the rest serving.
+    partial_policy: Action = Action.RESTART
     dead_policy: Action = Action.RESTART
     broken_policy: Action = Action.RESTART
     listener_policy: Action = Action.RESTART
@@ -257,6 +260,7 @@ class Settings(BaseModel):
             brake_max_restarts=self.brake_max_restarts,
             brake_window=self.brake_window,
             engine_action=self.engine_policy,
+            partial_action=self.partial_policy,
             dead_action=self.dead_policy,
             broken_window=self.broken_window,
             listener_grace=self.listener_grace,

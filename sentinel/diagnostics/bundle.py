@@ -44,6 +44,8 @@ from sentinel import __version__
 from sentinel.canary.result import CanaryResult
 from sentinel.diagnostics import cgroup, gpu, procs, stacks
 from sentinel.diagnostics.cause import Cause, CauseClass, classify
+from sentinel.diagnostics.stuck import of_stuck_engines, stuck_json, stuck_lines
+from sentinel.evidence.process_model import named_placements
 from sentinel.telemetry.logging import get_logger
 from sentinel.telemetry.redact import (
     SecretScrubber,
@@ -175,9 +177,11 @@ async def capture(context: DiagnosticsContext) -> Incident:
     )
 
     if snapshots:
-        cause = classify([s.observation() for s in snapshots])
+        observations = [s.observation() for s in snapshots]
     else:
-        cause = classify(procs.observations_from_discovery(discovered))
+        observations = procs.observations_from_discovery(discovered)
+    stuck = named_placements(context.trigger.reason)
+    cause = classify(of_stuck_engines(observations, stuck.get("engine", [])))
     if "discovery" in sections:  # discovery itself failed: we do not know
         cause = Cause(cause.cause, f"{cause.summary} (process discovery failed)", cause.pid)
     for item in discovered:
@@ -194,6 +198,9 @@ async def capture(context: DiagnosticsContext) -> Incident:
             "duration_s": duration,
             "trigger": asdict(context.trigger),
             "cause": {"class": cause.cause.value, "summary": cause.summary, "pid": cause.pid},
+            # The data-parallel engines and tensor-parallel ranks the trigger
+            # or the cause's process names ([] where none is named).
+            "stuck": stuck_json(stuck, observations, cause.pid),
             "sentinel": {"version": context.version, "config": dict(context.config)},
             "processes": [asdict(s) for s in snapshots]
             or [_discovered_json(d) for d in discovered],
@@ -389,6 +396,7 @@ def render_summary(bundle: Mapping[str, Any]) -> str:
         "",
         f"incident  {bundle['id']}",
         f"trigger   {bundle['trigger']['kind']}: {bundle['trigger']['reason']}",
+        *stuck_lines(bundle.get("stuck")),
         f"captured  {bundle['started_at']} in {bundle['duration_s']:.2f} s",
         f"sentinel  {bundle['sentinel']['version']}",
         "",

@@ -124,7 +124,7 @@ def _by_role(processes: Sequence[ProcessObservation]) -> list[ProcessObservation
         ProcessRole.API_SERVER: 2,
         ProcessRole.OTHER: 3,
     }
-    return sorted(processes, key=lambda p: (order[p.role], p.pid))
+    return sorted(processes, key=lambda p: (order.get(p.role, len(order)), p.pid))
 
 
 def _deciding_process(processes: Sequence[ProcessObservation]) -> ProcessObservation:

@@ -39,7 +39,8 @@ from sentinel.transport import BodyDecodingError, BodyTooLarge, iter_capped
 
 # Sample names as vLLM 0.32 exposes them (vllm/v1/metrics/loggers.py,
 # PrometheusStatLogger). Every one is labelled by model_name and engine; the
-# sample sums over label sets so data-parallel engines add up.
+# sample sums over label sets so data-parallel engines add up, and keeps each
+# engine's own counters apart as well (one stuck engine among several).
 COUNTER_SAMPLES: Mapping[str, str] = MappingProxyType(
     {
         "vllm:generation_tokens_total": "generation_tokens",
@@ -56,6 +57,7 @@ GAUGE_SAMPLES: Mapping[str, str] = MappingProxyType(
     }
 )
 COMPLETIONS_SAMPLE = "vllm:request_success_total"
+ENGINE_LABEL = "engine"  # the data-parallel engine index on every vLLM sample
 # Finished reasons that prove the engine produced an answer. ``abort`` is a
 # client (or sentinel) giving up, ``error`` is a failure: neither is progress.
 PROGRESS_FINISH_REASONS = frozenset({"stop", "length"})
@@ -69,12 +71,15 @@ class MetricsSample:
     """The progress signals of one scrape, at the scrape's monotonic time.
 
     ``counters`` and ``gauges`` hold only signals that were present; a missing
-    key means the server did not expose it.
+    key means the server did not expose it. ``engines`` holds the counters
+    again per value of vLLM's ``engine`` label (data-parallel engines, ``"0"``
+    for a single engine); samples without that label appear only in the sums.
     """
 
     at: float
     counters: Mapping[str, float] = field(default_factory=dict)
     gauges: Mapping[str, float] = field(default_factory=dict)
+    engines: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
 
 
 _WANTED = (*COUNTER_SAMPLES, *GAUGE_SAMPLES, COMPLETIONS_SAMPLE)
@@ -105,6 +110,15 @@ def parse_vllm_metrics(text: str, at: float) -> MetricsSample:
     """
     counters: dict[str, float] = {}
     gauges: dict[str, float] = {}
+    engines: dict[str, dict[str, float]] = {}
+
+    def count(key: str, value: float, labels: Mapping[str, str]) -> None:
+        counters[key] = counters.get(key, 0.0) + value
+        engine = labels.get(ENGINE_LABEL)
+        if engine is not None:
+            own = engines.setdefault(engine, {})
+            own[key] = own.get(key, 0.0) + value
+
     # Nothing of vLLM's in it: parse it whole, so garbage is still reported.
     wanted = relevant_lines(text)
     for family in text_string_to_metric_families(wanted if wanted.strip() else text):
@@ -113,8 +127,7 @@ def parse_vllm_metrics(text: str, at: float) -> MetricsSample:
             if math.isnan(value):
                 continue
             if sample.name in COUNTER_SAMPLES:
-                key = COUNTER_SAMPLES[sample.name]
-                counters[key] = counters.get(key, 0.0) + value
+                count(COUNTER_SAMPLES[sample.name], value, sample.labels)
             elif sample.name in GAUGE_SAMPLES:
                 key = GAUGE_SAMPLES[sample.name]
                 gauges[key] = gauges.get(key, 0.0) + value
@@ -122,11 +135,16 @@ def parse_vllm_metrics(text: str, at: float) -> MetricsSample:
                 # The series exists even when no request of that reason has
                 # finished yet, so presence of any reason makes the signal present.
                 reason = sample.labels.get("finished_reason", "")
-                counters["completions"] = counters.get("completions", 0.0) + (
-                    value if reason in PROGRESS_FINISH_REASONS else 0.0
+                count(
+                    "completions",
+                    value if reason in PROGRESS_FINISH_REASONS else 0.0,
+                    sample.labels,
                 )
     return MetricsSample(
-        at=at, counters=MappingProxyType(counters), gauges=MappingProxyType(gauges)
+        at=at,
+        counters=MappingProxyType(counters),
+        gauges=MappingProxyType(gauges),
+        engines=MappingProxyType({k: MappingProxyType(v) for k, v in engines.items()}),
     )
 
 

@@ -8,8 +8,9 @@ read. Pure: no psutil call happens here beyond its status constants.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from enum import StrEnum
 
 import psutil
@@ -25,6 +26,9 @@ class ProcessRole(StrEnum):
     API_SERVER = "api_server"
     ENGINE_CORE = "engine_core"
     WORKER = "worker"
+    # Data parallel's coordinator: it carries load statistics and request
+    # waves between engines, never a request itself.
+    COORDINATOR = "dp_coordinator"
     OTHER = "other"  # a descendant of a vLLM process with no role of its own
 
 
@@ -97,11 +101,12 @@ class ProcessPatterns:
     api: tuple[str, ...] = ("vllm.entrypoints.openai.api_server", "vllm serve")
     engine: tuple[str, ...] = ("VLLM::EngineCore",)
     worker: tuple[str, ...] = ("VLLM::Worker",)
+    coordinator: tuple[str, ...] = ("VLLM::DPCoordinator",)
 
     @property
     def titles(self) -> tuple[str, ...]:
         """The process titles of the engine side, engine first."""
-        return self.engine + self.worker
+        return self.engine + self.worker + self.coordinator
 
     def classify(self, name: str, cmdline: Sequence[str]) -> ProcessRole | None:
         """The role a process plays, judged by its name and command line."""
@@ -109,6 +114,7 @@ class ProcessPatterns:
         for role, patterns in (
             (ProcessRole.ENGINE_CORE, self.engine),
             (ProcessRole.WORKER, self.worker),
+            (ProcessRole.COORDINATOR, self.coordinator),
         ):
             # The kernel keeps only COMM_LENGTH characters of a name, and a
             # zombie has no command line left to recover the rest from.
@@ -121,6 +127,84 @@ class ProcessPatterns:
 
 
 VLLM_PATTERNS = ProcessPatterns()
+
+
+def full_title(name: str, cmdline: Sequence[str]) -> str:
+    """A process's whole title: the command line's first argument when it extends ``name``.
+
+    vLLM sets titles with ``setproctitle``, which rewrites the command line;
+    the kernel's ``comm`` keeps only 15 characters (``VLLM::Worker_TP1``
+    reads ``VLLM::Worker_TP``), so a rank suffix lives in the command line
+    only. A zombie has lost its command line and keeps the short name.
+    """
+    first = cmdline[0].strip() if cmdline else ""
+    if first and name and first.startswith(name[:COMM_LENGTH]):
+        return first
+    return name or first
+
+
+# vLLM's rank suffixes (vllm/v1/executor/multiproc_executor.py and
+# EngineCoreProc): ``_DP<r>`` data parallel (an engine, or a worker of one),
+# ``_PP<r>`` pipeline stage, ``_TP<r>`` tensor-parallel rank, ``_EP<r>``.
+_SUFFIX = re.compile(r"_(DP|PP|TP|EP)(\d+)")
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """Where a process sits in a multi-process engine; None where its title says nothing.
+
+    ``engine`` is the data-parallel engine index, the value of the ``engine``
+    label on vLLM's metrics; ``tp_rank`` and ``pp_rank`` place a worker inside
+    its engine. A data-parallel engine's worker is titled plain
+    ``VLLM::Worker`` and takes its engine from its parent (the watcher does that).
+    """
+
+    engine: int | None = None
+    tp_rank: int | None = None
+    pp_rank: int | None = None
+
+    @classmethod
+    def from_title(cls, title: str) -> Placement:
+        """Read the rank suffixes of a ``VLLM::`` title (only the word that carries them)."""
+        if not title.startswith("VLLM::"):
+            return cls()
+        word = title.split(None, 1)[0]
+        found = {kind: int(index) for kind, index in _SUFFIX.findall(word)}
+        return cls(engine=found.get("DP"), tp_rank=found.get("TP"), pp_rank=found.get("PP"))
+
+    def words(self, role: ProcessRole) -> str:
+        """The placement in words, e.g. ``engine 1``, ``TP rank 1 worker``; "" when none."""
+        parts = []
+        if self.engine is not None:
+            parts.append(f"engine {self.engine}")
+        if self.pp_rank is not None:
+            parts.append(f"PP stage {self.pp_rank}")
+        if self.tp_rank is not None:
+            parts.append(f"TP rank {self.tp_rank}")
+        if not parts:
+            return ""
+        if role is ProcessRole.WORKER:
+            parts.append("worker")
+        elif role is ProcessRole.ENGINE_CORE and len(parts) > 1:
+            parts.append("engine core")
+        return " ".join(parts)
+
+
+# How hang reasons name a stuck engine or rank ("engine 1", "TP rank 1"):
+# made by :meth:`Placement.words` and the partial-hang rule, read back by
+# :func:`named_placements` wherever only the reason travels (bundles).
+_NAMED = re.compile(r"\b(engine|TP rank|PP stage) (\d+)\b")
+
+
+def named_placements(text: str) -> dict[str, list[int]]:
+    """The engines and ranks a reason names: ``{"engine": [1], "tp_rank": [1]}``."""
+    keys = {"engine": "engine", "TP rank": "tp_rank", "PP stage": "pp_rank"}
+    found: dict[str, list[int]] = {}
+    for word, index in _NAMED.findall(text):
+        values = found.setdefault(keys[word], [])
+        if int(index) not in values:
+            values.append(int(index))
+    return found
 
 
 def scheduling_policy(cmdline: Sequence[str]) -> SchedulingPolicy | None:
@@ -154,6 +238,14 @@ class ProcessInfo:
     ppid: int | None = None
     cpu_seconds: float | None = None  # user + system; flat while the process is stuck
     cmdline: tuple[str, ...] = ()
+    title: str = ""  # the whole title (see :func:`full_title`); "" when never read
+    placement: Placement = Placement()
+
+    def describe(self) -> str:
+        """Who this process is, for reasons: ``engine 1 (VLLM::EngineCore_DP1, pid 7)``."""
+        title = self.title or self.name or self.role.value
+        words = self.placement.words(self.role)
+        return f"{words} ({title}, pid {self.pid})" if words else f"{title} (pid {self.pid})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,7 +253,9 @@ class ProcessSnapshot:
     """What the process table said at ``at`` (monotonic time).
 
     ``engines`` and ``workers`` include processes seen earlier behind the same
-    API server that have since vanished, with state ``gone``.
+    API server that have since vanished, with state ``gone``. A data-parallel
+    coordinator is listed apart: it carries no request, so its state alone
+    is never a dead engine (the engines' progress and canaries judge them).
     ``scheduling_policy`` is None when no process said anything about it.
     """
 
@@ -169,6 +263,7 @@ class ProcessSnapshot:
     api: ProcessInfo | None = None
     engines: tuple[ProcessInfo, ...] = ()
     workers: tuple[ProcessInfo, ...] = ()
+    coordinators: tuple[ProcessInfo, ...] = ()  # watched and shown; never "engine down"
     scheduling_policy: SchedulingPolicy | None = None
     attribution: Attribution = Attribution.PATTERNS
     attribution_detail: str = ""  # why nothing was attributed, for ``/status``
@@ -181,3 +276,35 @@ class ProcessSnapshot:
     @property
     def engine_processes(self) -> tuple[ProcessInfo, ...]:
         return self.engines + self.workers
+
+
+def placed(
+    snapshot: ProcessSnapshot, known: Mapping[tuple[int, float], ProcessInfo] | None = None
+) -> ProcessSnapshot:
+    """The snapshot with every process's whole title and placement filled in.
+
+    A title is read from the command line; a process that lost it (a zombie
+    keeps only its 15-character name) keeps what ``known`` (the same pid and
+    start time, seen earlier) said. A worker whose title names no engine
+    takes its parent engine's: vLLM titles a data-parallel engine's worker
+    plain ``VLLM::Worker``.
+    """
+    memory = known or {}
+
+    def titled(p: ProcessInfo) -> ProcessInfo:
+        title = full_title(p.name, p.cmdline)
+        earlier = memory.get((p.pid, p.create_time))
+        if earlier is not None and earlier.title and len(earlier.title) > len(title):
+            return replace(p, title=earlier.title, placement=earlier.placement)
+        return replace(p, title=title, placement=Placement.from_title(title))
+
+    engines = tuple(titled(p) for p in snapshot.engines)
+    by_pid = {p.pid: p.placement.engine for p in engines if p.placement.engine is not None}
+    workers = []
+    for worker in (titled(p) for p in snapshot.workers):
+        parent = None if worker.ppid is None else by_pid.get(worker.ppid)
+        if worker.placement.engine is None and parent is not None:
+            worker = replace(worker, placement=replace(worker.placement, engine=parent))
+        workers.append(worker)
+    coordinators = tuple(titled(p) for p in snapshot.coordinators)
+    return replace(snapshot, engines=engines, workers=tuple(workers), coordinators=coordinators)

@@ -16,7 +16,7 @@ from typing import Any
 from sentinel import __version__
 from sentinel.canary.result import CanaryResult, Reason
 from sentinel.diagnostics.store import IncidentRecord
-from sentinel.evidence.processes import SchedulingPolicy
+from sentinel.evidence.processes import ProcessInfo, SchedulingPolicy
 from sentinel.incidents import OpenIncident
 from sentinel.ledger import Ledger
 from sentinel.verdict import Verdict
@@ -130,9 +130,12 @@ def status_document(
                 "api": None
                 if processes.api is None
                 else {"pid": processes.api.pid, "state": processes.api.state.value},
+                # Engine side, workers and a data-parallel coordinator: ``name`` is
+                # the whole title (its rank suffix included), ``engine`` the
+                # data-parallel engine (a worker's taken from its parent engine),
+                # ``tp_rank`` the tensor-parallel rank; None where none applies.
                 "engines": [
-                    {"pid": p.pid, "name": p.name, "role": p.role.value, "state": p.state.value}
-                    for p in processes.engine_processes
+                    process_json(p) for p in (*processes.engine_processes, *processes.coordinators)
                 ],
             },
         },
@@ -144,6 +147,11 @@ def status_document(
                     "action": h.action.value,
                     "reason": h.reason,
                     "for": age(h.since),
+                    # Where it is stuck: the data-parallel engine(s) and
+                    # tensor-parallel rank(s); None and [] for the whole server.
+                    "engine": h.engines[0] if len(h.engines) == 1 else None,
+                    "engines": list(h.engines),
+                    "ranks": list(h.ranks),
                 }
                 for h in verdict.hangs
             ],
@@ -168,6 +176,18 @@ def status_document(
             for t in transitions
         ],
         "config": config,
+    }
+
+
+def process_json(p: ProcessInfo) -> dict[str, Any]:
+    """One engine-side process as the document shows it, named by its whole title."""
+    return {
+        "pid": p.pid,
+        "name": p.title or p.name,
+        "role": p.role.value,
+        "state": p.state.value,
+        "engine": p.placement.engine,
+        "tp_rank": p.placement.tp_rank,
     }
 
 

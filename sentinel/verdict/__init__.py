@@ -9,7 +9,7 @@ The package is split by concern: :mod:`~sentinel.verdict.model` (the
 vocabulary), :mod:`~sentinel.verdict.clock` (observed time: sentinel's own
 pauses are left out of every window, which pauses and resumes instead of
 starting over), :mod:`~sentinel.verdict.rules` (one rule per confirmed kind:
-engine hang, path hang, dead, broken, listener down) and
+engine hang, partial hang, path hang, dead, broken, listener down) and
 :mod:`~sentinel.verdict.decide` (startup, the restart-loop brake, liveness
 and the readiness hysteresis).
 
@@ -26,6 +26,7 @@ and the readiness hysteresis).
 from sentinel.verdict.decide import evaluate
 from sentinel.verdict.model import (
     Action,
+    EngineProgress,
     Evidence,
     Hang,
     HangKind,
@@ -39,6 +40,7 @@ from sentinel.verdict.model import (
 
 __all__ = [
     "Action",
+    "EngineProgress",
     "Evidence",
     "Hang",
     "HangKind",

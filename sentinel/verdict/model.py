@@ -20,19 +20,22 @@ from sentinel.canary.spec import CanaryKind, OpenName
 class HangKind(OpenName):
     """What was confirmed; also the ``kind`` label of ``sentinel_hang_detections_total``.
 
-    ``engine``, ``dead``, ``broken`` and ``listener_down`` are the verdict's
-    own; a path hang takes the name of its canary kind, so a kind added to the
+    ``engine``, ``partial`` (one data-parallel engine stuck while others
+    serve), ``dead``, ``broken`` and ``listener_down`` are the verdict's own;
+    a path hang takes the name of its canary kind, so a kind added to the
     registry brings its hang kind with it (see :func:`hang_kinds`).
     """
 
     __slots__ = ()
     ENGINE: ClassVar[HangKind]
+    PARTIAL: ClassVar[HangKind]
     DEAD: ClassVar[HangKind]
     BROKEN: ClassVar[HangKind]
     LISTENER_DOWN: ClassVar[HangKind]
 
 
 HangKind.ENGINE = HangKind("engine")
+HangKind.PARTIAL = HangKind("partial")
 HangKind.DEAD = HangKind("dead")
 HangKind.BROKEN = HangKind("broken")
 HangKind.LISTENER_DOWN = HangKind("listener_down")
@@ -42,6 +45,7 @@ def hang_kinds() -> tuple[HangKind, ...]:
     """Every hang the verdict can confirm with the kinds registered now, engine first."""
     return (
         HangKind.ENGINE,
+        HangKind.PARTIAL,
         *(HangKind(k) for k in path_kinds()),
         HangKind.DEAD,
         HangKind.BROKEN,
@@ -82,6 +86,15 @@ class KindEvidence:
 
 
 @dataclass(frozen=True, slots=True)
+class EngineProgress:
+    """One data-parallel engine's own work, from the ``engine`` label of vLLM's counters."""
+
+    engine: str  # the label's value: "0", "1", ...
+    first_seen_at: float  # first sample of this epoch that carried it
+    last_progress_at: float | None = None  # its work counters last moved (raw, canaries included)
+
+
+@dataclass(frozen=True, slots=True)
 class Evidence:
     """Everything the verdict may use, gathered by the daemon at one instant."""
 
@@ -97,6 +110,13 @@ class Evidence:
     health_failing_since: float | None = None  # vLLM /health non-200 since
     engine_down_since: float | None = None  # engine process stopped/zombie/gone since
     engine_down_detail: str = ""
+    # Which data-parallel engines and tensor-parallel ranks the processes
+    # behind ``engine_down_since`` belong to (empty: none named).
+    down_engines: tuple[int, ...] = ()
+    down_ranks: tuple[int, ...] = ()
+    # Per-engine progress from a fresh sample; empty unless the server
+    # exposes more than one engine.
+    engines: tuple[EngineProgress, ...] = ()
     refused_since: float | None = None  # connections refused since (None: answering)
     api_alive: bool | None = None  # the target's API-server process lives (None: unknown)
     # Spans of time sentinel did not observe (its own process paused or
@@ -121,6 +141,10 @@ class Policy:
     brake_max_restarts: int = 3
     brake_window: float = 3600.0
     engine_action: Action = Action.RESTART
+    # One engine stuck among several leaves its share of requests hanging
+    # forever: restart is the honest default; unready or alert keep the
+    # other engines serving while an operator looks.
+    partial_action: Action = Action.RESTART
     dead_action: Action = Action.RESTART
     broken_action: Action = Action.RESTART
     listener_action: Action = Action.RESTART
@@ -128,12 +152,19 @@ class Policy:
 
 @dataclass(frozen=True, slots=True)
 class Hang:
-    """A confirmed hang: its kind, the action its policy takes, and why."""
+    """A confirmed hang: its kind, the action its policy takes, why, and where.
+
+    ``engines`` and ``ranks`` name the data-parallel engines and
+    tensor-parallel ranks the hang is attributed to (empty: the whole server,
+    or not known).
+    """
 
     kind: HangKind
     action: Action
     reason: str
     since: float  # when the condition started (e.g. the oldest unanswered canary)
+    engines: tuple[int, ...] = ()
+    ranks: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,7 +21,14 @@ from collections.abc import Iterable, Sequence
 from sentinel.canary.kinds import is_path
 from sentinel.canary.result import CanaryResult, Reason
 from sentinel.verdict.clock import observed
-from sentinel.verdict.model import Evidence, Hang, HangKind, KindEvidence, Policy
+from sentinel.verdict.model import (
+    EngineProgress,
+    Evidence,
+    Hang,
+    HangKind,
+    KindEvidence,
+    Policy,
+)
 
 FAST_FAILURES = frozenset({Reason.HTTP_STATUS, Reason.PROTOCOL, Reason.EMPTY, Reason.BAD_BODY})
 UNANSWERED = FAST_FAILURES | {Reason.TIMEOUT}
@@ -58,6 +65,9 @@ def confirmed_hangs(
     engine = engine_hang(evidence, enabled, policy, now)
     if engine is not None:
         yield engine
+    partial = partial_hang(evidence, enabled, policy, now)
+    if partial is not None:
+        yield partial
     for k in enabled:
         if is_path(k.kind):
             path = path_hang(k, evidence.epoch_started, policy)
@@ -114,6 +124,69 @@ def engine_hang(
     )
 
 
+def partial_hang(
+    evidence: Evidence, enabled: Sequence[KindEvidence], policy: Policy, now: float
+) -> Hang | None:
+    """One engine's own work flat for the hang window, a canary unanswered, another engine working.
+
+    Data parallelism spreads requests over engines, so one stuck engine
+    leaves its share hanging forever while the others answer: canaries that
+    land elsewhere succeed, total progress moves, and the engine-hang rule
+    (rightly) sees a working server. Per engine (vLLM's ``engine`` label):
+    an engine is stuck when a canary sent after its work last moved is still
+    unanswered after the hang window while another engine's work moved since
+    that canary was sent. An idle engine is not stuck: canaries reach it
+    (vLLM balances towards the least loaded engine) and move its counters,
+    and one that served its canaries has answered them. When no engine moved
+    either, it is the whole server's hang, which is the engine rule's.
+    """
+    if len(evidence.engines) < 2 or not evidence.progress_available:
+        return None
+    results = _epoch_results(evidence, enabled)
+    sends = [r.started for r in results if unanswered(r)]
+    sends += [sent for k in enabled for sent in k.outstanding]
+    stuck: list[tuple[EngineProgress, float]] = []
+    for engine in evidence.engines:
+        flat_since = max(
+            engine.first_seen_at if engine.last_progress_at is None else engine.last_progress_at,
+            evidence.epoch_started,
+        )
+        candidates = [sent for sent in sends if sent >= flat_since]
+        if not candidates:
+            continue
+        since = min(candidates)
+        working = any(
+            other.last_progress_at is not None and other.last_progress_at >= since
+            for other in evidence.engines
+            if other is not engine
+        )
+        if working and observed(since, now, evidence.unobserved) >= policy.hang_window:
+            stuck.append((engine, since))
+    if not stuck:
+        return None
+    since = min(s for _, s in stuck)
+    elapsed = observed(since, now, evidence.unobserved)
+    named = [e.engine for e, _ in stuck]
+    others = [e.engine for e in evidence.engines if e.engine not in named]
+    return Hang(
+        HangKind.PARTIAL,
+        policy.partial_action,
+        f"partial hang: {_engines(named)} made no progress for {elapsed:.0f}s with a canary "
+        f"unanswered; other engines progressed ({', '.join(others)})",
+        since,
+        engines=tuple(int(e) for e in named if e.isdigit()),
+    )
+
+
+def _engines(labels: Sequence[str]) -> str:
+    """``engine 1`` or ``engine 1, engine 2``: each stuck engine named the one way bundles read.
+
+    Only stuck engines are named so (the working ones are listed bare), since
+    a bundle learns which engine is stuck from the reason alone.
+    """
+    return ", ".join(f"engine {label}" for label in labels)
+
+
 def path_missed(result: CanaryResult, control: CanaryResult | None) -> bool:
     """Whether a path canary made no progress of its own while its text control succeeded.
 
@@ -165,16 +238,21 @@ def dead(
 ) -> Hang | None:
     """vLLM's ``/health`` failing or an engine process down for longer than the grace."""
     causes = (
-        (evidence.health_failing_since, "vLLM /health failing"),
-        (evidence.engine_down_since, evidence.engine_down_detail or "engine process down"),
+        (evidence.health_failing_since, "vLLM /health failing", (), ()),
+        (
+            evidence.engine_down_since,
+            evidence.engine_down_detail or "engine process down",
+            evidence.down_engines,
+            evidence.down_ranks,
+        ),
     )
-    for since, what in causes:
+    for since, what, engines, ranks in causes:
         if since is None:
             continue
         elapsed = observed(since, now, evidence.unobserved)
         if elapsed >= policy.dead_grace:
             reason = f"engine dead: {what} for {elapsed:.0f}s"
-            return Hang(HangKind.DEAD, policy.dead_action, reason, since)
+            return Hang(HangKind.DEAD, policy.dead_action, reason, since, engines, ranks)
     return None
 
 

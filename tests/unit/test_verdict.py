@@ -648,8 +648,13 @@ def test_the_first_path_miss_of_an_epoch(misses_needed: int, hung: bool) -> None
     assert (hang_of(verdict, HangKind(STRUCTURED)) is not None) is hung
 
 
-def test_hang_kinds_are_engine_each_registered_path_kind_dead_broken_and_listener() -> None:
-    assert hang_kinds()[:3] == (HangKind.ENGINE, HangKind(STRUCTURED), HangKind(MULTIMODAL))
+def test_hang_kinds_are_engine_partial_each_path_kind_dead_broken_and_listener() -> None:
+    assert hang_kinds()[:4] == (
+        HangKind.ENGINE,
+        HangKind.PARTIAL,
+        HangKind(STRUCTURED),
+        HangKind(MULTIMODAL),
+    )
     assert hang_kinds()[-3:] == (HangKind.DEAD, HangKind.BROKEN, HangKind.LISTENER_DOWN)
     assert HangKind(TEXT) not in hang_kinds()
 
