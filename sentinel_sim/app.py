@@ -8,7 +8,11 @@ it is ready (like vLLM, whose port opens only after the engine is up), then
 one JSON "ready" line on stdout (and ``--ready-file``)::
 
     {"event": "ready", "port": 8000, "control_port": 8001, "engine_pid": 1234,
-     "api_pid": 1233, "model": "sim-model", "scheduling_policy": "fcfs"}
+     "api_pid": 1233, "model": "sim-model", "scheduling_policy": "fcfs",
+     "engine_pids": [1234], "worker_pids": [[]]}
+
+(``engine_pids`` one per data-parallel engine, ``worker_pids`` each engine's
+tensor-parallel workers, empty without ``--tensor-parallel-size``.)
 
 When the engine dies (SIGKILL, crash) ``/health`` answers 503 for
 ``dead_exit_delay`` seconds and the process exits with status 1, as vLLM's
@@ -42,6 +46,8 @@ def _ready_line(server: SimServer, port: int, control_port: int) -> str:
             "port": port,
             "control_port": control_port,
             "engine_pid": server.engine_pid,
+            "engine_pids": [link.pid for link in server.links],
+            "worker_pids": [link.worker_pids for link in server.links],
             "api_pid": os.getpid(),
             "model": server.config.model,
             "scheduling_policy": server.config.scheduling_policy,

@@ -40,6 +40,8 @@ class SimConfig:
     startup_delay: float = 0.0  # simulated model loading before the OpenAI port opens
     dead_exit_delay: float = 1.0  # how long /health answers 503 after the engine died
     ready_file: str | None = None
+    data_parallel_size: int = 1  # engine children, VLLM::EngineCore_DP<i>, round-robin
+    tensor_parallel_size: int = 1  # worker children per engine, VLLM::Worker_TP<i>
     faults: tuple[FaultSpec, ...] = field(default_factory=tuple)
 
     def engine_json(self) -> dict[str, Any]:
@@ -82,6 +84,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--reply-tokens", type=int, default=d.reply_tokens)
     parser.add_argument("--startup-delay", type=float, default=d.startup_delay)
     parser.add_argument("--dead-exit-delay", type=float, default=d.dead_exit_delay)
+    parser.add_argument(
+        "--data-parallel-size", type=int, default=d.data_parallel_size, help="engine children"
+    )
+    parser.add_argument(
+        "--tensor-parallel-size",
+        type=int,
+        default=d.tensor_parallel_size,
+        help="worker children per engine (a stopped one stalls its engine)",
+    )
     parser.add_argument("--ready-file", default=None, help="write the ready JSON line here too")
     parser.add_argument(
         "--fault",
@@ -102,6 +113,8 @@ def parse_args(argv: Sequence[str] | None = None) -> SimConfig:
         parser.error(str(exc))
     if ns.max_num_seqs < 1 or ns.kv_cache_tokens < ns.block_size or ns.decode_tps <= 0:
         parser.error("max-num-seqs >= 1, kv-cache-tokens >= block-size and decode-tps > 0")
+    if ns.data_parallel_size < 1 or ns.tensor_parallel_size < 1:
+        parser.error("data-parallel-size and tensor-parallel-size must be >= 1")
     return SimConfig(
         host=ns.host,
         port=ns.port,
@@ -120,5 +133,7 @@ def parse_args(argv: Sequence[str] | None = None) -> SimConfig:
         startup_delay=ns.startup_delay,
         dead_exit_delay=ns.dead_exit_delay,
         ready_file=ns.ready_file,
+        data_parallel_size=ns.data_parallel_size,
+        tensor_parallel_size=ns.tensor_parallel_size,
         faults=faults,
     )

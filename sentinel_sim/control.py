@@ -5,7 +5,9 @@ Fault names are the strings of :class:`sentinel_sim.faults.Fault`:
 (param ``after``), ``slow_decode`` (param ``factor``), ``error_5xx`` (params
 ``rate`` 0..1, default 1, and ``status``), ``garbage`` (param ``mode``:
 ``invalid_json`` | ``schema_break``), ``blackhole``, ``exit`` (params
-``delay``, ``code``). Every fault takes an optional ``duration`` in seconds.
+``delay``, ``code``). Every fault takes an optional ``duration`` in seconds;
+faults acting inside the engine take ``engine`` (a data-parallel index) to
+hit one engine only.
 
 Example::
 
@@ -65,10 +67,12 @@ class SimControl:
         result: list[dict[str, Any]] = _check(self._client.get("/faults"))["faults"]
         return result
 
-    def signal_engine(self, signal: str) -> dict[str, Any]:
-        result: dict[str, Any] = _check(
-            self._client.post("/engine/signal", json={"signal": signal})
-        )
+    def signal_engine(
+        self, signal: str, *, engine: int = 0, worker: int | None = None
+    ) -> dict[str, Any]:
+        """A real signal to a data-parallel ``engine`` (or its tensor-parallel ``worker``)."""
+        body = {"signal": signal, "engine": engine, "worker": worker}
+        result: dict[str, Any] = _check(self._client.post("/engine/signal", json=body))
         return result
 
     def stop_engine(self) -> None:
@@ -123,8 +127,11 @@ class AsyncSimControl:
         result: list[dict[str, Any]] = _check(await self._client.get("/faults"))["faults"]
         return result
 
-    async def signal_engine(self, signal: str) -> dict[str, Any]:
-        response = await self._client.post("/engine/signal", json={"signal": signal})
+    async def signal_engine(
+        self, signal: str, *, engine: int = 0, worker: int | None = None
+    ) -> dict[str, Any]:
+        body = {"signal": signal, "engine": engine, "worker": worker}
+        response = await self._client.post("/engine/signal", json=body)
         result: dict[str, Any] = _check(response)
         return result
 

@@ -9,7 +9,8 @@ Routes (JSON in, JSON out):
   (both optional) -> the fault as listed
 - ``DELETE /faults/{name}`` and ``DELETE /faults`` (all)
 - ``POST /engine/signal`` body ``{"signal": "stop"|"cont"|"kill"}``: a real
-  SIGSTOP / SIGCONT / SIGKILL to the engine child
+  SIGSTOP / SIGCONT / SIGKILL to the engine child; ``"engine": i`` picks a
+  data-parallel engine (default 0), ``"worker": r`` its tensor-parallel rank
 - ``GET /state`` -> pids, policy, whether the engine is alive
 """
 
@@ -73,8 +74,13 @@ def build_control_app(server: SimServer) -> web.Application:
     async def signal_engine(request: web.Request) -> web.Response:
         try:
             body = await _json_body(request)
-            pid = server.signal_engine(str(body.get("signal", "")))
-        except ValueError as exc:
+            worker = body.get("worker")
+            pid = server.signal_engine(
+                str(body.get("signal", "")),
+                int(body.get("engine") or 0),
+                None if worker is None else int(worker),
+            )
+        except (ValueError, TypeError) as exc:
             return _error(400, str(exc))
         except ProcessLookupError as exc:
             return _error(409, f"engine process is gone: {exc}")

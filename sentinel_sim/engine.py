@@ -8,6 +8,11 @@ the Prometheus state. So when this process is stopped (SIGSTOP) or blocked
 the API process keeps answering ``/health``; when it dies, the API process
 sees its socket close, answers ``/health`` with 503 and exits.
 
+Under ``--data-parallel-size N`` the API process runs N of these, titled
+``VLLM::EngineCore_DP<i>``, each with its own scheduler; under
+``--tensor-parallel-size N`` each one runs N worker children
+(:mod:`sentinel_sim.workers`) and waits for all of them at every step.
+
 The loop steps every ``1 / decode_tps`` seconds (times ``factor``, or
 ``token_s`` outright, under ``slow_decode``) while there is work, and blocks on
 its socket when idle.
@@ -41,6 +46,7 @@ import setproctitle
 from sentinel_sim import ipc
 from sentinel_sim.faults import HUNG_FAULTS, STUCK_FAULTS, ActiveFault, Fault, FaultTable
 from sentinel_sim.scheduler import EngineRequest, Scheduler
+from sentinel_sim.workers import TensorGroup
 
 PROCESS_TITLE = "VLLM::EngineCore"
 _PR_SET_PDEATHSIG = 1
@@ -49,7 +55,12 @@ _STUCK_PROMPT_TOKENS = 48
 _STUCK_MAX_TOKENS = 32
 
 
-def _die_with_parent() -> None:
+def engine_title(index: int, data_parallel_size: int) -> str:
+    """vLLM's title for an engine: ``_DP<i>`` only when there are several."""
+    return f"{PROCESS_TITLE}_DP{index}" if data_parallel_size > 1 else PROCESS_TITLE
+
+
+def die_with_parent() -> None:
     """Ask Linux to SIGKILL us when the API process dies, even while we are stopped."""
     if not sys.platform.startswith("linux"):
         return
@@ -61,8 +72,11 @@ def _die_with_parent() -> None:
 class Engine:
     """The step loop around :class:`Scheduler`, with the engine-side faults."""
 
-    def __init__(self, config: dict[str, Any], sock: socket.socket) -> None:
+    def __init__(
+        self, config: dict[str, Any], sock: socket.socket, group: TensorGroup | None = None
+    ) -> None:
         self.sock = sock
+        self.group = group
         self.decoder = ipc.FrameDecoder()
         self.faults = FaultTable()
         self.period = 1.0 / float(config["decode_tps"])
@@ -230,6 +244,11 @@ class Engine:
         return after
 
     def _step(self, now: float) -> None:
+        if self.group is not None and not self.group.collective(
+            self.sock, lambda: self._receive(0), lambda: self.running
+        ):
+            self.running = False  # a worker died (or we stop): this engine is done, as in vLLM
+            return
         result = self.scheduler.step(
             now,
             period=self._period(),
@@ -252,23 +271,31 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     # Visible in the command line the way vLLM's flags are; the JSON config is authoritative.
     parser.add_argument("--scheduling-policy", choices=("fcfs", "priority"), default="fcfs")
     parser.add_argument("--max-num-seqs", type=int, default=None)
+    parser.add_argument("--data-parallel-rank", type=int, default=0)
     return parser.parse_args(argv)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     config = json.loads(args.config)
-    _die_with_parent()
-    setproctitle.setproctitle(PROCESS_TITLE)
+    die_with_parent()
+    dp = int(config.get("data_parallel_size", 1))
+    setproctitle.setproctitle(engine_title(args.data_parallel_rank, dp))
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the API process decides when we stop
     sock = socket.socket(fileno=args.ipc_fd)
+    tp = int(config.get("tensor_parallel_size", 1))
+    group = TensorGroup(tp) if tp > 1 else None
     if float(config.get("startup_delay", 0.0)) > 0:
         time.sleep(float(config["startup_delay"]))  # simulated weight loading and compilation
-    engine = Engine(config, sock)
-    engine._publish(("ready", os.getpid()))
-    engine.run()
-    with contextlib.suppress(OSError):
-        sock.close()
+    engine = Engine(config, sock, group)
+    engine._publish(("ready", os.getpid(), [] if group is None else group.pids))
+    try:
+        engine.run()
+    finally:
+        if group is not None:
+            group.close()
+        with contextlib.suppress(OSError):
+            sock.close()
     return 0
 
 

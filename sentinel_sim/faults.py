@@ -143,6 +143,12 @@ _PARAMS: dict[Fault, dict[str, tuple[Callable[[Any], Any], Any]]] = {
 }
 
 
+# Faults acting inside the engine may aim at one data-parallel engine
+# (``engine: 1``); without it they act on every engine.
+for _fault in ENGINE_FAULTS:
+    _PARAMS[_fault]["engine"] = (_count, None)
+
+
 @dataclass(frozen=True, slots=True)
 class FaultSpec:
     """One requested fault: validated parameters and an optional duration in seconds."""
@@ -167,6 +173,8 @@ class FaultSpec:
             raise FaultError(f"fault {name} takes no parameter(s) {', '.join(unknown)}")
         values: dict[str, Any] = {}
         for key, (coerce, default) in allowed.items():
+            if key not in given and default is None:
+                continue  # an optional aim (``engine``): absent means every one
             try:
                 values[key] = coerce(given[key]) if key in given else default
             except (TypeError, ValueError) as exc:

@@ -68,8 +68,9 @@ class SimProcess:
     ``model``, ``max_num_seqs``, ``kv_cache_tokens``, ``decode_tps``,
     ``prefill_tps``, ``scheduling_policy`` (``fcfs`` | ``priority``),
     ``text_only``, ``reply_tokens``, ``max_model_len``, ``startup_delay``,
-    ``dead_exit_delay``, and ``faults`` (``NAME[:k=v,...]`` strings active from
-    the start). ``extra_args`` are appended verbatim.
+    ``dead_exit_delay``, ``data_parallel_size`` (engine children),
+    ``tensor_parallel_size`` (worker children per engine), and ``faults``
+    (``NAME[:k=v,...]`` strings active from the start). ``extra_args`` are appended verbatim.
     """
 
     def __init__(
@@ -86,6 +87,8 @@ class SimProcess:
         max_model_len: int | None = None,
         startup_delay: float | None = None,
         dead_exit_delay: float | None = None,
+        data_parallel_size: int | None = None,
+        tensor_parallel_size: int | None = None,
         faults: Sequence[str] = (),
         extra_args: Sequence[str] = (),
         host: str = "127.0.0.1",
@@ -104,6 +107,8 @@ class SimProcess:
             "--max-model-len": max_model_len,
             "--startup-delay": startup_delay,
             "--dead-exit-delay": dead_exit_delay,
+            "--data-parallel-size": data_parallel_size,
+            "--tensor-parallel-size": tensor_parallel_size,
         }
         for flag, value in options.items():
             if value is not None:
@@ -145,6 +150,16 @@ class SimProcess:
     @property
     def engine_pid(self) -> int:
         return int(self._require_ready()["engine_pid"])
+
+    @property
+    def engine_pids(self) -> list[int]:
+        """One PID per data-parallel engine (``VLLM::EngineCore_DP<i>``), engine 0 first."""
+        return [int(pid) for pid in self._require_ready().get("engine_pids") or [self.engine_pid]]
+
+    @property
+    def worker_pids(self) -> list[list[int]]:
+        """Each engine's tensor-parallel workers (``VLLM::Worker_TP<r>``), by rank."""
+        return [list(map(int, pids)) for pids in self._require_ready().get("worker_pids") or []]
 
     @property
     def api_pid(self) -> int:
@@ -256,7 +271,9 @@ class SimProcess:
         proc = self._proc
         if proc is not None:
             engine = self._engine_if_alive()
-            for pid in (engine.pid if engine else None, proc.pid):
+            # Every engine and worker: a stopped one would ignore SIGTERM.
+            children = self._descendants()
+            for pid in (engine.pid if engine else None, proc.pid, *(c.pid for c in children)):
                 if pid is not None:
                     with contextlib.suppress(OSError):
                         os.kill(pid, signal.SIGCONT)
@@ -268,10 +285,11 @@ class SimProcess:
                 except subprocess.TimeoutExpired:
                     proc.kill()
                     proc.wait(timeout=timeout)
-            if engine is not None and not _gone(engine, timeout):
-                with contextlib.suppress(psutil.Error):
-                    engine.kill()
-                _gone(engine, timeout)
+            for child in [*([engine] if engine is not None else []), *children]:
+                if not _gone(child, timeout):
+                    with contextlib.suppress(psutil.Error):
+                        child.kill()
+                    _gone(child, timeout)
             if proc.stdout is not None:
                 proc.stdout.close()
         if self._log_file is not None:
@@ -280,6 +298,15 @@ class SimProcess:
         if self._owns_log and self._log_path is not None:
             with contextlib.suppress(OSError):
                 self._log_path.unlink()
+
+    def _descendants(self) -> list[psutil.Process]:
+        """Every process below the API process (engines and their workers), while it lives."""
+        if self._proc is None:
+            return []
+        try:
+            return psutil.Process(self._proc.pid).children(recursive=True)
+        except psutil.Error:
+            return []
 
     def _engine_if_alive(self) -> psutil.Process | None:
         pid = self.ready.get("engine_pid")

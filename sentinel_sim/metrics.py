@@ -1,7 +1,8 @@
 """vLLM's Prometheus metrics, kept in the API process and fed only by the engine's steps.
 
 Names, types, label names and buckets follow vLLM 0.32's ``PrometheusStatLogger``:
-labels ``model_name`` and ``engine`` (``"0"``), counters exposed with a
+labels ``model_name`` and ``engine`` (``"0"``, and ``"0"`` to ``"N-1"`` under
+``--data-parallel-size N``, each engine's series fed by its own steps), counters exposed with a
 ``_total`` suffix, ``request_success`` split by ``finished_reason``, and
 ``num_requests_waiting_by_reason`` split by ``reason`` (``capacity``,
 ``deferred``). Because only :meth:`VllmMetrics.record` changes them, and it
@@ -11,6 +12,8 @@ not finished requests: they never reach ``request_success``.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
@@ -47,137 +50,152 @@ def _token_buckets(max_value: int) -> list[float]:
         exponent += 1
 
 
-class VllmMetrics:
-    """One registry holding vLLM's series for a single engine (``engine="0"``)."""
+class _Families:
+    """vLLM's metric families, declared once; each engine takes its own labelled children."""
 
-    def __init__(self, model_name: str, *, max_model_len: int, kv_cache_tokens: int) -> None:
-        self.registry = CollectorRegistry()
-        r = self.registry
-        values = (model_name, "0")
+    def __init__(self, r: CollectorRegistry, max_model_len: int) -> None:
         self.running = Gauge(
-            "vllm:num_requests_running",
-            "Number of requests in model execution batches.",
-            LABELS,
-            registry=r,
-        ).labels(*values)
+            "vllm:num_requests_running", "Number of requests in model execution batches.",
+            LABELS, registry=r,
+        )  # fmt: skip
         self.waiting = Gauge(
             "vllm:num_requests_waiting", "Number of requests waiting to be processed.", LABELS,
             registry=r,
-        ).labels(*values)  # fmt: skip
-        by_reason = Gauge(
+        )  # fmt: skip
+        self.by_reason = Gauge(
             "vllm:num_requests_waiting_by_reason",
             "Number of requests waiting to be processed, by reason.",
             (*LABELS, "reason"),
             registry=r,
         )
-        self.waiting_capacity = by_reason.labels(*values, "capacity")
-        self.waiting_deferred = by_reason.labels(*values, "deferred")
         self.kv_usage = Gauge(
-            "vllm:kv_cache_usage_perc",
-            "KV-cache usage. 1 means 100 percent usage.",
-            LABELS,
+            "vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", LABELS,
             registry=r,
-        ).labels(*values)
+        )  # fmt: skip
         self.preemptions = Counter(
             "vllm:num_preemptions", "Cumulative number of preemption from the engine.", LABELS,
             registry=r,
-        ).labels(*values)  # fmt: skip
+        )  # fmt: skip
         self.prompt_tokens = Counter(
             "vllm:prompt_tokens", "Number of prefill tokens processed.", LABELS, registry=r
-        ).labels(*values)
+        )
         self.generation_tokens = Counter(
             "vllm:generation_tokens", "Number of generation tokens processed.", LABELS, registry=r
-        ).labels(*values)
-        success = Counter(
+        )
+        self.success = Counter(
             "vllm:request_success",
             "Count of successfully processed requests.",
             (*LABELS, "finished_reason"),
             registry=r,
         )
-        self.success = {reason: success.labels(*values, reason) for reason in FINISH_REASONS}
-        self.iteration_tokens = Histogram(
+
+        def histogram(name: str, doc: str, buckets: Sequence[float]) -> Histogram:
+            return Histogram(name, doc, LABELS, buckets=buckets, registry=r)
+
+        self.iteration_tokens = histogram(
             "vllm:iteration_tokens_total",
             "Histogram of number of tokens per engine_step.",
-            LABELS,
-            buckets=_ITERATION_BUCKETS,
-            registry=r,
-        ).labels(*values)
-        self.ttft = Histogram(
+            _ITERATION_BUCKETS,
+        )
+        self.ttft = histogram(
             "vllm:time_to_first_token_seconds",
             "Histogram of time to first token in seconds.",
-            LABELS,
-            buckets=_TTFT_BUCKETS,
-            registry=r,
-        ).labels(*values)
-        self.itl = Histogram(
+            _TTFT_BUCKETS,
+        )
+        self.itl = histogram(
             "vllm:inter_token_latency_seconds",
             "Histogram of inter-token latency in seconds.",
-            LABELS,
-            buckets=_ITL_BUCKETS,
-            registry=r,
-        ).labels(*values)
-        self.tpot = Histogram(
+            _ITL_BUCKETS,
+        )
+        self.tpot = histogram(
             "vllm:request_time_per_output_token_seconds",
             "Histogram of time_per_output_token_seconds per request.",
-            LABELS,
-            buckets=_ITL_BUCKETS,
-            registry=r,
-        ).labels(*values)
-
-        def request_histogram(name: str, doc: str) -> Histogram:
-            return Histogram(name, doc, LABELS, buckets=_REQUEST_BUCKETS, registry=r)
-
-        self.e2e = request_histogram(
-            "vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds."
-        ).labels(*values)
-        self.queue_time = request_histogram(
-            "vllm:request_queue_time_seconds", "Histogram of time spent in WAITING phase."
-        ).labels(*values)
-        self.inference_time = request_histogram(
-            "vllm:request_inference_time_seconds", "Histogram of time spent in RUNNING phase."
-        ).labels(*values)
-        self.prefill_time = request_histogram(
-            "vllm:request_prefill_time_seconds", "Histogram of time spent in PREFILL phase."
-        ).labels(*values)
-        self.decode_time = request_histogram(
-            "vllm:request_decode_time_seconds", "Histogram of time spent in DECODE phase."
-        ).labels(*values)
+            _ITL_BUCKETS,
+        )
+        self.e2e = histogram(
+            "vllm:e2e_request_latency_seconds",
+            "Histogram of e2e request latency in seconds.",
+            _REQUEST_BUCKETS,
+        )
+        self.queue_time = histogram(
+            "vllm:request_queue_time_seconds",
+            "Histogram of time spent in WAITING phase.",
+            _REQUEST_BUCKETS,
+        )
+        self.inference_time = histogram(
+            "vllm:request_inference_time_seconds",
+            "Histogram of time spent in RUNNING phase.",
+            _REQUEST_BUCKETS,
+        )
+        self.prefill_time = histogram(
+            "vllm:request_prefill_time_seconds",
+            "Histogram of time spent in PREFILL phase.",
+            _REQUEST_BUCKETS,
+        )
+        self.decode_time = histogram(
+            "vllm:request_decode_time_seconds",
+            "Histogram of time spent in DECODE phase.",
+            _REQUEST_BUCKETS,
+        )
         token_buckets = _token_buckets(max_model_len)
-        self.request_prompt_tokens = Histogram(
-            "vllm:request_prompt_tokens",
-            "Number of prefill tokens processed.",
-            LABELS,
-            buckets=token_buckets,
-            registry=r,
-        ).labels(*values)
-        self.request_generation_tokens = Histogram(
+        self.request_prompt_tokens = histogram(
+            "vllm:request_prompt_tokens", "Number of prefill tokens processed.", token_buckets
+        )
+        self.request_generation_tokens = histogram(
             "vllm:request_generation_tokens",
             "Number of generation tokens processed.",
-            LABELS,
-            buckets=token_buckets,
-            registry=r,
-        ).labels(*values)
-        self.request_max_tokens = Histogram(
+            token_buckets,
+        )
+        self.request_max_tokens = histogram(
             "vllm:request_params_max_tokens",
             "Histogram of the max_tokens request parameter.",
-            LABELS,
-            buckets=token_buckets,
-            registry=r,
-        ).labels(*values)
-        Counter(
+            token_buckets,
+        )
+        self.prefix_queries = Counter(
             "vllm:prefix_cache_queries", "Prefix cache queries, in queried tokens.",
             LABELS, registry=r,
-        ).labels(*values)  # fmt: skip
-        Counter(
+        )  # fmt: skip
+        self.prefix_hits = Counter(
             "vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.",
             LABELS, registry=r,
-        ).labels(*values)  # fmt: skip
-        Gauge(
+        )  # fmt: skip
+        self.cache_config = Gauge(
             "vllm:cache_config_info",
             "Information of the LLMEngine CacheConfig",
             ("block_size", "engine", "kv_cache_size_tokens"),
             registry=r,
-        ).labels("16", "0", str(kv_cache_tokens)).set(1)
+        )
+
+
+class EngineSeries:
+    """One engine's labelled series (``engine="<index>"``), changed only by its steps."""
+
+    def __init__(self, f: _Families, model_name: str, index: int, kv_cache_tokens: int) -> None:
+        values = (model_name, str(index))
+        self.running = f.running.labels(*values)
+        self.waiting = f.waiting.labels(*values)
+        self.waiting_capacity = f.by_reason.labels(*values, "capacity")
+        self.waiting_deferred = f.by_reason.labels(*values, "deferred")
+        self.kv_usage = f.kv_usage.labels(*values)
+        self.preemptions = f.preemptions.labels(*values)
+        self.prompt_tokens = f.prompt_tokens.labels(*values)
+        self.generation_tokens = f.generation_tokens.labels(*values)
+        self.success = {reason: f.success.labels(*values, reason) for reason in FINISH_REASONS}
+        self.iteration_tokens = f.iteration_tokens.labels(*values)
+        self.ttft = f.ttft.labels(*values)
+        self.itl = f.itl.labels(*values)
+        self.tpot = f.tpot.labels(*values)
+        self.e2e = f.e2e.labels(*values)
+        self.queue_time = f.queue_time.labels(*values)
+        self.inference_time = f.inference_time.labels(*values)
+        self.prefill_time = f.prefill_time.labels(*values)
+        self.decode_time = f.decode_time.labels(*values)
+        self.request_prompt_tokens = f.request_prompt_tokens.labels(*values)
+        self.request_generation_tokens = f.request_generation_tokens.labels(*values)
+        self.request_max_tokens = f.request_max_tokens.labels(*values)
+        f.prefix_queries.labels(*values)
+        f.prefix_hits.labels(*values)
+        f.cache_config.labels("16", str(index), str(kv_cache_tokens)).set(1)
 
     def record(self, stats: EngineStats, had_outputs: bool) -> None:
         self.running.set(stats.running)
@@ -208,6 +226,22 @@ class VllmMetrics:
             self.request_max_tokens.observe(done.max_tokens)
             if done.generation_tokens > 1:
                 self.tpot.observe(done.decode / (done.generation_tokens - 1))
+
+
+class VllmMetrics:
+    """One registry holding vLLM's series for each engine (``engine="0"`` ... ``"N-1"``)."""
+
+    def __init__(
+        self, model_name: str, *, max_model_len: int, kv_cache_tokens: int, engines: int = 1
+    ) -> None:
+        self.registry = CollectorRegistry()
+        families = _Families(self.registry, max_model_len)
+        self.engines = [
+            EngineSeries(families, model_name, index, kv_cache_tokens) for index in range(engines)
+        ]
+
+    def record(self, stats: EngineStats, had_outputs: bool, engine: int = 0) -> None:
+        self.engines[engine].record(stats, had_outputs)
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

@@ -9,19 +9,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import random
 import signal
-import socket
 import sys
 import threading
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from sentinel_sim import ipc
 from sentinel_sim.config import SimConfig
+from sentinel_sim.engine_link import EngineLink
 from sentinel_sim.faults import ENGINE_FAULTS, ActiveFault, Fault, FaultSpec, FaultTable
 from sentinel_sim.metrics import VllmMetrics
 from sentinel_sim.model import Reply
@@ -35,13 +33,23 @@ class EngineDead(RuntimeError):
 class Pending:
     """A request handed to the engine, updated from the engine's step outputs."""
 
-    __slots__ = ("error", "event", "finish", "generated", "prompt_tokens", "reply", "rid")
+    __slots__ = (
+        "engine",
+        "error",
+        "event",
+        "finish",
+        "generated",
+        "prompt_tokens",
+        "reply",
+        "rid",
+    )
 
     def __init__(self, rid: int, reply: Reply, prompt_tokens: int) -> None:
         self.rid = rid
         self.reply = reply
         self.prompt_tokens = prompt_tokens
         self.generated = 0
+        self.engine = 0  # the data-parallel engine serving it
         self.finish: str | None = None
         self.error: BaseException | None = None
         self.event = asyncio.Event()
@@ -67,10 +75,10 @@ class SimServer:
             config.model,
             max_model_len=config.max_model_len,
             kv_cache_tokens=config.kv_cache_tokens,
+            engines=config.data_parallel_size,
         )
         self.pending: dict[int, Pending] = {}
-        self.engine_pid: int | None = None
-        self.engine_proc: asyncio.subprocess.Process | None = None
+        self.links: list[EngineLink] = []
         self.dead = False
         self.stopping = asyncio.Event()
         self.exit_code = 0
@@ -85,67 +93,34 @@ class SimServer:
         self.metrics_gate.set()
         # Set by the process around us: closes the OpenAI port for good (listener_closed).
         self.close_listener: Callable[[], Awaitable[None]] | None = None
-        self._writer: asyncio.StreamWriter | None = None
-        self._adds: list[tuple[Any, ...]] = []
-        self._aborts: list[int] = []
-        self._flush_scheduled = False
         self._next_rid = 0
         self._expiry_handles: dict[Fault, asyncio.TimerHandle] = {}
         self._tasks: set[asyncio.Task[None]] = set()
-        self._engine_ready = asyncio.get_running_loop().create_future()
 
-    # -- engine link ---------------------------------------------------------
+    # -- engine links ------------------------------------------------------
 
-    async def start_engine(self) -> None:
-        parent, child = socket.socketpair()
-        config_json = json.dumps(self.config.engine_json())
-        self.engine_proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "sentinel_sim.engine",
-            "--ipc-fd",
-            str(child.fileno()),
-            "--scheduling-policy",
-            self.config.scheduling_policy,
-            "--max-num-seqs",
-            str(self.config.max_num_seqs),
-            "--config",
-            config_json,
-            pass_fds=(child.fileno(),),
-            stdin=asyncio.subprocess.DEVNULL,
-        )
-        child.close()
-        self.engine_pid = self.engine_proc.pid
-        reader, self._writer = await asyncio.open_connection(sock=parent)
-        self._spawn(self._read_engine(reader))
-        self._spawn(self._watch_engine(self.engine_proc))
-        await self._engine_ready
+    @property
+    def engine_pid(self) -> int | None:
+        """Engine 0's PID (the only engine unless ``--data-parallel-size``)."""
+        return self.links[0].pid if self.links else None
 
     def _spawn(self, coro: Any) -> None:
         task: asyncio.Task[None] = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _read_engine(self, reader: asyncio.StreamReader) -> None:
-        try:
-            while True:
-                header = await reader.readexactly(ipc.HEADER_SIZE)
-                payload = await reader.readexactly(ipc.frame_length(header))
-                message = ipc.decode(payload)
-                if message[0] == "step":
-                    self._on_step(message[1], message[2])
-                elif message[0] == "ready" and not self._engine_ready.done():
-                    self._engine_ready.set_result(None)
-        except (asyncio.IncompleteReadError, ConnectionError, OSError):
-            pass
-        self._on_engine_dead()
+    async def start_engine(self) -> None:
+        """Start every engine child (one per data-parallel rank) and wait until each is ready."""
+        self.links = [
+            EngineLink(index, self._on_step, self._on_engine_dead)
+            for index in range(self.config.data_parallel_size)
+        ]
+        await asyncio.gather(*(link.start(self.config) for link in self.links))
 
-    async def _watch_engine(self, proc: asyncio.subprocess.Process) -> None:
-        await proc.wait()
-        self._on_engine_dead()
-
-    def _on_step(self, outputs: list[tuple[int, int, str | None]], stats: EngineStats) -> None:
-        self.metrics.record(stats, bool(outputs))
+    def _on_step(
+        self, index: int, outputs: list[tuple[int, int, str | None]], stats: EngineStats
+    ) -> None:
+        self.metrics.record(stats, bool(outputs), index)
         pending = self.pending
         for rid, generated, finish in outputs:
             request = pending.get(rid)
@@ -158,11 +133,13 @@ class SimServer:
             request.event.set()
 
     def _on_engine_dead(self) -> None:
+        """Any engine gone takes the server down, as vLLM's API server exits on EngineDeadError."""
         if self.dead:
             return
         self.dead = True
-        if not self._engine_ready.done():
-            self._engine_ready.set_exception(EngineDead("engine exited during start-up"))
+        for link in self.links:
+            link.closed = True
+            link.failed(EngineDead("engine exited during start-up"))
         for request in self.pending.values():
             request.error = EngineDead("EngineCore encountered an issue.")
             request.event.set()
@@ -182,43 +159,28 @@ class SimServer:
         arrival: float,
         structured: bool,
     ) -> Pending:
+        """Hand a request to the next engine in turn (data parallel spreads them round-robin)."""
         if self.dead:
             raise EngineDead("EngineCore encountered an issue.")
         self._next_rid += 1
         rid = self._next_rid
+        link = self.links[rid % len(self.links)]
         request = Pending(rid, reply, prompt_tokens)
+        request.engine = link.index
         self.pending[rid] = request
-        self._adds.append((rid, prompt_tokens, max_tokens, eos_at, priority, arrival, structured))
-        self._schedule_flush()
+        link.add((rid, prompt_tokens, max_tokens, eos_at, priority, arrival, structured))
         return request
 
     def abort(self, request: Pending) -> None:
-        """The client went away: tell the engine to drop the request (vLLM aborts it)."""
+        """The client went away: tell its engine to drop the request (vLLM aborts it)."""
         if request.done or self.pending.pop(request.rid, None) is None:
             return
-        self._aborts.append(request.rid)
-        self._schedule_flush()
+        self.links[request.engine].abort(request.rid)
 
-    def _schedule_flush(self) -> None:
-        if not self._flush_scheduled:
-            self._flush_scheduled = True
-            asyncio.get_running_loop().call_soon(self._flush)
-
-    def _flush(self) -> None:
-        self._flush_scheduled = False
-        writer = self._writer
-        if writer is None or self.dead:
-            return
-        if self._adds:
-            writer.write(ipc.encode(("add", self._adds)))
-            self._adds = []
-        if self._aborts:
-            writer.write(ipc.encode(("abort", self._aborts)))
-            self._aborts = []
-
-    def _send(self, message: tuple[Any, ...]) -> None:
-        if self._writer is not None and not self.dead:
-            self._writer.write(ipc.encode(message))
+    def _send(self, message: tuple[Any, ...], engine: int | None = None) -> None:
+        for link in self.links:
+            if engine is None or link.index == engine:
+                link.send(message)
 
     # -- faults --------------------------------------------------------------
 
@@ -228,7 +190,8 @@ class SimServer:
         if old is not None:
             old.cancel()
         if spec.fault in ENGINE_FAULTS:
-            self._send(("fault", spec.fault.value, dict(entry.params), entry.until))
+            message = ("fault", spec.fault.value, dict(entry.params), entry.until)
+            self._send(message, entry.params.get("engine"))
         loop = asyncio.get_running_loop()
         if spec.duration is not None:
             self._expiry_handles[spec.fault] = loop.call_later(
@@ -281,27 +244,38 @@ class SimServer:
         return None if entry is None else str(entry.params["mode"])
 
     def _exit_now(self, code: int) -> None:
-        """The ``exit`` fault: the API server dies abruptly and takes the engine with it."""
-        if self.engine_pid is not None:
-            with contextlib.suppress(OSError):
-                os.kill(self.engine_pid, signal.SIGCONT)
-                os.kill(self.engine_pid, signal.SIGKILL)
+        """The ``exit`` fault: the API server dies abruptly and takes the engines with it."""
+        for link in self.links:
+            for pid in (link.pid, *link.worker_pids):
+                if pid is not None:
+                    with contextlib.suppress(OSError):
+                        os.kill(pid, signal.SIGCONT)
+                        os.kill(pid, signal.SIGKILL)
         sys.stdout.flush()
         os._exit(code)
 
-    def signal_engine(self, name: str) -> int:
+    def signal_engine(self, name: str, engine: int = 0, worker: int | None = None) -> int:
+        """A real signal to one engine (its data-parallel index) or one of its TP workers."""
         signals = {"stop": signal.SIGSTOP, "cont": signal.SIGCONT, "kill": signal.SIGKILL}
         if name not in signals:
             raise ValueError(f"signal must be one of {', '.join(signals)}")
-        if self.engine_pid is None:
+        if not 0 <= engine < len(self.links):
+            raise ValueError(f"engine must be within 0..{len(self.links) - 1}")
+        link = self.links[engine]
+        if worker is not None and not 0 <= worker < len(link.worker_pids):
+            raise ValueError(f"engine {engine} has no TP worker {worker}")
+        pid = link.pid if worker is None else link.worker_pids[worker]
+        if pid is None:
             raise ProcessLookupError("no engine process")
-        os.kill(self.engine_pid, signals[name])
-        return self.engine_pid
+        os.kill(pid, signals[name])
+        return pid
 
     def state(self) -> dict[str, Any]:
         return {
             "api_pid": os.getpid(),
             "engine_pid": self.engine_pid,
+            "engine_pids": [link.pid for link in self.links],
+            "worker_pids": [link.worker_pids for link in self.links],
             "engine_alive": not self.dead,
             "model": self.config.model,
             "scheduling_policy": self.config.scheduling_policy,
@@ -310,12 +284,16 @@ class SimServer:
         }
 
     async def shutdown_engine(self) -> None:
-        proc = self.engine_proc
+        await asyncio.gather(*(self._shutdown(link) for link in self.links))
+
+    async def _shutdown(self, link: EngineLink) -> None:
+        proc = link.proc
         if proc is None or proc.returncode is not None:
             return
-        with contextlib.suppress(OSError):
-            os.kill(proc.pid, signal.SIGCONT)
-        self._send(("shutdown",))
+        for pid in (proc.pid, *link.worker_pids):  # a stopped process ignores all but SIGKILL
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGCONT)
+        link.send(("shutdown",))
         try:
             await asyncio.wait_for(proc.wait(), timeout=2.0)
         except TimeoutError:
@@ -326,5 +304,5 @@ class SimServer:
     def close(self) -> None:
         self.mm_gate.set()  # release a preprocessing thread held by multimodal_hang
         self.mm_executor.shutdown(wait=False, cancel_futures=True)
-        for task in self._tasks:
+        for task in [*self._tasks, *(t for link in self.links for t in link.tasks)]:
             task.cancel()
