@@ -182,6 +182,12 @@ class ProcessWatcher:
             for row in rows
             if roles[row.pid] is ProcessRole.WORKER and belongs(row)
         ]
+        # Shown, never judged: a data-parallel coordinator carries no request.
+        coordinators = [
+            row.info(ProcessRole.COORDINATOR)
+            for row in rows
+            if roles[row.pid] is ProcessRole.COORDINATOR and belongs(row)
+        ]
 
         present = {(p.pid, p.create_time) for p in engines + workers}
         vanished = [
@@ -205,6 +211,7 @@ class ProcessWatcher:
             api=api,
             engines=tuple(sorted(engines, key=lambda p: p.pid)),
             workers=tuple(sorted(workers, key=lambda p: p.pid)),
+            coordinators=tuple(sorted(coordinators, key=lambda p: p.pid)),
             scheduling_policy=policy,
             attribution=attribution,
             attribution_detail=detail,
