@@ -14,6 +14,8 @@ from dataclasses import replace
 import pytest
 
 from sentinel.canary.result import CanaryKind, CanaryResult, Reason
+from sentinel.diagnostics.cause import CauseClass, ProcessObservation, classify
+from sentinel.diagnostics.stuck import of_stuck_engines, stuck_json, stuck_lines
 from sentinel.evidence.metrics import parse_vllm_metrics
 from sentinel.evidence.process_model import (
     VLLM_PATTERNS,
@@ -303,3 +305,36 @@ def test_the_partial_window_pauses_over_time_sentinel_did_not_observe() -> None:
     paused = replace(dp_evidence(*STUCK), unobserved=((14.0, 20.0),))
     assert partial_at(paused, 27.0) == []
     assert partial_at(paused, 33.0) == [("partial", "restart", "1")]
+
+
+# -- bundles ---------------------------------------------------------------------
+
+
+def observation(pid: int, title: str, status: ProcessState, cpu: float) -> ProcessObservation:
+    return ProcessObservation(pid, title, ProcessRole.ENGINE_CORE, status, cpu_percent=cpu)
+
+
+def test_a_bundle_for_a_partial_hang_judges_the_stuck_engine_not_the_busy_one() -> None:
+    observations = [
+        observation(11, "VLLM::EngineCore_DP0", ProcessState.RUNNING, 95.0),
+        observation(12, "VLLM::EngineCore_DP1", ProcessState.SLEEPING, 0.0),
+    ]
+    reason = "partial hang: engine 1 made no progress for 16s; other engines progressed (0)"
+    named = named_placements(reason)
+    cause = classify(of_stuck_engines(observations, named["engine"]))
+    assert (cause.cause, cause.pid) == (CauseClass.ENGINE_BLOCKED, 12)
+    assert classify(observations).pid == 11  # what it would have blamed without the name
+    stuck = stuck_json(named, observations, cause.pid)
+    assert stuck == {"engines": [1], "tp_ranks": []}
+    assert stuck_lines(stuck) == ["stuck     engine 1"]
+
+
+def test_a_bundle_names_the_rank_of_the_stopped_worker() -> None:
+    observations = [
+        ProcessObservation(31, "VLLM::Worker_TP0", ProcessRole.WORKER, ProcessState.SLEEPING),
+        ProcessObservation(32, "VLLM::Worker_TP1", ProcessRole.WORKER, ProcessState.STOPPED),
+    ]
+    cause = classify(of_stuck_engines(observations, []))
+    assert cause.pid == 32
+    assert stuck_json({}, observations, cause.pid) == {"engines": [], "tp_ranks": [1]}
+    assert stuck_lines({"engines": [], "tp_ranks": []}) == []
