@@ -26,7 +26,7 @@ import ssl
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 from prometheus_client import CollectorRegistry
@@ -46,12 +46,14 @@ from sentinel.incidents import IncidentRecorder
 from sentinel.ledger import Ledger
 from sentinel.observers import LoopFailures, Observers, Step, every, supervised
 from sentinel.scheduler import Scheduler
-from sentinel.serve.grpc import GrpcHealthServer
 from sentinel.serve.http import HttpServer
 from sentinel.telemetry.logging import get_logger
 from sentinel.telemetry.metrics import SentinelMetrics
 from sentinel.telemetry.redact import redact_url
 from sentinel.verdict import Action
+
+if TYPE_CHECKING:  # grpc (about 8 MB) is imported only when its listener is on
+    from sentinel.serve.grpc import GrpcHealthServer
 
 log = get_logger("sentinel.daemon")
 
@@ -139,7 +141,10 @@ class Daemon:
             extra_routes=self.incidents.routes(),
             shutdown_timeout=settings.shutdown_timeout,
         )
-        self.grpc = GrpcHealthServer(self.state, settings.grpc_listen)
+        if settings.grpc_listen is not None:
+            from sentinel.serve.grpc import GrpcHealthServer
+
+            self.grpc = GrpcHealthServer(self.state, settings.grpc_listen)
         timeout = httpx.Timeout(10.0, connect=2.0)
         limits = httpx.Limits(max_connections=32, max_keepalive_connections=8)
         tls = tls_context(settings.target)
@@ -157,7 +162,8 @@ class Daemon:
             periodic = self._observer_steps(evidence_client)
             await self.http.start()
             try:
-                await self.grpc.start()
+                if self.grpc is not None:
+                    await self.grpc.start()
             except BaseException:
                 await self.http.stop()
                 raise
@@ -166,7 +172,7 @@ class Daemon:
                 version=__version__,
                 target=redact_url(settings.target),
                 http_port=self.http.port,
-                grpc_port=self.grpc.port if self.grpc.enabled else None,
+                grpc_port=None if self.grpc is None else self.grpc.port,
                 enforce=settings.enforce,
                 canaries=[s.name for s in self.specs],
             )
@@ -180,12 +186,15 @@ class Daemon:
                             name="scheduler",
                         ),
                         group.create_task(
-                            self._supervised("grpc-publish", grpc.publish), name="grpc-publish"
-                        ),
-                        group.create_task(
                             self._supervised("incidents", self.incidents.run), name="incidents"
                         ),
                     ]
+                    if grpc is not None:
+                        loops.append(
+                            group.create_task(
+                                self._supervised("grpc-publish", grpc.publish), name="grpc-publish"
+                            )
+                        )
                     loops += [
                         group.create_task(self._every(name, interval, step), name=name)
                         for name, interval, step in periodic
