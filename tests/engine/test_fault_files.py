@@ -100,10 +100,10 @@ def hooks() -> ModuleType:
 
 
 class _Engine:
-    """Stands in for an EngineCoreProc: the rank attributes the hook reads, and a step."""
+    """Stands in for an EngineCoreProc: the rank attribute the hook reads, and a step."""
 
-    def __init__(self, dp_rank: int | None) -> None:
-        self.dp_rank = dp_rank
+    def __init__(self, engine_index: int | None) -> None:
+        self.engine_index = engine_index
         self.steps = 0
 
     def step(self) -> int:
@@ -118,7 +118,7 @@ def test_engine_hang_naming_a_rank_holds_only_that_engine(
     step = hooks._engine_step(board, _Engine.step)
     FaultSwitch(tmp_path).set("engine_hang", engine=1)
     assert board.get("engine_hang") == {"engine": 1}
-    free = _Engine(dp_rank=0)
+    free = _Engine(engine_index=0)
     assert step(free) == 1  # rank 0 steps although a hang is on (for rank 1)
     assert hooks._mine(board.get("engine_hang"), 1)
     assert not hooks._mine(board.get("engine_hang"), 0)
@@ -126,17 +126,18 @@ def test_engine_hang_naming_a_rank_holds_only_that_engine(
     assert hooks._mine(board.get("engine_hang"), 0)  # no rank named: every engine
 
 
-def test_rank_is_read_from_the_parallel_config_without_dp_rank(hooks: ModuleType) -> None:
+def test_rank_is_the_engine_index_else_the_parallel_config(hooks: ModuleType) -> None:
     class Config:
-        data_parallel_rank = 3
+        data_parallel_rank = 0  # reset to 0 for a dense model's independent engines
+        data_parallel_index = 3
 
     class Vllm:
         parallel_config = Config()
 
-    engine = _Engine(dp_rank=None)
+    engine = _Engine(engine_index=None)
     engine.vllm_config = Vllm()  # type: ignore[attr-defined]
     assert hooks._dp_rank(engine) == 3
-    assert hooks._dp_rank(_Engine(dp_rank=2)) == 2
+    assert hooks._dp_rank(_Engine(engine_index=2)) == 2
     assert hooks._dp_rank(object()) == 0
 
 

@@ -23,17 +23,22 @@ stopped before the next class starts). Slow on two cores (a server start is
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import os
 import signal
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from chaos.vllm_engine import env as engine_env
+from chaos.vllm_engine.compat import per_engine_tokens
 from chaos.vllm_engine.server import VllmServer, engine_cpus
 from tests.loopback.sidecar import Sidecar, eventually, running_sidecar
 
@@ -138,6 +143,29 @@ async def _stop_and_check(
     return seconds, status, bundle, pid
 
 
+def _per_engine_progress(server: VllmServer) -> dict[str, float]:
+    """Generated tokens per ``engine`` label over 8 small requests (4 s timeouts)."""
+    with httpx.Client(base_url=server.base_url, timeout=10) as client:
+        before = per_engine_tokens(client)
+        body = {
+            "model": server.served_model_name,
+            "messages": [{"role": "user", "content": "Say hello."}],
+            "max_tokens": 4,
+        }
+
+        def one() -> None:
+            with contextlib.suppress(httpx.HTTPError):
+                client.post("/v1/chat/completions", json=body, timeout=4)
+
+        threads = [threading.Thread(target=one) for _ in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=30)
+        after = per_engine_tokens(client)
+    return {engine: after[engine] - before.get(engine, 0.0) for engine in after}
+
+
 class TestTensorParallel:
     async def test_sigstop_of_one_rank_is_caught_and_the_rank_named(
         self, tp: VllmServer, tmp_path: Path
@@ -145,6 +173,9 @@ class TestTensorParallel:
         title = "VLLM::Worker_TP1"
         seconds, status, bundle, pid = await _stop_and_check(tp, title, tmp_path)
         assert seconds <= DETECT
+        assert any(
+            1 in h.get("ranks", ()) or title in h["reason"] for h in status["verdict"]["hangs"]
+        ), status["verdict"]["hangs"]
         assert _named(status, title)["state"] == "stopped", status["evidence"]["processes"]
         assert _named(status, "VLLM::Worker_TP0")["state"] != "stopped"
         assert bundle["cause"]["pid"] == pid, bundle["cause"]
@@ -159,6 +190,9 @@ class TestDataParallel:
         title = "VLLM::EngineCore_DP1"
         seconds, status, bundle, pid = await _stop_and_check(dp, title, tmp_path)
         assert seconds <= DETECT
+        assert any(
+            1 in h.get("engines", ()) or title in h["reason"] for h in status["verdict"]["hangs"]
+        ), status["verdict"]["hangs"]
         assert _named(status, title)["state"] == "stopped", status["evidence"]["processes"]
         assert _named(status, "VLLM::EngineCore_DP0")["state"] != "stopped"
         assert bundle["cause"]["pid"] == pid, bundle["cause"]
@@ -173,6 +207,9 @@ class TestDataParallel:
             dp.faults.set("engine_hang", engine=1)
             started = time.monotonic()
             try:
+                moved = await asyncio.to_thread(_per_engine_progress, dp)
+                assert moved["0"] > 0, f"engine 0 must keep serving: {moved}"
+                assert moved["1"] == 0, f"engine 1 must be held by the plugin: {moved}"
                 seconds, status = await _hang_reported(sidecar, "engine_hang of DP engine 1")
             finally:
                 dp.faults.clear("engine_hang")

@@ -82,17 +82,22 @@ def _slow_decode_sleep(params: Mapping[str, Any], elapsed: float) -> float:
 def _dp_rank(engine: Any) -> int:
     """This engine core's data-parallel rank (0 without data parallelism).
 
-    ``DPEngineCoreProc`` keeps ``dp_rank``; every release since 0.9 also has it in
-    ``vllm_config.parallel_config.data_parallel_rank``.
+    ``engine_index`` is the rank, and the value of the metrics' ``engine`` label:
+    for a dense model each data-parallel engine is an independent ``EngineCoreProc``
+    whose ``parallel_config.data_parallel_rank`` is reset to 0 (only
+    ``data_parallel_index`` keeps the rank); an MoE model's ``DPEngineCoreProc``
+    also keeps ``dp_rank``.
     """
-    rank = getattr(engine, "dp_rank", None)
-    if rank is None:
-        config = getattr(getattr(engine, "vllm_config", None), "parallel_config", None)
-        rank = getattr(config, "data_parallel_rank", 0)
-    try:
-        return int(rank or 0)
-    except (TypeError, ValueError):
-        return 0
+    config = getattr(getattr(engine, "vllm_config", None), "parallel_config", None)
+    for rank in (
+        getattr(engine, "engine_index", None),
+        getattr(engine, "dp_rank", None),
+        getattr(config, "data_parallel_index", None),
+        getattr(config, "data_parallel_rank", None),
+    ):
+        if isinstance(rank, int) and not isinstance(rank, bool):
+            return rank
+    return 0
 
 
 def _mine(params: Mapping[str, Any] | None, rank: int) -> bool:
