@@ -30,13 +30,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import ctypes
 import json
 import os
 import select
 import signal
 import socket
-import sys
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -49,7 +47,6 @@ from sentinel_sim.scheduler import EngineRequest, Scheduler
 from sentinel_sim.workers import TensorGroup
 
 PROCESS_TITLE = "VLLM::EngineCore"
-_PR_SET_PDEATHSIG = 1
 # A seeded stuck request: a modest prompt and reply, so it finishes soon once the hang ends.
 _STUCK_PROMPT_TOKENS = 48
 _STUCK_MAX_TOKENS = 32
@@ -58,15 +55,6 @@ _STUCK_MAX_TOKENS = 32
 def engine_title(index: int, data_parallel_size: int) -> str:
     """vLLM's title for an engine: ``_DP<i>`` only when there are several."""
     return f"{PROCESS_TITLE}_DP{index}" if data_parallel_size > 1 else PROCESS_TITLE
-
-
-def die_with_parent() -> None:
-    """Ask Linux to SIGKILL us when the API process dies, even while we are stopped."""
-    if not sys.platform.startswith("linux"):
-        return
-    with contextlib.suppress(OSError, AttributeError):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
 class Engine:
@@ -278,7 +266,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     config = json.loads(args.config)
-    die_with_parent()
+    ipc.die_with_parent()
     dp = int(config.get("data_parallel_size", 1))
     setproctitle.setproctitle(engine_title(args.data_parallel_rank, dp))
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the API process decides when we stop

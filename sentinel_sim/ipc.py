@@ -22,8 +22,12 @@ Engine -> API::
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import pickle
+import signal
 import struct
+import sys
 from typing import Any
 
 _HEADER = struct.Struct("!I")
@@ -66,3 +70,19 @@ class FrameDecoder:
             offset = end
         del self._buffer[:offset]
         return messages
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent() -> None:
+    """Ask Linux to SIGKILL us when our parent dies, even while we are stopped.
+
+    The engine asks it of the API process, a worker of its engine; so no
+    child of the simulator outlives the process that started it.
+    """
+    if not sys.platform.startswith("linux"):
+        return
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)

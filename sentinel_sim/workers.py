@@ -23,6 +23,8 @@ from collections.abc import Callable, Sequence
 
 import setproctitle
 
+from sentinel_sim import ipc
+
 PROCESS_TITLE = "VLLM::Worker"
 
 
@@ -105,9 +107,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--title", required=True)
     args = parser.parse_args(argv)
     setproctitle.setproctitle(args.title)
-    from sentinel_sim.engine import die_with_parent
-
-    die_with_parent()
+    ipc.die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     sock = socket.socket(fileno=args.fd)
     try:
