@@ -23,6 +23,7 @@ second; it never raises into the daemon.
 from __future__ import annotations
 
 import asyncio
+import json
 import resource
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -38,6 +39,7 @@ from sentinel.telemetry.redact import redact_document
 
 STATE_KEY = web.AppKey("sentinel_health_state", HealthState)
 REGISTRY_KEY = web.AppKey("sentinel_registry", CollectorRegistry)
+JSON_CONTENT_TYPE = "application/json; charset=utf-8"
 DEFAULT_SHUTDOWN_TIMEOUT = 5.0
 
 
@@ -156,8 +158,30 @@ def answer_json(answer: ProbeAnswer) -> dict[str, Any]:
     return {"status": "ok" if answer.ok else "fail", "reason": answer.reason, "since": answer.since}
 
 
-def _answer_response(answer: ProbeAnswer) -> web.Response:
-    return web.json_response(answer_json(answer), status=200 if answer.ok else 503)
+class AnswerBodies:
+    """Each probe's answer rendered once, when it first appears, and served as bytes.
+
+    A probe asks far more often than its answer changes (a snapshot is
+    published every few seconds at most, and the answer within it changes
+    only on a verdict), so a request looks its answer up by identity (or, for
+    ``/healthz``, whose answer is built per call, by value) instead of
+    rendering JSON on the path the kubelet times.
+    """
+
+    def __init__(self) -> None:
+        self._rendered: dict[str, tuple[ProbeAnswer, bytes, int]] = {}
+
+    def response(self, probe: str, answer: ProbeAnswer) -> web.Response:
+        rendered = self._rendered.get(probe)
+        if rendered is None or (rendered[0] is not answer and rendered[0] != answer):
+            body = json.dumps(answer_json(answer)).encode()
+            rendered = self._rendered[probe] = (answer, body, 200 if answer.ok else 503)
+        return web.Response(
+            body=rendered[1], status=rendered[2], headers={"Content-Type": JSON_CONTENT_TYPE}
+        )
+
+
+BODIES_KEY = web.AppKey("sentinel_answer_bodies", AnswerBodies)
 
 
 def status_json(snapshot: HealthSnapshot) -> dict[str, Any]:
@@ -175,19 +199,23 @@ def status_json(snapshot: HealthSnapshot) -> dict[str, Any]:
 
 
 async def _livez(request: web.Request) -> web.Response:
-    return _answer_response(request.app[STATE_KEY].snapshot().liveness)
+    app = request.app
+    return app[BODIES_KEY].response("livez", app[STATE_KEY].snapshot().liveness)
 
 
 async def _readyz(request: web.Request) -> web.Response:
-    return _answer_response(request.app[STATE_KEY].snapshot().readiness)
+    app = request.app
+    return app[BODIES_KEY].response("readyz", app[STATE_KEY].snapshot().readiness)
 
 
 async def _startupz(request: web.Request) -> web.Response:
-    return _answer_response(request.app[STATE_KEY].snapshot().startup)
+    app = request.app
+    return app[BODIES_KEY].response("startupz", app[STATE_KEY].snapshot().startup)
 
 
 async def _healthz(request: web.Request) -> web.Response:
-    return _answer_response(request.app[STATE_KEY].sidecar_health())
+    app = request.app
+    return app[BODIES_KEY].response("healthz", app[STATE_KEY].sidecar_health())
 
 
 async def _status(request: web.Request) -> web.Response:
@@ -213,6 +241,7 @@ def build_app(
     app = web.Application(middlewares=list(middlewares))
     app[STATE_KEY] = state
     app[REGISTRY_KEY] = registry
+    app[BODIES_KEY] = AnswerBodies()
     app.add_routes(
         [
             web.get("/livez", _livez),

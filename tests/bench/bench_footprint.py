@@ -3,7 +3,8 @@
 Run: ``make bench-footprint`` or ``python -m tests.bench.bench_footprint [--quick]
 [--json PATH]``. The simulated vLLM runs as a subprocess, and so does
 ``sentinel run`` (a fresh interpreter, every setting at its default except the
-listen ports and the diagnostics directory), so the figures are the ones a pod
+listen port and the diagnostics directory, and no gRPC listener, as the base
+manifests run it), so the figures are the ones a pod
 would see: the imports a start pays, and nothing of the benchmark's own.
 
 One timeline, about 12 minutes (``--quick``: about 2.5, every window shorter):
@@ -259,8 +260,10 @@ def start_sidecar(target: str, workdir: Path) -> Sidecar:
         target,
         "--listen",
         f"127.0.0.1:{port}",
+        # As the shipped manifests run it: the gRPC listener only comes with
+        # the grpc-probes component.
         "--grpc-listen",
-        f"127.0.0.1:{_free_port()}",
+        "off",
         "--diagnostics-dir",
         str(workdir / "diagnostics"),
         "--log-format",

@@ -16,7 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from sentinel.canary.result import CanaryKind, CanaryResult, Reason
 from sentinel.health import HealthState, ProbeAnswer
 from sentinel.ledger import Ledger
-from sentinel.serve.http import HttpServer
+from sentinel.serve.http import AnswerBodies, HttpServer
 from sentinel.serve.status import PriorityReport, Transition, status_document
 from sentinel.telemetry.metrics import SentinelMetrics
 from sentinel.verdict import Action, Policy, VerdictState, evaluate
@@ -238,3 +238,19 @@ def test_status_document_is_built_from_its_inputs_alone() -> None:
     assert doc["evidence"]["last_scrape_error"] is None
     assert doc["config"] == {"listen": ":8081"}
     assert json.loads(json.dumps(doc)) == document()  # JSON-able, and the same every time
+
+
+def test_a_probe_answer_is_rendered_once_and_again_only_when_it_changes() -> None:
+    bodies = AnswerBodies()
+    live = ProbeAnswer(True, "no hang confirmed", 3.0)
+    first = bodies.response("livez", live)
+    again = bodies.response("livez", ProbeAnswer(True, "no hang confirmed", 3.0))  # equal, new
+    assert again.body is first.body
+    assert isinstance(first.body, bytes)
+    assert json.loads(first.body) == {"status": "ok", "reason": "no hang confirmed", "since": 3.0}
+    assert first.headers["Content-Type"] == "application/json; charset=utf-8"
+    hung = bodies.response("livez", ProbeAnswer(False, "engine hang confirmed", 9.0))
+    assert hung.status == 503
+    assert isinstance(hung.body, bytes)
+    assert json.loads(hung.body)["status"] == "fail"
+    assert bodies.response("readyz", live).body is not first.body  # one memory per probe
