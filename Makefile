@@ -88,6 +88,13 @@ chaos-sim: $(STAMP)
 bench: $(STAMP)
 	$(PY) -m tests.bench.bench_sentinel
 
+# sentinel's shipped defaults against one real vLLM 0.32 server: engine-hang detection
+# three times (median; goal 15 s), slow decode near 0.5 token/s for 3 minutes (0 liveness
+# failures), SIGSTOP of EngineCore. About 12 minutes on two cores.
+.PHONY: bench-vllm
+bench-vllm: engine-env
+	$(PY) -m tests.bench.bench_vllm_detection $(ARGS)
+
 # What sentinel costs its pod with shipped defaults: RSS, CPU share, /livez latency
 # (open loop), time to /livez; about 12 minutes (ARGS=--quick: about 2.5).
 .PHONY: bench-footprint
