@@ -269,6 +269,7 @@ class Daemon:
             sleep=self.sleep,
             beat=self.state.beat,
             on_result=self._on_result,
+            on_error=self.failures.record,
         )
 
     def _observer_steps(self, client: httpx.AsyncClient) -> list[tuple[str, float, Step]]:
