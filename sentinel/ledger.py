@@ -247,6 +247,8 @@ class Ledger:
             },
             progress_available=fresh and self.progress.available,
             last_progress_at=self.progress.last_progress_at,
+            decode_available=fresh and self.progress.decode_available,
+            last_decode_at=self.progress.last_decode_at,
             last_evidence_at=self.progress.last_evidence_at,
             last_real_completion_at=self.progress.last_real_completion_at,
             health_failing_since=self.health_failing_since,

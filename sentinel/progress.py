@@ -24,6 +24,16 @@ has stuck real requests in ``running``; the prefill or first token of a
 canary sent to it is charged to the canary and cannot keep it alive. Once a
 canary finished, its credit becomes the work its usage reports.
 
+Decode is the progress new arrivals cannot fake. A server whose decode is
+stuck still prefills every new request and may hand each its first token, so
+with other clients arriving its prompt, generation and engine-step counters
+never stay flat. Where the server counts first tokens (the count of vLLM's
+``vllm:time_to_first_token_seconds`` histogram), the tracker derives
+``decode_tokens`` (generated tokens minus first tokens) and follows *decode
+progress* (decoded tokens or successful completions beyond sentinel's own)
+apart from the rest; the engine-hang rule then asks for that. Without the
+count, decode is no evidence and the broader progress keeps vouching.
+
 Under data parallelism vLLM labels every sample with its ``engine``; each
 engine's work counters are followed as well as their sum (:class:`EngineTrack`),
 so one engine whose work is flat while another's moves can be told from a
@@ -42,8 +52,17 @@ from dataclasses import dataclass, field
 from sentinel.canary.result import CanaryResult
 from sentinel.evidence.metrics import MetricsSample
 
-WORK_COUNTERS = ("generation_tokens", "prompt_tokens", "engine_tokens", "completions")
+RAW_COUNTERS = ("generation_tokens", "prompt_tokens", "engine_tokens", "completions")
+"""The exposed counters that are progress; all of them go down together on a restart."""
+
+DECODE_TOKENS = "decode_tokens"
+"""Generated tokens beyond each request's first: derived, present only with a first-token count."""
+
+WORK_COUNTERS = (*RAW_COUNTERS, DECODE_TOKENS)
 """The counters that are progress; every other sampled signal is motion at best."""
+
+DECODE_COUNTERS = (DECODE_TOKENS, "completions")
+"""The progress only an engine whose decode works can make (prefills and first tokens are not)."""
 
 RECENT = 5.0
 """Seconds a finished canary keeps its credit: ``/metrics`` may show its work a sample late."""
@@ -115,6 +134,7 @@ def canary_budget(
     """The most work one canary can cause, per work counter."""
     return {
         "generation_tokens": reply_tokens,
+        DECODE_TOKENS: max(reply_tokens - 1.0, 0.0),
         "prompt_tokens": prompt_tokens,
         # An engine step processes a canary's prompt (prefill) and each token it decodes.
         "engine_tokens": reply_tokens + prompt_tokens,
@@ -129,6 +149,7 @@ class ProgressTracker:
         self._previous: MetricsSample | None = None
         self._credits: dict[int, _Credit] = {}
         self.last_progress_at: float | None = None
+        self.last_decode_at: float | None = None  # decoded tokens or completions, not our own
         self.last_real_completion_at: float | None = None
         self.last_sample_at: float | None = None
         self.last_evidence_at: float | None = None  # last sample that carried a work counter
@@ -141,6 +162,7 @@ class ProgressTracker:
         """Forget the samples (a new server epoch); canaries in flight keep their credit."""
         self._previous = None
         self.last_progress_at = None
+        self.last_decode_at = None
         self.last_real_completion_at = None
         self.last_sample_at = None
         self.last_evidence_at = None
@@ -154,18 +176,26 @@ class ProgressTracker:
         """Whether the last sample carried any work counter at all."""
         return bool(self.signals)
 
+    @property
+    def decode_available(self) -> bool:
+        """Whether the last sample told decoded tokens from first tokens."""
+        return DECODE_TOKENS in self.signals
+
     def canary_sent(self, token: int, now: float, budget: Mapping[str, float]) -> None:
         """A canary left: while in flight it explains its prefill and its first token.
 
         Only the first token, not its whole reply: tokens past the first are
         the engine decoding, which a hung engine cannot do, and crediting a
         canary's full ``max_tokens`` on every retry would absorb a slow, busy
-        server's real work. Once it is done its usage sets the credit exactly.
+        server's real work. So it explains no decoded token while in flight (its
+        first token adds to the first-token count as much as to the generated
+        ones). Once it is done its usage sets the credit exactly.
         """
         reply = min(float(budget.get("generation_tokens", 0.0)), IN_FLIGHT_TOKENS)
         prompt = float(budget.get("prompt_tokens", 0.0))
         left = {
             "generation_tokens": reply,
+            DECODE_TOKENS: 0.0,
             "prompt_tokens": prompt,
             "engine_tokens": min(float(budget.get("engine_tokens", 0.0)), reply + prompt),
             "completions": float(budget.get("completions", 0.0)),
@@ -188,6 +218,7 @@ class ProgressTracker:
             credit.cap("completions", 0.0)  # an aborted or failed request is no success
         if result.completion_tokens is not None:
             credit.set("generation_tokens", float(result.completion_tokens))
+            credit.set(DECODE_TOKENS, max(float(result.completion_tokens) - 1.0, 0.0))
         if result.prompt_tokens is not None:
             credit.set("prompt_tokens", float(result.prompt_tokens))
         if result.completion_tokens is not None and result.prompt_tokens is not None:
@@ -200,7 +231,7 @@ class ProgressTracker:
         """Compare ``sample`` with the previous one; what remains after credits is progress."""
         previous, self._previous = self._previous, sample
         self.last_sample_at = sample.at
-        present = {k: v for k, v in sample.counters.items() if k in WORK_COUNTERS}
+        present = _work(sample.counters)
         self.signals = tuple(sorted(present))
         if present:
             self.last_evidence_at = sample.at
@@ -208,10 +239,14 @@ class ProgressTracker:
             self._follow_engines(sample)
             self._expire(sample.at)
             return self._remember(ProgressUpdate())
-        before = {k: v for k, v in previous.counters.items() if k in WORK_COUNTERS}
+        before = _work(previous.counters)
         common = [k for k in present if k in before]
-        if common and all(present[k] < before[k] for k in common):
+        # Only exposed counters tell a restart: the derived decode count of a
+        # server that never decoded stays 0 across one.
+        exposed = [k for k in common if k in RAW_COUNTERS]
+        if exposed and all(present[k] < before[k] for k in exposed):
             self.last_progress_at = None
+            self.last_decode_at = None
             self.last_real_completion_at = None
             self.totals = {}
             self.engines = {}
@@ -241,6 +276,8 @@ class ProgressTracker:
         real_completions = reports["completions"].real if "completions" in reports else 0.0
         if changed:
             self.last_progress_at = sample.at
+        if any(k in changed for k in DECODE_COUNTERS):
+            self.last_decode_at = sample.at
         if real_completions > 0:
             self.last_real_completion_at = sample.at
         for key, report in reports.items():
@@ -291,6 +328,12 @@ class ProgressTracker:
         return {
             "signals": list(self.signals),
             "moved": sorted(last.changed),
+            # Whether decode is told apart, and since when it has been flat:
+            # the engine-hang rule asks for decode progress where it can.
+            "decode_evidence": self.decode_available,
+            "decode_age": None
+            if self.last_decode_at is None
+            else round(now - self.last_decode_at, 3),
             "last_interval": {
                 k: {"delta": r.delta, "own": r.discounted, "progress": r.real}
                 for k, r in sorted(last.signals.items())
@@ -314,6 +357,21 @@ class ProgressTracker:
                 for engine, track in sorted(self.engines.items(), key=lambda i: _order(i[0]))
             },
         }
+
+
+def _work(counters: Mapping[str, float]) -> dict[str, float]:
+    """The work counters of one sample, with decoded tokens derived where first tokens are counted.
+
+    vLLM counts a request's first token among its generated tokens and once
+    in its TTFT histogram, in the same engine step, so the difference is the
+    tokens decoded after the first (never below 0, should a scrape land
+    between the two updates).
+    """
+    work = {k: v for k, v in counters.items() if k in RAW_COUNTERS}
+    generated, first = counters.get("generation_tokens"), counters.get("first_tokens")
+    if generated is not None and first is not None:
+        work[DECODE_TOKENS] = max(generated - first, 0.0)
+    return work
 
 
 def _order(engine: str) -> tuple[int, str]:

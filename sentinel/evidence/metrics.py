@@ -2,7 +2,8 @@
 
 Owns the scrape of the inference server's Prometheus endpoint and its reduction
 to the handful of signals the verdict compares over time (token, completion,
-engine-step and preemption counters; running, waiting and KV-cache gauges).
+first-token, engine-step and preemption counters; running, waiting and
+KV-cache gauges).
 
 Parsing is done by prometheus-client's parser, never by hand. Signals are
 matched on *sample* names, which is what a server exposes: the parser drops
@@ -10,7 +11,9 @@ matched on *sample* names, which is what a server exposes: the parser drops
 vLLM's histogram ``vllm:iteration_tokens_total`` (tokens per engine step)
 exposes ``vllm:iteration_tokens_total_sum``, the tokens engine steps processed:
 progress is that sum, never ``_count``, since a step that processed no token
-is no work. A signal the server does not expose is
+is no work. Likewise ``vllm:time_to_first_token_seconds_count`` counts the
+requests that got their first token: generated tokens beyond it are decoded
+tokens, which new arrivals' prefills cannot fake. A signal the server does not expose is
 absent from the sample (no evidence), never zero: a renamed or disabled metric
 must not read as "flat".
 
@@ -47,6 +50,9 @@ COUNTER_SAMPLES: Mapping[str, str] = MappingProxyType(
         "vllm:prompt_tokens_total": "prompt_tokens",
         "vllm:iteration_tokens_total_sum": "engine_tokens",
         "vllm:num_preemptions_total": "preemptions",
+        # One observation per request that got its first token (prefill
+        # done), so generated tokens minus this count are the tokens decoded.
+        "vllm:time_to_first_token_seconds_count": "first_tokens",
     }
 )
 GAUGE_SAMPLES: Mapping[str, str] = MappingProxyType(

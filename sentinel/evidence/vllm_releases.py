@@ -28,6 +28,10 @@ _V1_SIGNALS: Mapping[str, str] = MappingProxyType(
         "engine_tokens": "vllm:iteration_tokens_total_sum",
         "preemptions": "vllm:num_preemptions_total",
         "completions": "vllm:request_success_total",
+        # The count of vLLM's TTFT histogram (PrometheusStatLogger,
+        # ``vllm:time_to_first_token_seconds``, in every V1 line): one per
+        # request that got its first token. Generated tokens beyond it are decoded.
+        "first_tokens": "vllm:time_to_first_token_seconds_count",
         "running": "vllm:num_requests_running",
         "waiting": "vllm:num_requests_waiting",
         "kv_cache_usage": "vllm:kv_cache_usage_perc",

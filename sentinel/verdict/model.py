@@ -103,6 +103,11 @@ class Evidence:
     kinds: Mapping[CanaryKind, KindEvidence] = field(default_factory=dict)
     progress_available: bool = False  # a fresh /metrics sample with a work counter
     last_progress_at: float | None = None  # work beyond sentinel's own canaries
+    # Decode told apart from prefills and first tokens (the server counts
+    # first tokens), from a fresh sample; then only decoded tokens and
+    # completions beyond sentinel's own vouch for the engine.
+    decode_available: bool = False
+    last_decode_at: float | None = None
     # The last moment a work counter was seen at all: without fresh evidence
     # the no-evidence window counts from here, not from an old canary.
     last_evidence_at: float | None = None

@@ -95,12 +95,25 @@ def engine_hang(
     Without fresh progress evidence the longer no-evidence window applies,
     counted from the last moment evidence was seen: a server whose canaries
     queued while its counters moved has earned that long.
+
+    Where the server tells decode apart (it counts first tokens), only decode
+    progress vouches: decoded tokens or completions beyond sentinel's own. A
+    server whose decode is stuck still prefills each new arrival and may give
+    it a first token, so with other clients arriving its prompt, first-token
+    and engine-step counters never stay flat. A healthy server decodes for
+    every running request past its prefill at every step, however slowly,
+    and one whose requests end at their first token completes them.
     """
     results = _epoch_results(evidence, enabled)
     last_success = max((r.finished for r in results if r.ok), default=float("-inf"))
     # Without fresh evidence, old progress no longer vouches for canaries
     # still unanswered; the lapse itself starts their clock instead.
-    last_progress = _or_never(evidence.last_progress_at if evidence.progress_available else None)
+    if not evidence.progress_available:
+        last_progress = float("-inf")
+    elif evidence.decode_available:
+        last_progress = _or_never(evidence.last_decode_at)
+    else:
+        last_progress = _or_never(evidence.last_progress_at)
     floor = max(last_success, last_progress, evidence.epoch_started)
     sends = [r.started for r in results if unanswered(r)]
     sends += [sent for k in enabled for sent in k.outstanding]
@@ -109,7 +122,8 @@ def engine_hang(
         return None
     since = min(candidates)
     if evidence.progress_available:
-        window, basis = policy.hang_window, "no engine progress"
+        window = policy.hang_window
+        basis = "no decode progress" if evidence.decode_available else "no engine progress"
     else:
         window, basis = policy.no_evidence_window, "no progress evidence"
         since = max(since, _or_never(evidence.last_evidence_at))

@@ -92,6 +92,7 @@ def test_every_progress_signal_is_read_from_a_vllm_exposition() -> None:
         "completions": 49.0,  # stop + length; abort and error are not progress
         "engine_tokens": 5700.0,  # the histogram's _sum (tokens processed), not _count (steps)
         "preemptions": 2.0,
+        "first_tokens": 49.0,  # the TTFT histogram's _count: requests past their prefill
     }
     assert dict(sample.gauges) == {"running": 3.0, "waiting": 7.0, "kv_cache_usage": 0.25}
 

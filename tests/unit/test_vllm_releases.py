@@ -10,6 +10,7 @@ CORE = {
     "vllm:iteration_tokens_total_sum",
     "vllm:num_preemptions_total",
     "vllm:request_success_total",
+    "vllm:time_to_first_token_seconds_count",
     "vllm:num_requests_running",
     "vllm:num_requests_waiting",
     "vllm:kv_cache_usage_perc",
