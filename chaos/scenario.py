@@ -11,6 +11,7 @@ error, and every error names the file and the key.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -180,7 +181,10 @@ class ExpectSpec(_Strict):
 
     #: sentinel's /livez must be red within this many seconds of the fault start
     detect_within: float | None = Field(default=None, gt=0)
-    #: the hang kinds sentinel must report (``/status`` verdict) during the fault
+    #: the hang kinds sentinel may report (``/status`` verdict) during the fault:
+    #: at least one of them, and no other (:meth:`hang_kinds_met`). A fault
+    #: two rules both describe lists both: every canary failing fast with no
+    #: progress is an engine hang after H and broken after the broken window.
     hang_kinds: (
         list[Literal["engine", "structured", "multimodal", "dead", "broken", "listener_down"]]
         | None
@@ -195,6 +199,13 @@ class ExpectSpec(_Strict):
     green_again_within: float | None = Field(default=None, gt=0)
     #: after a restart, sentinel's startup turns red, then green, with no stale hang
     reenters_startup: bool | None = None
+
+    def hang_kinds_met(self, seen: Iterable[str]) -> bool:
+        """Whether the kinds ``seen`` during the fault are acceptable: some, all of them listed."""
+        if self.hang_kinds is None:
+            return True
+        kinds = set(seen)
+        return bool(kinds) and kinds <= set(self.hang_kinds)
 
 
 class Scenario(_Strict):
