@@ -30,7 +30,17 @@ CASES: list[tuple[str, dict[str, Any]]] = [
     (Fault.GARBAGE.value, {"mode": "invalid_json"}),
     (Fault.GARBAGE.value, {"mode": "schema_break"}),
     (Fault.BLACKHOLE.value, {}),
+    (Fault.STUCK_RUNNING.value, {}),
+    (Fault.WAITING_CHURN.value, {}),
+    (Fault.PREEMPTION_CHURN.value, {}),
+    (Fault.PREFILL_NO_DECODE.value, {}),
+    (Fault.STALL_AFTER_FIRST.value, {}),
+    (Fault.RESET_ALL.value, {}),
+    (Fault.EMPTY_200.value, {}),
+    (Fault.METRICS_LAPSE.value, {}),
 ]
+# Faults that end the server's life as a target run last, each on a simulator of its own.
+TERMINAL = (Fault.EXIT.value, Fault.LISTENER_CLOSED.value)
 PROBE_TIMEOUT_S = 2
 
 
@@ -69,7 +79,7 @@ def sim() -> Iterator[SimProcess]:
 
 
 def test_every_fault_case_is_covered() -> None:
-    assert {name for name, _ in CASES} | {Fault.EXIT.value} == {f.value for f in Fault}
+    assert {name for name, _ in CASES} | set(TERMINAL) == {f.value for f in Fault}
 
 
 @pytest.mark.parametrize(("fault", "params"), CASES, ids=lambda c: str(c))
@@ -95,4 +105,14 @@ def test_probe_json_after_the_server_exits() -> None:
         sim.wait_exit(timeout=10)
         result = probe_piped(url)
     assert result.returncode == 0, (result.stdout[-2000:], result.stderr[-2000:])
+    assert json.loads(result.stdout)["targets"][0]["url"] == url
+
+
+def test_probe_json_after_the_listener_closes() -> None:
+    with SimProcess() as sim:
+        url = sim.base_url
+        sim.control.set_fault(Fault.LISTENER_CLOSED.value)
+        result = probe_piped(url)
+    assert result.returncode == 0, (result.stdout[-2000:], result.stderr[-2000:])
+    assert result.stderr.rstrip().endswith("probe-rc=1"), result.stderr[-2000:]
     assert json.loads(result.stdout)["targets"][0]["url"] == url
