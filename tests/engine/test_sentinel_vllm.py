@@ -170,7 +170,10 @@ async def test_engine_hang_fails_liveness_while_vllm_health_stays_200(
         core = engine.engine_core().pid
         stacks = _stack_text(bundle, core)
         assert "_process_engine_step" in stacks or "sentinel_chaos_vllm" in stacks, stacks
-        assert "wait_while" in stacks, f"the plugin's blocking wait is not on the stack: {stacks}"
+        # The plugin holds the engine inside its step wrapper (a per-engine wait loop).
+        assert "_engine_step.<locals>.step" in stacks, (
+            f"the plugin's blocking wait is not on the stack: {stacks}"
+        )
         duration = _check_capture_time(bundle)
         print(f"engine hang: detected {seconds:.1f} s, capture {duration:.2f} s, bundle {path}")
 
@@ -398,7 +401,14 @@ async def test_sigkill_engine_core_then_restart_re_enters_startup_and_turns_gree
         status = await sidecar.json("/status")
         assert status["server"]["epoch"] > epoch
         assert status["verdict"]["hangs"] == [], status["verdict"]
-        assert status["evidence"]["processes"]["api"]["pid"] == engine.api_pid
+
+        # The watcher searches for a new server with a growing pause (up to 16 s)
+        # while none owns the port, so attribution may trail readiness a little.
+        async def attributed() -> bool:
+            processes = (await sidecar.json("/status"))["evidence"]["processes"]
+            return bool(processes.get("api")) and processes["api"]["pid"] == engine.api_pid
+
+        await eventually(attributed, 30, "the restarted API server attributed")
         print(
             f"SIGKILL EngineCore: green {time.monotonic() - started:.1f} s after the kill, "
             f"epoch {epoch} -> {status['server']['epoch']} ({status['server']['epoch_reason']})"
