@@ -25,6 +25,10 @@ from pydantic import (
 
 from sentinel.verdict import Action, Policy
 
+# The verdict's policy holds the decision defaults; settings take theirs from it,
+# so a default is written once.
+_POLICY = Policy()
+
 # Words meaning "no gRPC listener" for ``grpc_listen`` (flag, variable or file).
 GRPC_OFF = frozenset({"", "off", "none", "false", "disabled"})
 
@@ -140,23 +144,23 @@ class Settings(BaseModel):
     process_interval: float = 1.0
     eval_interval: float = 0.5
     idle_window: float = 5.0
-    hang_window: float = 15.0
-    no_evidence_window: float = 30.0
-    dead_grace: float = 5.0
-    broken_window: float = 60.0
-    listener_grace: float = 30.0
-    path_misses: int = 2
-    ready_out_after: int = 2
-    ready_back_after: int = 3
-    brake_max_restarts: int = 3
-    brake_window: float = 3600.0
-    engine_policy: Action = Action.RESTART
+    hang_window: float = _POLICY.hang_window
+    no_evidence_window: float = _POLICY.no_evidence_window
+    dead_grace: float = _POLICY.dead_grace
+    broken_window: float = _POLICY.broken_window
+    listener_grace: float = _POLICY.listener_grace
+    path_misses: int = _POLICY.path_misses
+    ready_out_after: int = _POLICY.ready_out_after
+    ready_back_after: int = _POLICY.ready_back_after
+    brake_max_restarts: int = _POLICY.brake_max_restarts
+    brake_window: float = _POLICY.brake_window
+    engine_policy: Action = _POLICY.engine_action
     # One data-parallel engine stuck while the others serve: its share of
     # requests hangs forever, so restart; unready or alert keep the rest serving.
-    partial_policy: Action = Action.RESTART
-    dead_policy: Action = Action.RESTART
-    broken_policy: Action = Action.RESTART
-    listener_policy: Action = Action.RESTART
+    partial_policy: Action = _POLICY.partial_action
+    dead_policy: Action = _POLICY.dead_action
+    broken_policy: Action = _POLICY.broken_action
+    listener_policy: Action = _POLICY.listener_action
     shutdown_timeout: float = 5.0
     # Caps on what the target may send (hostile or merely huge answers).
     # vLLM's whole exposition is well under 1 MiB and the series sentinel
