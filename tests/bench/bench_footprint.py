@@ -43,7 +43,6 @@ import asyncio
 import contextlib
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -61,6 +60,7 @@ import psutil
 from rich.console import Console
 from rich.table import Table
 
+from chaos.ports import free_port
 from sentinel_sim.launch import SimProcess
 
 MB = 1024 * 1024
@@ -135,13 +135,6 @@ def _pcts(values: Sequence[float]) -> dict[str, float | None]:
 
 def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value * 1000:.2f} ms"
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 # -- the open-loop /livez client (its own process) --------------------------------
@@ -249,7 +242,7 @@ class Sidecar:
 
 
 def start_sidecar(target: str, workdir: Path) -> Sidecar:
-    port = _free_port()
+    port = free_port()
     log_path = workdir / "sentinel.log"
     command = [
         sys.executable,
