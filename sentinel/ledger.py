@@ -42,6 +42,7 @@ class KindRecord:
     results: deque[CanaryResult] = field(default_factory=lambda: deque(maxlen=HISTORY))
     controls: deque[CanaryResult | None] = field(default_factory=lambda: deque(maxlen=HISTORY))
     outstanding: dict[int, float] = field(default_factory=dict)  # token -> send time
+    aims: dict[int, int] = field(default_factory=dict)  # token -> engine it was aimed at
 
     def clear(self) -> None:
         self.results.clear()
@@ -110,11 +111,21 @@ class Ledger:
 
     # -- canaries -----------------------------------------------------------
     def canary_sent(
-        self, kind: CanaryKind, now: float, budget: Mapping[str, float] | None = None
+        self,
+        kind: CanaryKind,
+        now: float,
+        budget: Mapping[str, float] | None = None,
+        *,
+        engine: int | None = None,
     ) -> int:
-        """Note a canary leaving; ``budget`` is the most work it can cause per counter."""
+        """Note a canary leaving; ``budget`` is the most work it can cause per counter.
+
+        ``engine``: the data-parallel engine it is aimed at (None: unaimed).
+        """
         self._token += 1
         self.records[kind].outstanding[self._token] = now
+        if engine is not None:
+            self.records[kind].aims[self._token] = engine
         self.last_canary_activity = now
         if budget:
             self.sends.append((now, budget))
@@ -123,6 +134,7 @@ class Ledger:
 
     def canary_abandoned(self, kind: CanaryKind, token: int, now: float) -> None:
         """A canary cancelled without a result: no longer outstanding, its work still discounted."""
+        self.records[kind].aims.pop(token, None)
         if self.records[kind].outstanding.pop(token, None) is not None:
             self.progress.canary_finished(token, None, now)
 
@@ -152,6 +164,7 @@ class Ledger:
         """Record a finished canary unless the server restarted while it ran."""
         record = self.records[kind]
         record.outstanding.pop(token, None)
+        record.aims.pop(token, None)
         self.last_canary_activity = now
         self.progress.canary_finished(token, result, now)
         if epoch != self.epoch:
@@ -240,6 +253,7 @@ class Ledger:
                     enabled=record.enabled,
                     results=tuple(record.results),
                     outstanding=tuple(record.outstanding.values()),
+                    outstanding_engines=tuple(record.aims.get(t) for t in record.outstanding),
                     controls=tuple(record.controls),
                     latency_slo=record.latency_slo,
                 )

@@ -7,6 +7,18 @@ Structured and multimodal canaries run on their own cadence, ungated, each
 paired with a text control sent at the same moment and priority, so a path
 hang can be told from an engine hang. A canary that missed its deadline is
 retried at once instead of waiting a full interval.
+
+Under data parallelism (more than one ``engine`` label in the progress
+evidence) every canary is aimed at one engine (vLLM's
+``X-data-parallel-rank``), since vLLM's balancer steers new requests away
+from an engine whose requests never finish and an unaimed canary would never
+reach a stuck one. Text canaries visit, in turn, the engines real traffic has
+not recently proven alive (an engine whose own counters moved within the idle
+window needs none), one per cadence step, so the canary rate does not grow
+with the engine count; each path canary and its control go together to the
+next engine in turn. An engine whose aimed canary is refused as a bad request
+(a label that is not a rank the server takes) gets unaimed canaries for the
+rest of the server epoch.
 """
 
 from __future__ import annotations
@@ -33,6 +45,8 @@ ErrorHook = Callable[[str, BaseException], None]
 
 DEFAULT_MAX_TOKENS = 16
 DEFAULT_PROMPT_ESTIMATE = 2048.0  # before a canary of the kind succeeded (images cost many)
+# An ``engine`` label above this is no data-parallel rank a header should carry.
+MAX_ENGINE_INDEX = 4096
 
 
 class Scheduler:
@@ -70,6 +84,10 @@ class Scheduler:
         self._unresolved: Reason | None = None
         text = [s for s in self.specs if s.kind is CanaryKind.TEXT]
         self.control_spec = text[0] if text else None
+        self._last_aim: dict[str, int] = {}  # per loop: the engine its last canary went to
+        self._unaimable: set[int] = set()  # engines whose aimed canary was refused, this epoch
+        self._aim_epoch = ledger.epoch
+        self._aimed_at: tuple[int, ...] = ()  # the engines last announced in the log
 
     async def run(self) -> None:
         """One loop per enabled spec until cancelled.
@@ -113,11 +131,8 @@ class Scheduler:
             self.metrics.canary_skipped("disabled")
             return False
         now = self.clock()
-        if (
-            spec.kind is CanaryKind.TEXT
-            and ledger.startup_passed
-            and ledger.busy(now, self.idle_window)
-        ):
+        send, engine = self._aim(spec, now)
+        if not send:
             self.metrics.canary_skipped("busy")
             return False
         model = await self._model(spec)
@@ -125,17 +140,18 @@ class Scheduler:
             return False
         epoch = ledger.epoch
         if spec.kind is CanaryKind.TEXT or self.control_spec is None:
-            result = await self._send_recorded(spec, model, epoch)
+            result = await self._send_recorded(spec, model, epoch, engine)
         else:
             # The path canary and its text control leave together at the same
-            # priority; the control is recorded as soon as it ends, the pair
-            # once both have.
+            # priority, for the same engine; the control is recorded as soon
+            # as it ends, the pair once both have.
             control_spec = replace(self.control_spec, priority=spec.priority)
-            token = ledger.canary_sent(spec.kind, self.clock(), self._budget(spec))
+            budget = self._budget(spec)
+            token = ledger.canary_sent(spec.kind, self.clock(), budget, engine=engine)
             try:
                 result, control = await asyncio.gather(
-                    self.runner.run(spec, model=model, deadline=spec.deadline),
-                    self._send_recorded(control_spec, model, epoch),
+                    self.runner.run(spec, model=model, deadline=spec.deadline, engine=engine),
+                    self._send_recorded(control_spec, model, epoch, engine),
                 )
             finally:
                 ledger.canary_abandoned(spec.kind, token, self.clock())
@@ -159,14 +175,78 @@ class Scheduler:
         except Exception:  # a broken hook must not take the loop down with it
             log.exception("loop_error_unrecorded", loop=loop)
 
-    async def _send_recorded(self, spec: CanarySpec, model: str, epoch: int) -> CanaryResult:
+    # -- aiming at data-parallel engines ----------------------------------------
+    def engines(self) -> tuple[int, ...]:
+        """The data-parallel engines canaries are aimed at; empty: do not aim.
+
+        Aimed only when the progress evidence shows more than one ``engine``
+        label and every label is a rank (a small non-negative integer): a
+        server with one engine never gets the header.
+        """
+        if self.ledger.epoch != self._aim_epoch:
+            self._aim_epoch = self.ledger.epoch
+            self._unaimable.clear()
+        labels = tuple(self.ledger.progress.engines)
+        if len(labels) < 2 or not all(_rank(label) is not None for label in labels):
+            engines: tuple[int, ...] = ()
+        else:
+            engines = tuple(sorted(int(label) for label in labels))
+        if engines != self._aimed_at:
+            self._aimed_at = engines
+            log.info("canaries_aimed", engines=list(engines))
+        return engines
+
+    def _aim(self, spec: CanarySpec, now: float) -> tuple[bool, int | None]:
+        """Whether this step sends a canary, and the engine it is aimed at (None: unaimed)."""
         ledger = self.ledger
-        token = ledger.canary_sent(spec.kind, self.clock(), self._budget(spec))
+        text = spec.kind is CanaryKind.TEXT
+        engines = self.engines()
+        if not engines:
+            if text and ledger.startup_passed and ledger.busy(now, self.idle_window):
+                return False, None
+            return True, None
+        if text and ledger.startup_passed:
+            # The text canary only where real traffic has not recently proven the engine alive.
+            engines = tuple(e for e in engines if not self._proven(e, now))
+            if not engines:
+                return False, None
+        last = self._last_aim.get(spec.name)
+        later = [e for e in engines if last is None or e > last]
+        engine = later[0] if later else engines[0]
+        self._last_aim[spec.name] = engine
+        return True, None if engine in self._unaimable else engine
+
+    def _proven(self, engine: int, now: float) -> bool:
+        """Whether the engine's own work counters moved within the idle window."""
+        track = self.ledger.progress.engines.get(str(engine))
+        moved = None if track is None else track.last_progress_at
+        return moved is not None and now - moved <= self.idle_window
+
+    def _refused_aim(self, engine: int, result: CanaryResult) -> bool:
+        """An aimed canary answered 400: the server takes no such rank; aim there no more."""
+        if result.reason is not Reason.HTTP_STATUS or result.http_status != 400:
+            return False
+        self._unaimable.add(engine)
+        log.warning(
+            "canary_aim_refused",
+            engine=engine,
+            detail=result.detail,
+            why="the server refused the data-parallel rank; canaries for it go unaimed",
+        )
+        return True
+
+    async def _send_recorded(
+        self, spec: CanarySpec, model: str, epoch: int, engine: int | None = None
+    ) -> CanaryResult:
+        ledger = self.ledger
+        token = ledger.canary_sent(spec.kind, self.clock(), self._budget(spec), engine=engine)
         try:
-            result = await self.runner.run(spec, model=model, deadline=spec.deadline)
+            result = await self.runner.run(spec, model=model, deadline=spec.deadline, engine=engine)
         finally:
             # Cancelled mid-flight: forget the canary rather than leave it outstanding.
             ledger.canary_abandoned(spec.kind, token, self.clock())
+        if engine is not None and self._refused_aim(engine, result):
+            return await self._send_recorded(spec, model, epoch)  # the same canary, unaimed
         ledger.canary_done(spec.kind, token, result, self.clock(), epoch=epoch)
         self._observe(result)
         return result
@@ -221,3 +301,11 @@ class Scheduler:
             self.ledger.model = model
             log.info("model_resolved", model=model)
             return model
+
+
+def _rank(label: str) -> int | None:
+    """An ``engine`` label as a data-parallel rank, or None when it is none."""
+    if not label.isascii() or not label.isdigit() or len(label) > 5:
+        return None
+    rank = int(label)
+    return rank if rank <= MAX_ENGINE_INDEX else None

@@ -52,6 +52,10 @@ class CanaryResult:
     # (None: not streamed or not counted). With ``ttft`` it tells a slow path,
     # producing tokens at the engine's pace, from one producing nothing.
     tokens_received: int | None = None
+    # The data-parallel engine the canary was aimed at (vLLM's
+    # ``X-data-parallel-rank``); None: unaimed, the server's balancer chose.
+    # An aimed canary left unanswered is evidence against that engine only.
+    engine: int | None = None
 
     @property
     def ok(self) -> bool:

@@ -9,6 +9,12 @@ time: the caller passes the deadline, the runner enforces it on the whole
 request or stream and, when it passes, closes the connection so vLLM aborts
 the request instead of finishing work nobody waits for. Cancellation of the
 caller's task propagates (after the connection is closed).
+
+A canary may be aimed at one data-parallel engine: vLLM's OpenAI server pins
+a request carrying ``X-data-parallel-rank: N`` to engine N (its balancer
+would otherwise steer every new request away from a stuck engine). The
+header is sent only when the caller names an engine, and the result records
+which one.
 """
 
 from __future__ import annotations
@@ -43,7 +49,14 @@ from sentinel.canary.result import CanaryResult, Reason
 from sentinel.canary.spec import CanarySpec
 from sentinel.transport import classify_transport, iter_capped, read_capped
 
-__all__ = ["CanaryFailure", "CanaryRunner", "ModelResolutionError", "classify", "new_nonce"]
+__all__ = [
+    "DP_RANK_HEADER",
+    "CanaryFailure",
+    "CanaryRunner",
+    "ModelResolutionError",
+    "classify",
+    "new_nonce",
+]
 
 log = structlog.get_logger(__name__)
 
@@ -53,6 +66,8 @@ MAX_BODY_BYTES = 1 << 20  # a canary reply is tiny; a huge one is garbage, not w
 DEFAULT_DEADLINE = 30.0
 MAX_DETAIL = 300
 MODELS_PATH = "/v1/models"
+# vLLM reads it case-insensitively (``_get_data_parallel_rank``); the spelling is its own.
+DP_RANK_HEADER = "X-data-parallel-rank"
 
 
 class ModelResolutionError(Exception):
@@ -131,16 +146,25 @@ class CanaryRunner:
             raise ModelResolutionError(Reason.BAD_BODY, f"{MODELS_PATH}: first entry has no id")
         return model_id
 
-    async def run(self, spec: CanarySpec, *, model: str, deadline: float) -> CanaryResult:
-        """Send one canary and judge it. Never raises for a failed probe."""
+    async def run(
+        self, spec: CanarySpec, *, model: str, deadline: float, engine: int | None = None
+    ) -> CanaryResult:
+        """Send one canary and judge it. Never raises for a failed probe.
+
+        ``engine``: the data-parallel engine to aim it at (None: let the
+        server choose; the header is then not sent at all).
+        """
         probe = KINDS[spec.kind]
         started = self._clock()
         progress = _Progress()
         reply: Reply | None = None
+        headers = self._headers
+        if engine is not None:
+            headers = {**headers, DP_RANK_HEADER: str(engine)}
         try:
             sent = probe.build(spec, model=model, nonce=self._nonce())
             async with asyncio.timeout(deadline):
-                reply = await self._exchange(spec, probe, sent.body, progress, started)
+                reply = await self._exchange(spec, probe, sent.body, progress, started, headers)
                 duration = self._clock() - started
                 baseline = await self._baseline(sent, model)
             judgement = probe.judge(sent, reply, baseline_prompt_tokens=baseline)
@@ -165,6 +189,7 @@ class CanaryRunner:
             completion_tokens=reply.completion_tokens if reply else None,
             stream=spec.stream,
             tokens_received=progress.tokens if spec.stream else None,
+            engine=engine,
         )
 
     async def _baseline(self, sent: CanaryRequest, model: str) -> int | None:
@@ -194,12 +219,13 @@ class CanaryRunner:
         body: Mapping[str, Any],
         progress: _Progress,
         started: float,
+        headers: Mapping[str, str],
     ) -> Reply:
         chat = spec.endpoint == CHAT_ENDPOINT
         url = self._base_url + spec.endpoint
         # timeout=None: the caller's deadline is the only clock on a canary.
         async with self._client.stream(
-            "POST", url, json=dict(body), headers=self._headers, timeout=None
+            "POST", url, json=dict(body), headers=dict(headers), timeout=None
         ) as response:
             progress.responded = True
             progress.http_status = response.status_code

@@ -79,6 +79,9 @@ class KindEvidence:
     enabled: bool = True
     results: tuple[CanaryResult, ...] = ()  # oldest first
     outstanding: tuple[float, ...] = ()  # send times of canaries still in flight
+    # The data-parallel engine each of ``outstanding`` was aimed at (aligned
+    # with it; None or missing: unaimed).
+    outstanding_engines: tuple[int | None, ...] = ()
     # For path kinds: the paired text control of each result (aligned with
     # ``results``; None when no control was sent).
     controls: tuple[CanaryResult | None, ...] = ()

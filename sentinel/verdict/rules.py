@@ -12,6 +12,11 @@ What a canary's failure means is decided here once:
   reply that generated tokens but failed validation (the engine worked).
 * *fast failure* (broken): an answer that came quickly without a generated
   token (5xx, reset, empty reply, garbage).
+
+A canary aimed at one data-parallel engine (``CanaryResult.engine``) and left
+unanswered is evidence against that engine only: the partial rule counts it
+for its engine alone, and the engine rule counts it only while no other
+engine worked after it was sent. Unaimed canaries count against every engine.
 """
 
 from __future__ import annotations
@@ -115,9 +120,11 @@ def engine_hang(
     else:
         last_progress = _or_never(evidence.last_progress_at)
     floor = max(last_success, last_progress, evidence.epoch_started)
-    sends = [r.started for r in results if unanswered(r)]
-    sends += [sent for k in enabled for sent in k.outstanding]
-    candidates = [sent for sent in sends if sent >= floor]
+    candidates = [
+        sent
+        for sent, aim in _unanswered_sends(results, enabled)
+        if sent >= floor and not _answered_elsewhere(evidence, aim, sent)
+    ]
     if not candidates:
         return None
     since = min(candidates)
@@ -147,25 +154,33 @@ def partial_hang(
     leaves its share hanging forever while the others answer: canaries that
     land elsewhere succeed, total progress moves, and the engine-hang rule
     (rightly) sees a working server. Per engine (vLLM's ``engine`` label):
-    an engine is stuck when a canary sent after its work last moved is still
+    an engine is stuck when a canary that could have gone to it (aimed at
+    it, or unaimed) and was sent after its work last moved is still
     unanswered after the hang window while another engine's work moved since
-    that canary was sent. An idle engine is not stuck: canaries reach it
-    (vLLM balances towards the least loaded engine) and move its counters,
-    and one that served its canaries has answered them. When no engine moved
-    either, it is the whole server's hang, which is the engine rule's.
+    that canary was sent. vLLM's balancer steers new requests away from an
+    engine whose requests never finish, so only canaries aimed at it (the
+    scheduler aims at each engine in turn) reliably reach a stuck one. An
+    idle engine is not stuck: the canaries aimed at it move its counters and
+    are answered. A canary aimed at a busy engine and lost behind its queue
+    is no evidence against it while its work keeps moving, and none at all
+    against the others. When no engine moved either, it is the whole
+    server's hang, which is the engine rule's.
     """
     if len(evidence.engines) < 2 or not evidence.progress_available:
         return None
-    results = _epoch_results(evidence, enabled)
-    sends = [r.started for r in results if unanswered(r)]
-    sends += [sent for k in enabled for sent in k.outstanding]
+    sends = _unanswered_sends(_epoch_results(evidence, enabled), enabled)
     stuck: list[tuple[EngineProgress, float]] = []
     for engine in evidence.engines:
         flat_since = max(
             engine.first_seen_at if engine.last_progress_at is None else engine.last_progress_at,
             evidence.epoch_started,
         )
-        candidates = [sent for sent in sends if sent >= flat_since]
+        # Unaimed canaries may have gone to any engine; an aimed one only to its own.
+        candidates = [
+            sent
+            for sent, aim in sends
+            if sent >= flat_since and (aim is None or str(aim) == engine.engine)
+        ]
         if not candidates:
             continue
         since = min(candidates)
@@ -189,6 +204,37 @@ def partial_hang(
         f"unanswered; other engines progressed ({', '.join(others)})",
         since,
         engines=tuple(int(e) for e in named if e.isdigit()),
+    )
+
+
+def _unanswered_sends(
+    results: Sequence[CanaryResult], enabled: Sequence[KindEvidence]
+) -> list[tuple[float, int | None]]:
+    """(send time, engine aimed at or None) of every canary unanswered or still in flight."""
+    sends: list[tuple[float, int | None]] = [
+        (r.started, r.engine) for r in results if unanswered(r)
+    ]
+    for k in enabled:
+        aims = k.outstanding_engines
+        sends += [
+            (sent, aims[i] if i < len(aims) else None) for i, sent in enumerate(k.outstanding)
+        ]
+    return sends
+
+
+def _answered_elsewhere(evidence: Evidence, aim: int | None, sent: float) -> bool:
+    """Whether a canary aimed at engine ``aim`` says nothing of the whole server.
+
+    It was left unanswered by its own engine while another engine's work
+    moved after it was sent: that is one engine's trouble (the partial
+    rule's), not the server's. Unaimed canaries always speak for the server.
+    """
+    if aim is None or len(evidence.engines) < 2:
+        return False
+    return any(
+        other.last_progress_at is not None and other.last_progress_at >= sent
+        for other in evidence.engines
+        if other.engine != str(aim)
     )
 
 
