@@ -249,5 +249,8 @@ def suspicion(evidence: Evidence, verdict: Verdict) -> tuple[str, str] | None:
         return "vllm-health-failing", "vLLM /health is failing"
     for kind in evidence.kinds.values():
         if kind.enabled and kind.results and kind.results[-1].reason is Reason.TIMEOUT:
-            return "missed-deadline", f"a {kind.kind} canary missed its deadline"
+            # A canary aimed at one data-parallel engine names it: the bundle judges its processes.
+            engine = kind.results[-1].engine
+            aimed = "" if engine is None else f" aimed at engine {engine}"
+            return "missed-deadline", f"a {kind.kind} canary{aimed} missed its deadline"
     return None
