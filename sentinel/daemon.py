@@ -349,6 +349,8 @@ def _log_result(result: CanaryResult) -> None:
     }
     if result.ttft is not None:
         fields["ttft"] = round(result.ttft, 4)
+    if result.engine is not None:
+        fields["engine"] = result.engine  # the data-parallel engine it was aimed at
     if result.detail:
         fields["detail"] = result.detail
     if result.ok:
