@@ -40,7 +40,7 @@ class SimConfig:
     startup_delay: float = 0.0  # simulated model loading before the OpenAI port opens
     dead_exit_delay: float = 1.0  # how long /health answers 503 after the engine died
     ready_file: str | None = None
-    data_parallel_size: int = 1  # engine children, VLLM::EngineCore_DP<i>, round-robin
+    data_parallel_size: int = 1  # engine children, VLLM::EngineCore_DP<i>, least loaded first
     tensor_parallel_size: int = 1  # worker children per engine, VLLM::Worker_TP<i>
     faults: tuple[FaultSpec, ...] = field(default_factory=tuple)
 

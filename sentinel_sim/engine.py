@@ -11,7 +11,10 @@ sees its socket close, answers ``/health`` with 503 and exits.
 Under ``--data-parallel-size N`` the API process runs N of these, titled
 ``VLLM::EngineCore_DP<i>``, each with its own scheduler; under
 ``--tensor-parallel-size N`` each one runs N worker children
-(:mod:`sentinel_sim.workers`) and waits for all of them at every step.
+(:mod:`sentinel_sim.workers`) and waits for all of them at every step. Like
+vLLM's engine core it reports every request it drops on an abort (the
+API side counts a request in flight on its engine until then), so a hung
+engine, which takes in no abort, keeps its requests counted.
 
 The loop steps every ``1 / decode_tps`` seconds (times ``factor``, or
 ``token_s`` outright, under ``slow_decode``) while there is work, and blocks on
@@ -127,6 +130,7 @@ class Engine:
             for rid in message[1]:
                 self.scheduler.abort(rid)
             self.gauges_dirty = True
+            self._publish(("aborted", list(message[1])))
 
     def _hung(self) -> ActiveFault | None:
         """The fault that blocks the engine loop, if any is in force."""

@@ -5,6 +5,11 @@ One per data-parallel engine (one in all by default). It starts
 requests and aborts meant for it into one message per event-loop turn, and
 hands each published step to the server with the engine's index, so the
 server keeps each engine's metrics apart (vLLM's ``engine`` label).
+
+It also keeps what vLLM's data-parallel balancer knows of the engine: the
+requests handed to it that it has not yet reported finished or aborted (a
+hung engine reports none, so they stay counted), and its last published
+``running + waiting``.
 """
 
 from __future__ import annotations
@@ -40,6 +45,8 @@ class EngineLink:
         self._ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.tasks: list[asyncio.Task[None]] = []
         self.closed = False  # the server is dead: nothing more is written
+        self.in_flight: set[int] = set()  # handed to the engine, not yet reported done
+        self.queued = 0  # running + waiting in the engine's last published stats
 
     async def start(self, config: SimConfig) -> None:
         parent, child = socket.socketpair()
@@ -81,7 +88,14 @@ class EngineLink:
                 header = await reader.readexactly(ipc.HEADER_SIZE)
                 message = ipc.decode(await reader.readexactly(ipc.frame_length(header)))
                 if message[0] == "step":
-                    self._on_step(self.index, message[1], message[2])
+                    stats: EngineStats = message[2]
+                    self.queued = stats.running + stats.waiting
+                    for rid, _, finish in message[1]:
+                        if finish is not None:
+                            self.in_flight.discard(rid)
+                    self._on_step(self.index, message[1], stats)
+                elif message[0] == "aborted":
+                    self.in_flight.difference_update(message[1])
                 elif message[0] == "ready" and not self._ready.done():
                     self.worker_pids = list(message[2]) if len(message) > 2 else []
                     self._ready.set_result(None)
@@ -93,7 +107,13 @@ class EngineLink:
         await proc.wait()
         self._on_dead()
 
+    @property
+    def load(self) -> int:
+        """The balancer's score: the larger of our own count and the engine's."""
+        return max(len(self.in_flight), self.queued)
+
     def add(self, request: tuple[Any, ...]) -> None:
+        self.in_flight.add(int(request[0]))
         self._adds.append(request)
         self._schedule_flush()
 

@@ -18,6 +18,7 @@ Engine -> API::
 
     ("ready", pid)
     ("step", [(rid, generated_total, finish_reason_or_None), ...], EngineStats)
+    ("aborted", [rid, ...])               # the aborts taken in (a hung engine takes none)
 """
 
 from __future__ import annotations

@@ -41,6 +41,7 @@ from sentinel_sim.openai_request import (
     ValidationFailure,
     chat_prompt,
     completion_prompt,
+    data_parallel_rank,
     error_response,
     int_field,
 )
@@ -130,6 +131,7 @@ class OpenAIApi:
                 priority=prepared.priority,
                 arrival=arrival,
                 structured=prepared.constraint is not None,
+                engine=prepared.engine,
             )
         except EngineDead as exc:
             raise RequestError(500, str(exc)) from None
@@ -217,6 +219,7 @@ class OpenAIApi:
             stream=bool(body.get("stream", False)),
             include_usage=bool(options.get("include_usage", False)),
             continuous_usage=bool(options.get("continuous_usage_stats", False)),
+            engine=data_parallel_rank(request.headers, self.config.data_parallel_size),
         )
 
     def _plan(self, prepared: Prepared) -> Reply:

@@ -20,6 +20,8 @@ from sentinel_sim.model import CHAT_TOKENS_ASSISTANT, CHAT_TOKENS_PER_MESSAGE, c
 from sentinel_sim.structured import Constraint
 
 PRIORITY_HEADER = "X-Vllm-Priority"
+# Pins a request to one data-parallel engine, as vLLM's OpenAI server does.
+DP_RANK_HEADER = "X-data-parallel-rank"
 _ERROR_TYPES = {
     400: "BadRequestError",
     404: "NotFoundError",
@@ -74,6 +76,7 @@ class Prepared:
     stream: bool
     include_usage: bool
     continuous_usage: bool
+    engine: int | None = None  # the data-parallel engine it is pinned to (None: balanced)
 
 
 def chat_prompt(body: Mapping[str, Any]) -> tuple[str, int, list[str]]:
@@ -135,3 +138,22 @@ def int_field(body: Mapping[str, Any], name: str, default: int | None) -> int | 
     if isinstance(value, bool) or not isinstance(value, int):
         raise RequestError(400, f"{name} must be an integer")
     return value
+
+
+def data_parallel_rank(headers: Mapping[str, str], engines: int) -> int | None:
+    """The engine ``X-data-parallel-rank`` pins the request to, as vLLM reads it.
+
+    A value that is not an integer is ignored (vLLM's
+    ``_get_data_parallel_rank`` returns None); one outside the engines is a
+    400, vLLM's ``data_parallel_rank N is out of range [0, size).``
+    """
+    text = headers.get(DP_RANK_HEADER)
+    if text is None:
+        return None
+    try:
+        rank = int(text)
+    except ValueError:
+        return None
+    if not 0 <= rank < engines:
+        raise RequestError(400, f"data_parallel_rank {rank} is out of range [0, {engines}).")
+    return rank

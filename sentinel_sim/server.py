@@ -94,6 +94,7 @@ class SimServer:
         # Set by the process around us: closes the OpenAI port for good (listener_closed).
         self.close_listener: Callable[[], Awaitable[None]] | None = None
         self._next_rid = 0
+        self._balance_start = 0  # where the next least-loaded scan starts (ties rotate)
         self._expiry_handles: dict[Fault, asyncio.TimerHandle] = {}
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -158,18 +159,31 @@ class SimServer:
         priority: int,
         arrival: float,
         structured: bool,
+        engine: int | None = None,
     ) -> Pending:
-        """Hand a request to the next engine in turn (data parallel spreads them round-robin)."""
+        """Hand a request to ``engine`` (pinned by the caller) or to the least loaded one.
+
+        vLLM's data-parallel balancer: an engine's load is the larger of the
+        requests handed to it and not yet reported finished or aborted, and
+        its last published running plus waiting; ties go to the engines in
+        turn. An engine whose requests never finish (hung) gets no new ones.
+        """
         if self.dead:
             raise EngineDead("EngineCore encountered an issue.")
         self._next_rid += 1
         rid = self._next_rid
-        link = self.links[rid % len(self.links)]
+        link = self.links[engine] if engine is not None else self._least_loaded()
         request = Pending(rid, reply, prompt_tokens)
         request.engine = link.index
         self.pending[rid] = request
         link.add((rid, prompt_tokens, max_tokens, eos_at, priority, arrival, structured))
         return request
+
+    def _least_loaded(self) -> EngineLink:
+        count = len(self.links)
+        order = [self.links[(self._balance_start + i) % count] for i in range(count)]
+        self._balance_start = (self._balance_start + 1) % count
+        return min(order, key=lambda link: link.load)  # min keeps the first of equals
 
     def abort(self, request: Pending) -> None:
         """The client went away: tell its engine to drop the request (vLLM aborts it)."""

@@ -1,7 +1,7 @@
 """One stuck rank or engine of a multi-process server, caught and named (simulator).
 
 The simulator runs vLLM's multi-process shapes: ``--data-parallel-size 2``
-(``VLLM::EngineCore_DP0`` and ``_DP1``, requests round-robin, every metric
+(``VLLM::EngineCore_DP0`` and ``_DP1``, new requests to the least loaded, every metric
 sample labelled with its ``engine``) and ``--tensor-parallel-size 2``
 (``VLLM::EngineCore`` -> ``VLLM::Worker_TP0``, ``_TP1``; every step waits for
 both ranks). Timings are scaled as in the other loopback tests (hang window
@@ -118,8 +118,8 @@ async def test_one_hung_engine_is_a_partial_hang_naming_it(dp_sim: SimProcess) -
         assert "engine" not in kinds_seen, kinds_seen
         engines = status["evidence"]["progress"]["engines"]
         assert set(engines) == {"0", "1"}
-        assert engines["0"]["progress_age"] < engines["1"]["progress_age"] or (
-            engines["1"]["progress_age"] is None
+        assert engines["1"]["progress_age"] is None or (
+            engines["0"]["progress_age"] < engines["1"]["progress_age"]
         )
         dp_sim.control.clear_fault("engine_hang")
         await eventually(sidecar.green, GREEN_WITHIN, "green again after the hang cleared")
