@@ -173,6 +173,7 @@ def _run(args: argparse.Namespace) -> int:
 # memory mostly stays resident: a few threads and a cap on arenas keep the
 # resident size flat after start instead of creeping with every new worker.
 WORKER_THREADS = 4
+GIL_SWITCH_INTERVAL_S = 0.001
 MALLOC_ARENAS = 2
 _M_ARENA_MAX = -8  # glibc's mallopt parameter number
 
@@ -193,6 +194,10 @@ def _bound_memory_growth() -> None:
 async def _serve(daemon: Any) -> int:
     from concurrent.futures import ThreadPoolExecutor
 
+    # A probe is answered on the HTTP listener's own thread (serve.probe_thread);
+    # behind a worker thread busy with CPU work (a /metrics parse, a bundle being
+    # assembled) it waits for the GIL up to the switch interval, 5 ms by default.
+    sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     loop.set_default_executor(

@@ -46,7 +46,7 @@ from sentinel.incidents import IncidentRecorder
 from sentinel.ledger import Ledger
 from sentinel.observers import LoopFailures, Observers, Step, every, supervised
 from sentinel.scheduler import Scheduler
-from sentinel.serve.http import HttpServer
+from sentinel.serve.probe_thread import ThreadedHttpServer
 from sentinel.telemetry.logging import get_logger
 from sentinel.telemetry.metrics import SentinelMetrics
 from sentinel.telemetry.redact import redact_url
@@ -85,7 +85,7 @@ class Daemon:
         self.metrics = SentinelMetrics(self.registry, self.state, clock=clock)
         self.ledger = Ledger(self._kinds(), clock())
         self.started = asyncio.Event()
-        self.http: HttpServer | None = None
+        self.http: ThreadedHttpServer | None = None
         self.grpc: GrpcHealthServer | None = None
         self.runner: CanaryRunner | None = None
         self._listeners: list[ResultListener] = []
@@ -133,7 +133,7 @@ class Daemon:
         """Serve until ``stop`` is set; raise if any loop dies."""
         settings = self.settings
         host, port = split_host_port(settings.listen)
-        self.http = HttpServer(
+        self.http = ThreadedHttpServer(
             self.state,
             self.registry,
             host,

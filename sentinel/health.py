@@ -1,9 +1,11 @@
 """Health state: the one place verdicts live, with one writer and many readers.
 
 The daemon's evaluation loop is the only writer (:meth:`HealthState.publish`).
-HTTP handlers, the gRPC health publisher and the Prometheus collector are
-read-only views: they take :meth:`HealthState.snapshot` (never waiting on the
-inference server) or wait for the next change with :meth:`HealthState.wait_changed`.
+HTTP handlers (the probes from the listener's own thread: a snapshot is
+immutable and replaced in one assignment), the gRPC health publisher and the
+Prometheus collector are read-only views: they take :meth:`HealthState.snapshot`
+(never waiting on the inference server) or wait for the next change with
+:meth:`HealthState.wait_changed`.
 """
 
 from __future__ import annotations
@@ -81,7 +83,10 @@ class HealthState:
     def sidecar_health(self) -> ProbeAnswer:
         """Whether every registered loop ticked within its allowed gap."""
         now = self._clock()
-        stale = sorted(name for name, (last, gap) in self._heartbeats.items() if now - last > gap)
+        # Read from the HTTP listener's thread: list() copies the dict in one
+        # step, so a loop registering its first beat meanwhile cannot break it.
+        beats = list(self._heartbeats.items())
+        stale = sorted(name for name, (last, gap) in beats if now - last > gap)
         if stale:
             return ProbeAnswer(False, "loops stopped ticking: " + ", ".join(stale))
         return ProbeAnswer(True, "all loops ticking")

@@ -41,6 +41,11 @@ STATE_KEY = web.AppKey("sentinel_health_state", HealthState)
 REGISTRY_KEY = web.AppKey("sentinel_registry", CollectorRegistry)
 JSON_CONTENT_TYPE = "application/json; charset=utf-8"
 DEFAULT_SHUTDOWN_TIMEOUT = 5.0
+# Answered from the published snapshot alone; every other route reads daemon state.
+PROBE_PATHS = frozenset({"/livez", "/readyz", "/startupz", "/healthz"})
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+# Runs a non-probe route's handler where daemon state may be read (see probe_thread).
+Forward = Callable[[web.Request, Handler], Awaitable[web.StreamResponse]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -262,6 +267,7 @@ class HttpServer:
     ``start`` returns once the socket is bound; ``port`` is then the real
     port. ``stop`` closes the listener and waits at most ``shutdown_timeout``
     for in-flight requests. ``limits`` bound what clients may hold open.
+    ``forward``, when given, runs every route but the probes (``PROBE_PATHS``).
     """
 
     def __init__(
@@ -275,12 +281,15 @@ class HttpServer:
         shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT,
         access_log: bool = False,
         limits: ServerLimits | None = None,
+        forward: Forward | None = None,
     ) -> None:
         self._limits = limits or ServerLimits()
         self._guard: ConnectionGuard | None = None
-        self._app = build_app(
-            state, registry, extra_routes=extra_routes, middlewares=[self._mark_served]
-        )
+        self._forward = forward
+        middlewares: list[Any] = [self._mark_served]
+        if forward is not None:
+            middlewares.append(self._forward_non_probes)
+        self._app = build_app(state, registry, extra_routes=extra_routes, middlewares=middlewares)
         self._host = host
         self._port = port
         # Probe traffic (3 endpoints every few seconds) drowns real events in an
@@ -303,6 +312,14 @@ class HttpServer:
         if self._guard is None:
             return await handler(request)
         return await self._guard.middleware(request, handler)
+
+    @web.middleware
+    async def _forward_non_probes(
+        self, request: web.Request, handler: Handler
+    ) -> web.StreamResponse:
+        if self._forward is None or request.path in PROBE_PATHS:
+            return await handler(request)
+        return await self._forward(request, handler)
 
     @property
     def guard(self) -> ConnectionGuard:

@@ -1,0 +1,190 @@
+"""sentinel's HTTP listener on a thread of its own, so nothing else can delay a probe.
+
+The kubelet's verdict on the inference server is ``/livez``'s answer, and its
+latency is what sentinel adds to every probe. On the daemon's event loop that
+latency would include whatever the loop was doing when the probe arrived: a
+``/metrics`` parse, a verdict, a log line, the assembly of a diagnostics
+bundle in a worker thread that holds the GIL. Here the listener runs its own
+event loop in its own thread:
+
+- the four probe endpoints (``/livez``, ``/readyz``, ``/startupz``,
+  ``/healthz``) are answered in that thread from the published
+  :class:`~sentinel.health.HealthSnapshot` (an immutable object swapped in
+  one assignment) and its pre-rendered bodies, touching nothing else;
+- every other route (``/status``, ``/metrics``, ``/incidents``) reads daemon
+  state, which belongs to the daemon's loop, so its handler runs there
+  (:func:`asyncio.run_coroutine_threadsafe`) and only the response comes back.
+
+A wedged daemon loop therefore no longer silences ``/livez`` (which would
+restart the inference server for sentinel's fault): its loops stop beating and
+``/healthz``, sentinel's own liveness probe, turns red, which restarts
+sentinel's container instead. The GIL is still shared; ``cli`` shortens the
+interpreter's switch interval so that a probe waits at most about a
+millisecond for it behind a busy worker thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import threading
+from collections.abc import Awaitable, Callable, Sequence
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry
+
+from sentinel.health import HealthState
+from sentinel.serve.http import (
+    DEFAULT_SHUTDOWN_TIMEOUT,
+    PROBE_PATHS,
+    ConnectionGuard,
+    HttpServer,
+    ServerLimits,
+)
+from sentinel.telemetry.logging import get_logger
+
+log = get_logger("sentinel.serve")
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+# A route served on the daemon's loop answers within this, or 503: a wedged loop
+# must not hold the listener's connections open forever.
+MAIN_LOOP_TIMEOUT_S = 10.0
+THREAD_NAME = "sentinel-http"
+
+
+class ThreadedHttpServer:
+    """An :class:`HttpServer` run on its own thread and event loop (same interface).
+
+    ``start`` must be awaited on the daemon's loop: that loop is where the
+    non-probe routes run. ``stop`` closes the listener (as ``HttpServer.stop``
+    does, in the listener's thread) and joins the thread.
+    """
+
+    def __init__(
+        self,
+        state: HealthState,
+        registry: CollectorRegistry,
+        host: str,
+        port: int,
+        *,
+        extra_routes: Sequence[web.AbstractRouteDef] = (),
+        shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT,
+        access_log: bool = False,
+        limits: ServerLimits | None = None,
+    ) -> None:
+        self._server = HttpServer(
+            state,
+            registry,
+            host,
+            port,
+            extra_routes=extra_routes,
+            shutdown_timeout=shutdown_timeout,
+            access_log=access_log,
+            limits=limits,
+            forward=self._on_daemon_loop,
+        )
+        self._daemon_loop: asyncio.AbstractEventLoop | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stopping: asyncio.Event | None = None
+        self._thread: threading.Thread | None = None
+        self._stopped: concurrent.futures.Future[None] | None = None
+
+    # -- the HttpServer interface ----------------------------------------------
+    @property
+    def guard(self) -> ConnectionGuard:
+        return self._server.guard
+
+    @property
+    def app(self) -> web.Application:
+        return self._server.app
+
+    @property
+    def port(self) -> int:
+        return self._server.port
+
+    @property
+    def url(self) -> str:
+        return self._server.url
+
+    async def start(self) -> None:
+        """Bind and serve from the listener's thread; raise what binding raised."""
+        if self._thread is not None:
+            raise RuntimeError("the HTTP server is already started")
+        self._daemon_loop = asyncio.get_running_loop()
+        ready: concurrent.futures.Future[None] = concurrent.futures.Future()
+        self._stopped = concurrent.futures.Future()
+        self._thread = threading.Thread(
+            target=self._serve, args=(ready, self._stopped), name=THREAD_NAME, daemon=True
+        )
+        self._thread.start()
+        try:
+            await asyncio.wrap_future(ready)
+        except BaseException:
+            await asyncio.to_thread(self._thread.join)
+            self._thread = None
+            raise
+
+    async def stop(self) -> None:
+        """Close the listener (in-flight requests get the shutdown timeout) and end the thread."""
+        thread, loop, stopping, stopped = self._thread, self._loop, self._stopping, self._stopped
+        if thread is None or loop is None or stopping is None or stopped is None:
+            return
+        with contextlib.suppress(RuntimeError):  # RuntimeError: its loop already ended
+            loop.call_soon_threadsafe(stopping.set)
+        await asyncio.wrap_future(stopped)
+        await asyncio.to_thread(thread.join)
+        self._thread = None
+
+    # -- the listener's thread -------------------------------------------------
+    def _serve(
+        self, ready: concurrent.futures.Future[None], stopped: concurrent.futures.Future[None]
+    ) -> None:
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        asyncio.set_event_loop(loop)
+        try:
+            loop.run_until_complete(self._run(ready))
+        except BaseException as exc:  # reported to start() or logged, never lost
+            if not ready.done():
+                ready.set_exception(exc)
+            else:
+                log.error("http_listener_failed", error=repr(exc))
+        finally:
+            try:
+                loop.run_until_complete(loop.shutdown_asyncgens())
+            finally:
+                loop.close()
+                stopped.set_result(None)
+
+    async def _run(self, ready: concurrent.futures.Future[None]) -> None:
+        self._stopping = asyncio.Event()
+        await self._server.start()
+        ready.set_result(None)
+        try:
+            await self._stopping.wait()
+        finally:
+            await self._server.stop()
+
+    async def _on_daemon_loop(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        """Run a non-probe route's handler on the daemon's loop; its response comes back here."""
+        daemon_loop = self._daemon_loop
+        if daemon_loop is None or daemon_loop.is_closed():
+            return web.Response(status=503, text="sentinel is stopping\n")
+        future = asyncio.run_coroutine_threadsafe(_call(handler, request), daemon_loop)
+        try:
+            async with asyncio.timeout(MAIN_LOOP_TIMEOUT_S):
+                return await asyncio.wrap_future(future)
+        except TimeoutError:
+            future.cancel()
+            return web.Response(
+                status=503,
+                text=f"sentinel's main loop did not answer within {MAIN_LOOP_TIMEOUT_S:g} s\n",
+            )
+
+
+async def _call(handler: Handler, request: web.Request) -> web.StreamResponse:
+    return await handler(request)
+
+
+__all__ = ["MAIN_LOOP_TIMEOUT_S", "PROBE_PATHS", "ThreadedHttpServer"]
