@@ -20,6 +20,7 @@ See the package docstring of :mod:`sentinel.diagnostics` for the image setup.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -34,6 +35,8 @@ from typing import Any
 
 DEFAULT_DUMP_TIMEOUT_S = 4.0
 DEFAULT_CONCURRENCY = 8
+# Added to a dump's nice value: py-spy yields the CPU to sentinel's probe answers.
+DUMP_NICENESS = 10
 MAX_OUTPUT_BYTES = 2_000_000  # a process with thousands of threads still fits in a bundle
 
 
@@ -99,12 +102,31 @@ async def dump_one(
     return await loop.run_in_executor(_executor(), _run_dump, pid, argv, timeout_s)
 
 
+def _run_niced(argv: list[str], timeout_s: float) -> subprocess.CompletedProcess[bytes]:
+    """``subprocess.run`` at a lower CPU priority (``DUMP_NICENESS``), killed at the timeout.
+
+    A dump is a burst of CPU while sentinel answers probes; on a node with
+    few cores it should yield to them. The priority is lowered right after
+    the start (a ``preexec_fn`` is not safe from a thread).
+    """
+    with subprocess.Popen(
+        argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    ) as proc:
+        with contextlib.suppress(OSError):  # it may have exited already
+            os.setpriority(os.PRIO_PROCESS, proc.pid, DUMP_NICENESS)
+        try:
+            out, err = proc.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            raise
+        return subprocess.CompletedProcess(argv, proc.returncode, out, err)
+
+
 def _run_dump(pid: int, argv: list[str], timeout_s: float) -> StackDump:
     started = time.monotonic()
     try:
-        done = subprocess.run(
-            argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout_s, check=False
-        )
+        done = _run_niced(argv, timeout_s)
     except subprocess.TimeoutExpired:
         return StackDump(
             pid, False, "", None, f"py-spy timed out after {timeout_s:g} s", _since(started)
