@@ -151,6 +151,7 @@ async def capture(context: DiagnosticsContext) -> Incident:
             [d.pid for d in discovered],
             py_spy=context.py_spy,
             timeout_s=max(min(context.stack_timeout_s, remaining() - 0.3), 0.1),
+            total_s=max(remaining() - 0.3, 0.1),
         )
 
     async def gpu_state() -> gpu.GpuSection:

@@ -35,6 +35,25 @@ from typing import Any
 
 DEFAULT_DUMP_TIMEOUT_S = 4.0
 DEFAULT_CONCURRENCY = 8
+MIN_DUMP_S = 0.2  # a dump given less than this is not started
+
+
+def usable_cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def dump_concurrency(cpus: int | None = None) -> int:
+    """Dumps run at once: half the usable CPUs, one on a node of one or two, at most 8.
+
+    Each py-spy parses the target's interpreter binary, a burst of CPU; several
+    at once on a small node leave no core for sentinel's probe answers.
+    """
+    return max(1, min(DEFAULT_CONCURRENCY, (usable_cpus() if cpus is None else cpus) // 2))
+
+
 # Added to a dump's nice value: py-spy yields the CPU to sentinel's probe answers.
 DUMP_NICENESS = 10
 MAX_OUTPUT_BYTES = 2_000_000  # a process with thousands of threads still fits in a bundle
@@ -66,20 +85,33 @@ async def dump_stacks(
     *,
     py_spy: str | None = None,
     timeout_s: float = DEFAULT_DUMP_TIMEOUT_S,
-    concurrency: int = DEFAULT_CONCURRENCY,
+    concurrency: int | None = None,
     native: bool = False,
+    total_s: float | None = None,
 ) -> dict[int, StackDump]:
-    """Dump every pid concurrently; each dump has its own time limit and never raises."""
+    """Dump every pid, ``concurrency`` at a time; each dump has its own time limit, none raises.
+
+    ``total_s`` bounds them all: a dump that would start with less than
+    ``MIN_DUMP_S`` of it left is recorded as not taken, and one that starts
+    gets only what is left, so waiting dumps never take the taken ones down.
+    """
     exe = py_spy or find_py_spy()
     if exe is None:
         return {
             pid: StackDump(pid, False, "", None, "py-spy is not installed", 0.0) for pid in pids
         }
-    limit = asyncio.Semaphore(max(concurrency, 1))
+    limit = asyncio.Semaphore(max(dump_concurrency() if concurrency is None else concurrency, 1))
+
+    ends = None if total_s is None else time.monotonic() + total_s
 
     async def one(pid: int) -> StackDump:
         async with limit:
-            return await dump_one(pid, py_spy=exe, timeout_s=timeout_s, native=native)
+            left = timeout_s if ends is None else min(timeout_s, ends - time.monotonic())
+            if left < MIN_DUMP_S:
+                return StackDump(
+                    pid, False, "", None, "not dumped: the capture's time ran out", 0.0
+                )
+            return await dump_one(pid, py_spy=exe, timeout_s=left, native=native)
 
     dumps = await asyncio.gather(*(one(pid) for pid in pids))
     return {dump.pid: dump for dump in dumps}
