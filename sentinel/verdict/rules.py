@@ -15,8 +15,9 @@ What a canary's failure means is decided here once:
 
 A canary aimed at one data-parallel engine (``CanaryResult.engine``) and left
 unanswered is evidence against that engine only: the partial rule counts it
-for its engine alone, and the engine rule counts it only while no other
-engine worked after it was sent. Unaimed canaries count against every engine.
+for its engine alone, and the engine rule (the whole server) counts aimed
+canaries only once every engine has left one unanswered and no other engine
+worked after it was sent. Unaimed canaries count against every engine.
 """
 
 from __future__ import annotations
@@ -120,11 +121,7 @@ def engine_hang(
     else:
         last_progress = _or_never(evidence.last_progress_at)
     floor = max(last_success, last_progress, evidence.epoch_started)
-    candidates = [
-        sent
-        for sent, aim in _unanswered_sends(results, enabled)
-        if sent >= floor and not _answered_elsewhere(evidence, aim, sent)
-    ]
+    candidates = _server_wide(evidence, _unanswered_sends(results, enabled), floor)
     if not candidates:
         return None
     since = min(candidates)
@@ -220,6 +217,31 @@ def _unanswered_sends(
             (sent, aims[i] if i < len(aims) else None) for i, sent in enumerate(k.outstanding)
         ]
     return sends
+
+
+def _server_wide(
+    evidence: Evidence, sends: Sequence[tuple[float, int | None]], floor: float
+) -> list[float]:
+    """The unanswered sends since ``floor`` that speak for the whole server.
+
+    Unaimed canaries always do. One aimed at an engine speaks for that engine
+    only, so aimed ones count once every engine has left one unanswered (while
+    no other engine worked after it): then no engine answers at all. Without
+    per-engine evidence (one engine, or no fresh sample) every send counts.
+    """
+    fresh = [(sent, aim) for sent, aim in sends if sent >= floor]
+    labels = {e.engine for e in evidence.engines}
+    if len(labels) < 2:
+        return [sent for sent, _ in fresh]
+    unaimed = [sent for sent, aim in fresh if aim is None]
+    aimed = [
+        (sent, aim)
+        for sent, aim in fresh
+        if aim is not None and not _answered_elsewhere(evidence, aim, sent)
+    ]
+    if labels <= {str(aim) for _, aim in aimed}:
+        return unaimed + [sent for sent, _ in aimed]
+    return unaimed
 
 
 def _answered_elsewhere(evidence: Evidence, aim: int | None, sent: float) -> bool:
