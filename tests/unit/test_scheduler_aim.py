@@ -1,0 +1,212 @@
+"""Canaries aimed at each data-parallel engine, on a virtual clock.
+
+The scheduler aims a canary (``X-data-parallel-rank``) only when the progress
+evidence shows more than one ``engine`` label. Text canaries visit in turn the
+engines whose own counters have not moved within the idle window, one per
+cadence step; path canaries and their controls go together to each engine in
+turn. The canaries go through the real runner to an ``httpx.MockTransport``
+that records the header; per-engine progress is fed to the ledger as metric
+samples, as the scrape loop would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+
+import httpx
+from prometheus_client import CollectorRegistry
+
+from sentinel.canary.result import CanaryKind, CanaryResult, Reason
+from sentinel.canary.runner import DP_RANK_HEADER, CanaryRunner
+from sentinel.catalog import CanarySpec
+from sentinel.evidence.metrics import MetricsSample
+from sentinel.ledger import Ledger
+from sentinel.scheduler import Scheduler
+from sentinel.telemetry.metrics import SentinelMetrics
+from tests.unit.test_scheduler import T0, VirtualClock, _kind_of, _ledger, _specs
+
+TEXT = CanaryKind("text")
+IDLE_WINDOW = 5.0
+TEXT_ONLY = _specs(text={"interval": 5.0, "jitter": 0.0, "deadline": 4.0})
+
+
+@dataclass
+class Sent:
+    at: float
+    kind: str
+    engine: str | None
+
+
+@dataclass
+class FakeDpVllm:
+    """Answers canaries at once; ``hung`` engines never answer, ``refused`` ones are a 400."""
+
+    clock: VirtualClock
+    hung: set[str] = field(default_factory=set)
+    refused: set[str] = field(default_factory=set)
+    sent: list[Sent] = field(default_factory=list)
+
+    async def handle(self, request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        engine = request.headers.get(DP_RANK_HEADER)
+        self.sent.append(Sent(self.clock() - T0, _kind_of(body), engine))
+        if engine in self.refused:
+            message = f"data_parallel_rank {engine} is out of range [0, 2)."
+            return httpx.Response(400, json={"error": {"message": message, "code": 400}})
+        if engine in self.hung:
+            # The runner's deadline runs on the loop's clock; on the virtual one
+            # a hung engine is its whole deadline long and then a timeout.
+            await self.clock.sleep(TEXT_ONLY[0].deadline)
+            raise httpx.ReadTimeout("deadline passed", request=request)
+        content = json.dumps("ok-n") if "response_format" in body else "ok"
+        usage = {"prompt_tokens": 10, "completion_tokens": 2}
+        reply = {"choices": [{"message": {"content": content}, "finish_reason": "stop"}]}
+        return httpx.Response(200, json={**reply, "usage": usage})
+
+    def aims(self, kind: str = "text") -> list[tuple[float, str | None]]:
+        return [(s.at, s.engine) for s in self.sent if s.kind == kind]
+
+
+def _engines(ledger: Ledger, at: float, **counts: float) -> None:
+    """One scrape at ``T0 + at``: each engine's generated tokens, as its ``engine`` label."""
+    engines = {label: {"generation_tokens": value} for label, value in counts.items()}
+    total = {"generation_tokens": sum(counts.values())}
+    ledger.progress.observe(MetricsSample(T0 + at, counters=total, engines=engines))
+
+
+@asynccontextmanager
+async def aiming(
+    specs: tuple[CanarySpec, ...],
+    prepare: Callable[[Ledger], None],
+    server: Callable[[VirtualClock], FakeDpVllm] = FakeDpVllm,
+) -> AsyncIterator[tuple[VirtualClock, FakeDpVllm, Ledger, list[CanaryResult]]]:
+    clock = VirtualClock()
+    fake = server(clock)
+    ledger = _ledger(specs, clock)
+    prepare(ledger)
+    results: list[CanaryResult] = []
+    async with httpx.AsyncClient(transport=httpx.MockTransport(fake.handle)) as client:
+        scheduler = Scheduler(
+            specs,
+            CanaryRunner(client, "http://vllm", clock=clock, nonce=lambda: "n"),
+            ledger,
+            SentinelMetrics(CollectorRegistry()),
+            idle_window=IDLE_WINDOW,
+            configured_model="m",
+            clock=clock,
+            sleep=clock.sleep,
+            beat=lambda name, gap: None,
+            on_result=results.append,
+            rng=random.Random(7),
+        )
+        task = asyncio.create_task(scheduler.run())
+        try:
+            yield clock, fake, ledger, results
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+
+def _two_idle_engines(*, started: bool = True) -> Callable[[Ledger], None]:
+    def prepare(ledger: Ledger) -> None:
+        _engines(ledger, -20.0, **{"0": 5.0, "1": 5.0})
+        ledger.startup_passed = started
+
+    return prepare
+
+
+async def test_one_engine_never_gets_the_header() -> None:
+    def one_engine(ledger: Ledger) -> None:
+        _engines(ledger, -20.0, **{"0": 5.0})
+
+    async with aiming(TEXT_ONLY, one_engine) as (clock, fake, _, _):
+        await clock.run_until(T0 + 21)
+    assert fake.aims() == [(0.0, None), (5.0, None), (10.0, None), (15.0, None), (20.0, None)]
+
+
+async def test_idle_engines_are_visited_in_turn_at_the_single_engine_rate() -> None:
+    async with aiming(TEXT_ONLY, _two_idle_engines()) as (clock, fake, _, results):
+        await clock.run_until(T0 + 21)
+    assert fake.aims() == [(0.0, "0"), (5.0, "1"), (10.0, "0"), (15.0, "1"), (20.0, "0")]
+    assert [r.engine for r in results] == [0, 1, 0, 1, 0]
+
+
+async def test_before_startup_every_engine_gets_canaries_even_when_busy() -> None:
+    def busy(ledger: Ledger) -> None:
+        _engines(ledger, -1.0, **{"0": 5.0, "1": 5.0})
+        _engines(ledger, 0.0, **{"0": 9.0, "1": 9.0})
+
+    async with aiming(TEXT_ONLY, busy) as (clock, fake, _, _):
+        await clock.run_until(T0 + 6)
+    assert fake.aims() == [(0.0, "0"), (5.0, "1")]
+
+
+async def test_an_engine_proven_by_its_own_counters_gets_none() -> None:
+    """Engine 0's counters keep moving (real traffic): only engine 1 is visited."""
+    async with aiming(TEXT_ONLY, _two_idle_engines()) as (clock, fake, ledger, _):
+        for second in range(0, 31):
+            _engines(ledger, float(second), **{"0": 100.0 + second, "1": 5.0})
+            await clock.run_until(T0 + second)
+    assert [engine for _, engine in fake.aims()] == ["1"] * 7
+
+
+async def test_no_canary_while_every_engine_is_proven() -> None:
+    async with aiming(TEXT_ONLY, _two_idle_engines()) as (clock, fake, ledger, _):
+        for second in range(0, 21):
+            _engines(ledger, float(second), **{"0": 100.0 + second, "1": 50.0 + second})
+            await clock.run_until(T0 + second)
+    assert fake.aims() == []
+
+
+async def test_a_missed_deadline_moves_on_to_the_next_engine() -> None:
+    """The retry after a timeout is aimed at the next engine, so a hung one cannot hog the loop."""
+    hung = lambda clock: FakeDpVllm(clock, hung={"1"})  # noqa: E731
+    async with aiming(TEXT_ONLY, _two_idle_engines(), hung) as (clock, fake, _, results):
+        await clock.run_until(T0 + 14)
+    assert fake.aims() == [(0.0, "0"), (5.0, "1"), (9.0, "0"), (14.0, "1")]
+    assert [(r.engine, r.reason) for r in results] == [
+        (0, Reason.OK),
+        (1, Reason.TIMEOUT),
+        (0, Reason.OK),
+    ]
+
+
+async def test_path_canary_and_its_control_go_to_the_same_engine_in_turn() -> None:
+    specs = _specs(
+        text={"interval": 100.0, "jitter": 0.0},
+        structured={"interval": 5.0, "jitter": 0.0},
+    )
+    async with aiming(specs, _two_idle_engines()) as (clock, fake, _, _):
+        await clock.run_until(T0 + 11)
+    assert fake.aims("structured") == [(0.0, "0"), (5.0, "1"), (10.0, "0")]
+    controls = [aim for aim in fake.aims() if aim[0] > 0]
+    assert controls == [(5.0, "1"), (10.0, "0")]
+
+
+async def test_a_refused_rank_is_resent_unaimed_and_no_longer_aimed_at() -> None:
+    refused = lambda clock: FakeDpVllm(clock, refused={"1"})  # noqa: E731
+    async with aiming(TEXT_ONLY, _two_idle_engines(), refused) as (clock, fake, ledger, results):
+        await clock.run_until(T0 + 16)
+    assert fake.aims() == [(0.0, "0"), (5.0, "1"), (5.0, None), (10.0, "0"), (15.0, None)]
+    assert [r.engine for r in results] == [0, None, 0, None]  # the 400 is not recorded
+    assert all(r.ok for r in ledger.records[TEXT].results)
+
+
+async def test_labels_that_are_not_ranks_are_never_aimed_at() -> None:
+    def odd_labels(ledger: Ledger) -> None:
+        engines: Mapping[str, Mapping[str, float]] = {
+            "0": {"generation_tokens": 1.0},
+            "a": {"generation_tokens": 1.0},
+        }
+        ledger.progress.observe(
+            MetricsSample(T0 - 20, counters={"generation_tokens": 2.0}, engines=engines)
+        )
+
+    async with aiming(TEXT_ONLY, odd_labels) as (clock, fake, _, _):
+        await clock.run_until(T0 + 6)
+    assert fake.aims() == [(0.0, None), (5.0, None)]
