@@ -71,8 +71,56 @@ def _redact_userinfo(m: re.Match[str]) -> str:
     return f"{m['scheme']}{REDACTED}@"
 
 
+# A regular expression holds the GIL for its whole scan (about 30 ms per MB for
+# these), which would stall sentinel's probe thread behind a bundle's metrics or
+# stack text; longer texts are redacted piece by piece, each about this long.
+CHUNK_CHARS = 32 * 1024
+_RISKY_TAIL = re.compile(
+    r"(?:[:=]|\b(?:bearer|basic|token|digest|negotiate|aws4-hmac-sha256|authorization))\Z",
+    re.IGNORECASE,
+)
+
+
 def redact_text(text: str) -> str:
     """Redact secrets in free text: shapes first, then ``name value`` pairs by name."""
+    if len(text) <= CHUNK_CHARS:
+        return _redact_piece(text)
+    # A private key block may span pieces: it is found in the whole text first.
+    text = _PEM_BLOCK.sub(REDACTED, text)
+    return "".join(_redact_piece(piece) for piece in _pieces(text, CHUNK_CHARS))
+
+
+def _pieces(text: str, size: int) -> list[str]:
+    """``text`` cut at line ends, ``size`` characters or a little more each.
+
+    Every shape is matched within a line except a separator's whitespace
+    (``name =\n value``, ``Bearer\n token``), so a cut is never made where the
+    text before it ends in ``:``, ``=`` or a scheme word, or the text after it
+    starts with ``:`` or ``=``: there the cut moves on to the next line end.
+    """
+    pieces: list[str] = []
+    start = 0
+    while len(text) - start > size:
+        cut = text.find("\n", start + size)
+        while cut != -1 and not _safe_cut(text, cut):
+            cut = text.find("\n", cut + 1)
+        if cut == -1:
+            break
+        pieces.append(text[start : cut + 1])
+        start = cut + 1
+    pieces.append(text[start:])
+    return pieces
+
+
+def _safe_cut(text: str, at: int) -> bool:
+    before = text[max(0, at - 64) : at].rstrip()
+    after = text[at : at + 64].lstrip()
+    if not before or not after:  # only whitespace nearby: a separator may hide in it
+        return False
+    return not (_RISKY_TAIL.search(before) or after[0] in ":=")
+
+
+def _redact_piece(text: str) -> str:
     if not text:
         return text
 
