@@ -13,7 +13,10 @@ same OpenMP list (``VLLM_CPU_OMP_THREADS_BIND=0|0``).
   hang): sentinel reports a hang, and /status and the bundle name engine 1.
 - DP: the chaos plugin's ``engine_hang`` aimed at engine 1 only (the fault file
   names the rank): nothing is stopped, only engine 1's own progress (its
-  ``engine`` label) is flat.
+  ``engine`` label) is flat. vLLM's balancer then sends no new request to
+  engine 1 (the requests stuck there never finish), so only canaries aimed at
+  it (``X-data-parallel-rank: 1``, which 0.32 honours) see it hang: a partial
+  hang naming engine 1.
 
 Each mode has its own server (a class-scoped fixture: one server at a time,
 stopped before the next class starts). Slow on two cores (a server start is
@@ -199,15 +202,6 @@ class TestDataParallel:
         assert _bundle_title(bundle, pid).startswith(title)
         print(f"DP=2, {title} stopped: reported {seconds:.1f} s, bundle cause {bundle['cause']}")
 
-    @pytest.mark.xfail(
-        strict=True,
-        reason=(
-            "vLLM's data-parallel balancer routes every new request away from an engine whose "
-            "requests never finish, so no canary reaches the hung engine; canaries must be "
-            "aimed at each engine in turn (X-data-parallel-rank) before the partial rule can "
-            "see one go unanswered"
-        ),
-    )
     async def test_plugin_hang_of_one_engine_is_a_partial_hang_naming_it(
         self, dp: VllmServer
     ) -> None:
