@@ -4,6 +4,8 @@ Not the simulator: a small aiohttp server whose ``/metrics`` and ``/health``
 misbehave in one chosen way each, while ``/v1/models``,
 ``/v1/chat/completions`` and ``/v1/completions`` answer small valid canary
 replies, so canaries pass and any red sentinel shows is the evidence's fault.
+``POST /hostile/hang`` makes every canary from then on wait forever (an engine
+hang behind a live HTTP front), which is how a bundle capture is provoked.
 
 Run as a process so its own work (20 MB/s of output) does not share sentinel's
 event loop: ``python -m tests.hostile_target --metrics endless --health ok``
@@ -31,6 +33,8 @@ from aiohttp import web
 
 MODEL = "hostile-model"
 MIB = 1024 * 1024
+HANG_PATH = "/hostile/hang"  # POST: canaries hang from then on
+HANG_KEY = web.AppKey("hang", asyncio.Event)
 
 # What /metrics can be made to do; each is one case of the hostile suite.
 METRICS_MODES = (
@@ -42,6 +46,7 @@ METRICS_MODES = (
     "trickle",  # 1 byte per second
     "badgzip",  # Content-Encoding: gzip on a plain body
     "badutf8",  # invalid UTF-8 inside a vLLM sample line
+    "large",  # a valid 60 MB exposition: vLLM's series, then other series
 )
 HEALTH_MODES = ("ok", "endless", "huge", "trickle", "404", "302", "401")
 
@@ -121,6 +126,9 @@ async def _misbehave(response: web.StreamResponse, mode: str) -> None:
         await _long_line(response, 50 * MIB)
     elif mode == "trickle":
         await _trickle(response, _OK_METRICS.encode())
+    elif mode == "large":
+        await response.write(_OK_METRICS.encode())
+        await _send_forever(response, 0, 60 * MIB)
     await response.write_eof()
 
 
@@ -154,7 +162,15 @@ async def models(request: web.Request) -> web.Response:
     return web.json_response({"object": "list", "data": [{"id": MODEL, "object": "model"}]})
 
 
+async def hang(request: web.Request) -> web.Response:
+    """From now on every canary waits forever: the engine hung, the HTTP front did not."""
+    request.app[HANG_KEY].set()
+    return web.Response(text="hung\n")
+
+
 async def completions(request: web.Request) -> web.StreamResponse:
+    if request.app[HANG_KEY].is_set():
+        await asyncio.Event().wait()  # until the client gives up and the server cancels us
     body: dict[str, Any] = await request.json()
     chat = request.path.endswith("/chat/completions")
     usage = {"prompt_tokens": 5, "completion_tokens": 1, "total_tokens": 6}
@@ -185,11 +201,13 @@ def build_app(metrics_mode: str, health_mode: str) -> web.Application:
     app = web.Application()
     app["metrics"] = metrics_mode
     app["health"] = health_mode
+    app[HANG_KEY] = asyncio.Event()
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/health", health)
     app.router.add_get("/v1/models", models)
     app.router.add_post("/v1/chat/completions", completions)
     app.router.add_post("/v1/completions", completions)
+    app.router.add_post(HANG_PATH, hang)
     return app
 
 
