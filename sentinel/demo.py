@@ -27,6 +27,7 @@ import httpx
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from sentinel.config import load_settings
+from sentinel.exitcode import ExitCode
 
 RED_BUDGET = 60.0  # DESIGN.md: a hang must turn liveness red well inside a minute
 GREEN_BUDGET = 60.0
@@ -112,7 +113,7 @@ async def _demo(fast: bool, diagnostics_dir: Path | None) -> int:
 
                     if not await _poll(all_green, STARTUP_BUDGET):
                         tl.say("FAIL: sentinel never turned green on the healthy simulator")
-                        return 1
+                        return ExitCode.UNHEALTHY
                     tl.say("healthy: /startupz, /readyz and /livez all 200; gRPC liveness SERVING")
 
                     os.kill(sim.engine_pid, signal.SIGSTOP)
@@ -127,7 +128,7 @@ async def _demo(fast: bool, diagnostics_dir: Path | None) -> int:
 
                     if not await _poll(red, RED_BUDGET):
                         tl.say(f"FAIL: liveness still green {RED_BUDGET:.0f}s after the hang")
-                        return 1
+                        return ExitCode.UNHEALTHY
                     detected = time.monotonic() - injected
                     reason = (await client.get(base + "/livez")).json().get("reason", "")
                     tl.say(f"liveness red after {detected:.1f}s: {reason}")
@@ -151,13 +152,13 @@ async def _demo(fast: bool, diagnostics_dir: Path | None) -> int:
                     tl.say("engine resumed: SIGCONT")
                     if not await _poll(all_green, GREEN_BUDGET):
                         tl.say(f"FAIL: not green again {GREEN_BUDGET:.0f}s after resuming")
-                        return 1
+                        return ExitCode.UNHEALTHY
                     tl.say(
                         f"green again after {time.monotonic() - resumed:.1f}s, "
                         "without restarting anything"
                     )
                 tl.say(f"PASS: hang detected in {detected:.1f}s (budget {RED_BUDGET:.0f}s)")
-                return 0
+                return ExitCode.OK
         finally:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(sim.engine_pid, signal.SIGCONT)
@@ -169,4 +170,4 @@ def demo_main(args: argparse.Namespace) -> int:
         return asyncio.run(_demo(bool(args.fast), args.diagnostics_dir))
     except ImportError as exc:
         print(f"sentinel demo: the simulator is not installed: {exc}", file=sys.stderr)
-        return 2
+        return ExitCode.USAGE
