@@ -368,19 +368,28 @@ def _stack_json(dump: stacks.StackDump, limit: int) -> dict[str, Any]:
     return data
 
 
+def json_size(value: Any) -> int:
+    """Bytes of ``value`` as the store writes it (ASCII JSON, indent 1).
+
+    Encoded piece by piece: ``json.dumps`` encodes a whole section in one C
+    call that holds the GIL (about 17 ms for 5 MB), long enough to show on a
+    probe answered by another thread.
+    """
+    encoder = json.JSONEncoder(indent=1, default=str)
+    return sum(len(piece) for piece in encoder.iterencode(value))
+
+
 def _fit(bundle: dict[str, Any], limit: int) -> None:
     """Drop the largest droppable sections until the bundle's JSON fits ``limit`` bytes."""
     sizes = {
-        name: len(json.dumps(bundle[name], default=str).encode())
-        for name in DROPPABLE_SECTIONS
-        if bundle.get(name) is not None
+        name: json_size(bundle[name]) for name in DROPPABLE_SECTIONS if bundle.get(name) is not None
     }
-    total = len(json.dumps(bundle, default=str).encode())
+    total = json_size(bundle)
     for name, size in sorted(sizes.items(), key=lambda item: -item[1]):
         if total <= limit:
             return
         bundle[name] = {"truncated": True, "truncated_bytes": size}
-        total -= size - len(json.dumps(bundle[name]).encode())
+        total -= size - json_size(bundle[name])
         bundle.setdefault("section_errors", {})[name] = (
             f"dropped: {size} bytes would exceed the bundle cap of {limit} bytes"
         )

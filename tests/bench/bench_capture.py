@@ -6,7 +6,8 @@ sentinel is green the target's canaries hang (``POST /hostile/hang``), which
 opens an incident and captures a bundle. A client thread sends ``/livez`` GETs
 back to back over one keep-alive connection the whole time; the ones sent
 between ``incident_opened`` and ``diagnostics_written`` (sentinel's own log)
-are the capture's. Printed per case: the bundle's size against its cap, the
+are the capture's. Printed per case: the incident folder's size (bundle, summary, index) against
+the bundle cap, the
 capture's duration, ``/livez`` p50/p99/max during it, and peak RSS.
 
 Two cases: the shipped scrape caps (the 60 MB answer is abandoned at
@@ -158,15 +159,14 @@ def run_capture(overrides: dict[str, Any]) -> CaptureFigures:
             _poll(lambda: _green(base), GREEN_DEADLINE_S, "sentinel green")
             loop.start()
             httpx.post(target.base_url + HANG_PATH, timeout=5.0)
-            bundle = _poll(
-                lambda: next((work / "diagnostics").glob("*/bundle.json"), None),
-                CAPTURE_DEADLINE_S,
-                "a bundle on disk",
-            )
             events = _poll(
                 lambda: (e := _events(log)) and "diagnostics_written" in e and e,
-                10.0,
+                CAPTURE_DEADLINE_S,
                 "diagnostics_written in the log",
+            )
+            # Written (and renamed into place) before the event is logged.
+            bundle_bytes = sum(
+                f.stat().st_size for f in (work / "diagnostics").glob("*/*") if f.is_file()
             )
             if sentinel.poll() is not None:
                 raise RuntimeError(f"sentinel exited with {sentinel.returncode}")
@@ -188,7 +188,7 @@ def run_capture(overrides: dict[str, Any]) -> CaptureFigures:
             raise RuntimeError(f"only {len(during)} /livez GETs fell inside the capture")
         during_ms = [x * 1000 for x in during]
         return CaptureFigures(
-            bundle_bytes=bundle.stat().st_size,
+            bundle_bytes=bundle_bytes,
             capture_s=written - opened,
             gets=len(during),
             p50_ms=statistics.median(during_ms),
