@@ -8,6 +8,7 @@ same chains in tests/loopback/test_transport.py.
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import socket
 import ssl
@@ -20,7 +21,7 @@ import pytest
 from sentinel.canary.result import Reason
 from sentinel.canary.runner import classify
 from sentinel.evidence.failure import EvidenceFailure, classify_transport_error
-from sentinel.transport import TransportFailure, classify_transport
+from sentinel.transport import TransportFailure, classify_transport, settle_async_library_probe
 
 F = TransportFailure
 
@@ -170,3 +171,32 @@ def test_canaries_and_evidence_agree(
     assert reason is canary
     assert detail.startswith(str(classify_transport(exc)))
     assert classify_transport_error(exc) is evidence
+
+
+def test_httpcore_learns_its_async_library_without_searching_the_path(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Several times per request httpcore imports sniffio; that must never walk sys.path.
+
+    Installed, sniffio is imported once and remembered; absent, sentinel records
+    it as absent, so the import fails at once and httpcore takes asyncio.
+    """
+    from importlib.machinery import PathFinder
+
+    from httpcore._synchronization import current_async_library
+
+    searched: list[str] = []
+    find_spec = PathFinder.find_spec
+
+    def counting(name: str, path: object = None, target: object = None) -> object:
+        searched.append(name)
+        return find_spec(name, path, target)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(PathFinder, "find_spec", counting)
+
+    async def ask() -> list[str]:
+        return [current_async_library() for _ in range(3)]
+
+    assert asyncio.run(ask()) == ["asyncio"] * 3
+    assert "sniffio" not in searched
+    assert settle_async_library_probe() is False  # already settled: nothing to do twice
