@@ -129,7 +129,7 @@ class Ledger:
         self.last_canary_activity = now
         if budget:
             self.sends.append((now, budget))
-            self.progress.canary_sent(self._token, now, budget)
+            self.progress.canary_sent(self._token, now, budget, engine)
         return self._token
 
     def canary_abandoned(self, kind: CanaryKind, token: int, now: float) -> None:
@@ -189,7 +189,7 @@ class Ledger:
             return False
         engines = self.progress.engines
         return len(engines) < 2 or all(
-            track.last_progress_at is not None and now - track.last_progress_at <= idle_window
+            (at := track.vouched_at) is not None and now - at <= idle_window
             for track in engines.values()
         )
 
@@ -282,7 +282,13 @@ class Ledger:
         if len(engines) < 2:
             return ()
         return tuple(
-            EngineProgress(engine, track.first_seen_at, track.last_progress_at)
+            EngineProgress(
+                engine,
+                track.first_seen_at,
+                track.last_progress_at,
+                decode_available=track.decode_available,
+                last_decode_at=track.last_decode_at,
+            )
             for engine, track in sorted(engines.items())
         )
 

@@ -37,18 +37,21 @@ count, decode is no evidence and the broader progress keeps vouching.
 Under data parallelism vLLM labels every sample with its ``engine``; each
 engine's work counters are followed as well as their sum (:class:`EngineTrack`),
 so one engine whose work is flat while another's moves can be told from a
-whole-server hang. Per engine the counters are taken as they are: which
-engine served a canary is unknown, so its credit is charged in the total
-only. That is safe for the one question asked per engine, "did it do any
-work at all?": a canary's work shows on the engine that served it, and a
-stuck engine serves none.
+whole-server hang. The same two rules hold per engine: sentinel's canaries
+are discounted on the engine they were aimed at (an unaimed one on any
+engine, since which served it is unknown; see :mod:`sentinel.canary.credit`),
+and where the engine counts its first tokens only its decode progress
+vouches for it. So an aimed canary's prefill or first token on a stuck
+engine, and new arrivals prefilled by an engine whose decode is stuck, never
+count as that engine's progress.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from sentinel.canary.credit import Credit, discount
 from sentinel.canary.result import CanaryResult
 from sentinel.evidence.metrics import MetricsSample
 
@@ -71,41 +74,46 @@ IN_FLIGHT_TOKENS = 1.0  # a canary in flight explains its first token, no more
 
 
 @dataclass(slots=True)
-class _Credit:
-    """The work one canary of sentinel's can still explain, per counter."""
-
-    sent: float
-    left: dict[str, float]
-    used: dict[str, float] = field(default_factory=dict)
-    finished: float | None = None
-
-    def cap(self, key: str, most: float) -> None:
-        """Explain at most ``most`` of ``key`` in all (what was charged already counts)."""
-        self.left[key] = min(self.left[key], max(most - self.used.get(key, 0.0), 0.0))
-
-    def set(self, key: str, total: float) -> None:
-        """Explain exactly ``total`` of ``key`` in all: the usage the reply reported."""
-        self.left[key] = max(total - self.used.get(key, 0.0), 0.0)
-
-
-@dataclass(slots=True)
 class EngineTrack:
-    """One engine's work counters (its ``engine`` label) across samples of this epoch."""
+    """One engine's work counters (its ``engine`` label) across samples of this epoch.
+
+    Its progress is what remains after the credits of sentinel's canaries
+    that could have gone to it; its decode progress, where it counts first
+    tokens, is the part that vouches for it (see the module docstring).
+    """
 
     first_seen_at: float  # the first sample that carried this engine
     counters: dict[str, float]
-    last_progress_at: float | None = None  # the last sample in which its work moved
-    last_delta: dict[str, float] = field(default_factory=dict)
-    totals: dict[str, float] = field(default_factory=dict)
+    last_progress_at: float | None = None  # its work moved beyond sentinel's own
+    last_decode_at: float | None = None  # its decoded tokens or completions did
+    last_delta: dict[str, float] = field(default_factory=dict)  # as counted
+    last_own: dict[str, float] = field(default_factory=dict)  # of that, sentinel's canaries
+    totals: dict[str, float] = field(default_factory=dict)  # as counted, this epoch
 
-    def observe(self, counters: Mapping[str, float], at: float) -> None:
-        work = {k: v for k, v in counters.items() if k in WORK_COUNTERS}
+    @property
+    def decode_available(self) -> bool:
+        """Whether its last sample told decoded tokens from first tokens."""
+        return DECODE_TOKENS in self.counters
+
+    @property
+    def vouched_at(self) -> float | None:
+        """When its work last vouched for it: decode progress where told apart, else any."""
+        return self.last_decode_at if self.decode_available else self.last_progress_at
+
+    def observe(
+        self, engine: str, counters: Mapping[str, float], at: float, credits: Sequence[Credit]
+    ) -> None:
+        work = _work(counters)
         deltas = {k: max(work[k] - self.counters[k], 0.0) for k in work if k in self.counters}
         self.counters, self.last_delta = work, deltas
+        self.last_own = {k: discount(credits, k, d, engine) for k, d in deltas.items()}
         for key, delta in deltas.items():
             self.totals[key] = self.totals.get(key, 0.0) + delta
-        if any(delta > 0 for delta in deltas.values()):
+        real = {k for k, d in deltas.items() if d - self.last_own[k] > 0}
+        if real:
             self.last_progress_at = at
+        if real & set(DECODE_COUNTERS):
+            self.last_decode_at = at
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,7 +155,7 @@ class ProgressTracker:
 
     def __init__(self) -> None:
         self._previous: MetricsSample | None = None
-        self._credits: dict[int, _Credit] = {}
+        self._credits: dict[int, Credit] = {}
         self.last_progress_at: float | None = None
         self.last_decode_at: float | None = None  # decoded tokens or completions, not our own
         self.last_real_completion_at: float | None = None
@@ -181,7 +189,9 @@ class ProgressTracker:
         """Whether the last sample told decoded tokens from first tokens."""
         return DECODE_TOKENS in self.signals
 
-    def canary_sent(self, token: int, now: float, budget: Mapping[str, float]) -> None:
+    def canary_sent(
+        self, token: int, now: float, budget: Mapping[str, float], engine: int | None = None
+    ) -> None:
         """A canary left: while in flight it explains its prefill and its first token.
 
         Only the first token, not its whole reply: tokens past the first are
@@ -189,18 +199,21 @@ class ProgressTracker:
         canary's full ``max_tokens`` on every retry would absorb a slow, busy
         server's real work. So it explains no decoded token while in flight (its
         first token adds to the first-token count as much as to the generated
-        ones). Once it is done its usage sets the credit exactly.
+        ones). Once it is done its usage sets the credit exactly. ``engine``: the
+        data-parallel engine it is aimed at, the only one whose work it explains
+        (None: unaimed, any one engine's).
         """
         reply = min(float(budget.get("generation_tokens", 0.0)), IN_FLIGHT_TOKENS)
         prompt = float(budget.get("prompt_tokens", 0.0))
-        left = {
+        allowed = {
             "generation_tokens": reply,
             DECODE_TOKENS: 0.0,
             "prompt_tokens": prompt,
             "engine_tokens": min(float(budget.get("engine_tokens", 0.0)), reply + prompt),
             "completions": float(budget.get("completions", 0.0)),
         }
-        self._credits[token] = _Credit(sent=now, left=left)
+        label = None if engine is None else str(engine)
+        self._credits[token] = Credit(sent=now, allowed=allowed, engine=label)
 
     def canary_finished(self, token: int, result: CanaryResult | None, now: float) -> None:
         """A canary ended: its credit shrinks to what its usage reports, then expires.
@@ -236,7 +249,7 @@ class ProgressTracker:
         if present:
             self.last_evidence_at = sample.at
         if previous is None:
-            self._follow_engines(sample)
+            self._follow_engines(sample, ())
             self._expire(sample.at)
             return self._remember(ProgressUpdate())
         before = _work(previous.counters)
@@ -250,26 +263,19 @@ class ProgressTracker:
             self.last_real_completion_at = None
             self.totals = {}
             self.engines = {}
-            self._follow_engines(sample)
+            self._follow_engines(sample, ())
             return self._remember(ProgressUpdate(restarted=True))
-        self._follow_engines(sample)
 
         credits = [
             c
             for c in sorted(self._credits.values(), key=lambda c: c.sent)
             if c.sent <= sample.at and (c.finished is None or c.finished + RECENT > previous.at)
         ]
+        self._follow_engines(sample, credits)
         reports: dict[str, SignalReport] = {}
         for key in common:
             delta = max(present[key] - before[key], 0.0)  # one counter reset alone: no work
-            discounted = 0.0
-            for credit in credits:
-                take = min(credit.left[key], delta - discounted)
-                if take <= 0:
-                    continue
-                credit.left[key] -= take
-                credit.used[key] = credit.used.get(key, 0.0) + take
-                discounted += take
+            discounted = discount(credits, key, delta)
             reports[key] = SignalReport(delta, discounted, delta - discounted)
         self._expire(sample.at)
         changed = tuple(sorted(k for k, r in reports.items() if r.real > 0))
@@ -296,15 +302,14 @@ class ProgressTracker:
             )
         )
 
-    def _follow_engines(self, sample: MetricsSample) -> None:
-        """Each engine's own work; an engine no longer in the exposition is forgotten."""
+    def _follow_engines(self, sample: MetricsSample, credits: Sequence[Credit]) -> None:
+        """Each engine's own work beyond ``credits``; an engine no longer exposed is forgotten."""
         for engine, counters in sample.engines.items():
             track = self.engines.get(engine)
             if track is None:
-                work = {k: v for k, v in counters.items() if k in WORK_COUNTERS}
-                self.engines[engine] = EngineTrack(first_seen_at=sample.at, counters=work)
+                self.engines[engine] = EngineTrack(sample.at, _work(counters))
             else:
-                track.observe(counters, sample.at)
+                track.observe(engine, counters, sample.at, credits)
         for engine in [e for e in self.engines if e not in sample.engines]:
             del self.engines[engine]
 
@@ -331,9 +336,7 @@ class ProgressTracker:
             # Whether decode is told apart, and since when it has been flat:
             # the engine-hang rule asks for decode progress where it can.
             "decode_evidence": self.decode_available,
-            "decode_age": None
-            if self.last_decode_at is None
-            else round(now - self.last_decode_at, 3),
+            "decode_age": _age(now, self.last_decode_at),
             "last_interval": {
                 k: {"delta": r.delta, "own": r.discounted, "progress": r.real}
                 for k, r in sorted(last.signals.items())
@@ -343,15 +346,17 @@ class ProgressTracker:
                 for k, r in sorted(self.totals.items())
             },
             "canaries_discounted": len(self._credits),
-            # Per engine (vLLM's ``engine`` label): its own work as counted,
-            # sentinel's canaries not discounted (which engine served one is unknown).
+            # Per engine (vLLM's ``engine`` label): its work as counted, how much
+            # of it sentinel's canaries explain, and since when what remains
+            # (its decode, where told apart) has been flat.
             "engines": {
                 engine: {
-                    "progress_age": None
-                    if track.last_progress_at is None
-                    else round(now - track.last_progress_at, 3),
+                    "progress_age": _age(now, track.last_progress_at),
+                    "decode_evidence": track.decode_available,
+                    "decode_age": _age(now, track.last_decode_at),
                     "seen_for": round(now - track.first_seen_at, 3),
                     "last_interval": dict(sorted(track.last_delta.items())),
+                    "last_own": dict(sorted(track.last_own.items())),
                     "epoch_totals": dict(sorted(track.totals.items())),
                 }
                 for engine, track in sorted(self.engines.items(), key=lambda i: _order(i[0]))
@@ -372,6 +377,10 @@ def _work(counters: Mapping[str, float]) -> dict[str, float]:
     if generated is not None and first is not None:
         work[DECODE_TOKENS] = max(generated - first, 0.0)
     return work
+
+
+def _age(now: float, at: float | None) -> float | None:
+    return None if at is None else round(now - at, 3)
 
 
 def _order(engine: str) -> tuple[int, str]:

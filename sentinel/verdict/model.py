@@ -94,7 +94,17 @@ class EngineProgress:
 
     engine: str  # the label's value: "0", "1", ...
     first_seen_at: float  # first sample of this epoch that carried it
-    last_progress_at: float | None = None  # its work counters last moved (raw, canaries included)
+    last_progress_at: float | None = None  # its work moved beyond sentinel's own canaries
+    # It counts first tokens, so its decode is told apart: then only its
+    # decoded tokens and completions beyond sentinel's own vouch for it (an
+    # engine whose decode is stuck still prefills what arrives).
+    decode_available: bool = False
+    last_decode_at: float | None = None
+
+    @property
+    def vouched_at(self) -> float | None:
+        """When its own work last vouched for it (decode progress where told apart)."""
+        return self.last_decode_at if self.decode_available else self.last_progress_at
 
 
 @dataclass(frozen=True, slots=True)

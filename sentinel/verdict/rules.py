@@ -18,6 +18,9 @@ unanswered is evidence against that engine only: the partial rule counts it
 for its engine alone, and the engine rule (the whole server) counts aimed
 canaries only once every engine has left one unanswered and no other engine
 worked after it was sent. Unaimed canaries count against every engine.
+
+An engine *worked* when its own progress vouched for it or a canary aimed at
+it was answered (:mod:`sentinel.verdict.aim`).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from collections.abc import Iterable, Sequence
 
 from sentinel.canary.kinds import is_path
 from sentinel.canary.result import CanaryResult, Reason
+from sentinel.verdict.aim import answered, server_wide, worked_since
 from sentinel.verdict.clock import observed
 from sentinel.verdict.model import (
     EngineProgress,
@@ -121,7 +125,8 @@ def engine_hang(
     else:
         last_progress = _or_never(evidence.last_progress_at)
     floor = max(last_success, last_progress, evidence.epoch_started)
-    candidates = _server_wide(evidence, _unanswered_sends(results, enabled), floor)
+    sends = _unanswered_sends(results, enabled)
+    candidates = server_wide(evidence, sends, floor, answered(results))
     if not candidates:
         return None
     since = min(candidates)
@@ -152,24 +157,30 @@ def partial_hang(
     land elsewhere succeed, total progress moves, and the engine-hang rule
     (rightly) sees a working server. Per engine (vLLM's ``engine`` label):
     an engine is stuck when a canary that could have gone to it (aimed at
-    it, or unaimed) and was sent after its work last moved is still
-    unanswered after the hang window while another engine's work moved since
-    that canary was sent. vLLM's balancer steers new requests away from an
-    engine whose requests never finish, so only canaries aimed at it (the
-    scheduler aims at each engine in turn) reliably reach a stuck one. An
-    idle engine is not stuck: the canaries aimed at it move its counters and
-    are answered. A canary aimed at a busy engine and lost behind its queue
-    is no evidence against it while its work keeps moving, and none at all
-    against the others. When no engine moved either, it is the whole
+    it, or unaimed) and was sent after it last worked is still unanswered
+    after the hang window while another engine worked since that canary was
+    sent. An engine works when its own progress vouches for it (beyond
+    sentinel's canaries; only its decode progress where it counts first
+    tokens, since an engine whose decode is stuck still prefills arrivals)
+    or it answers a canary aimed at it. vLLM's balancer steers new requests
+    away from an engine whose requests never finish, so only canaries aimed
+    at it (the scheduler aims at every engine) reliably reach a stuck one.
+    An idle engine is not stuck: it answers the canaries aimed at it. A
+    canary aimed at a busy engine and lost behind its queue is no evidence
+    against it while its decode keeps moving, and none at all against the
+    others. When no engine worked either, it is the whole
     server's hang, which is the engine rule's.
     """
     if len(evidence.engines) < 2 or not evidence.progress_available:
         return None
-    sends = _unanswered_sends(_epoch_results(evidence, enabled), enabled)
+    results = _epoch_results(evidence, enabled)
+    sends = _unanswered_sends(results, enabled)
+    answers = answered(results)
     stuck: list[tuple[EngineProgress, float]] = []
     for engine in evidence.engines:
         flat_since = max(
-            engine.first_seen_at if engine.last_progress_at is None else engine.last_progress_at,
+            engine.first_seen_at if engine.vouched_at is None else engine.vouched_at,
+            answers.get(engine.engine, float("-inf")),
             evidence.epoch_started,
         )
         # Unaimed canaries may have gone to any engine; an aimed one only to its own.
@@ -182,9 +193,7 @@ def partial_hang(
             continue
         since = min(candidates)
         working = any(
-            other.last_progress_at is not None and other.last_progress_at >= since
-            for other in evidence.engines
-            if other is not engine
+            worked_since(other, since, answers) for other in evidence.engines if other is not engine
         )
         if working and observed(since, now, evidence.unobserved) >= policy.hang_window:
             stuck.append((engine, since))
@@ -217,47 +226,6 @@ def _unanswered_sends(
             (sent, aims[i] if i < len(aims) else None) for i, sent in enumerate(k.outstanding)
         ]
     return sends
-
-
-def _server_wide(
-    evidence: Evidence, sends: Sequence[tuple[float, int | None]], floor: float
-) -> list[float]:
-    """The unanswered sends since ``floor`` that speak for the whole server.
-
-    Unaimed canaries always do. One aimed at an engine speaks for that engine
-    only, so aimed ones count once every engine has left one unanswered (while
-    no other engine worked after it): then no engine answers at all. Without
-    per-engine evidence (one engine, or no fresh sample) every send counts.
-    """
-    fresh = [(sent, aim) for sent, aim in sends if sent >= floor]
-    labels = {e.engine for e in evidence.engines}
-    if len(labels) < 2:
-        return [sent for sent, _ in fresh]
-    unaimed = [sent for sent, aim in fresh if aim is None]
-    aimed = [
-        (sent, aim)
-        for sent, aim in fresh
-        if aim is not None and not _answered_elsewhere(evidence, aim, sent)
-    ]
-    if labels <= {str(aim) for _, aim in aimed}:
-        return unaimed + [sent for sent, _ in aimed]
-    return unaimed
-
-
-def _answered_elsewhere(evidence: Evidence, aim: int | None, sent: float) -> bool:
-    """Whether a canary aimed at engine ``aim`` says nothing of the whole server.
-
-    It was left unanswered by its own engine while another engine's work
-    moved after it was sent: that is one engine's trouble (the partial
-    rule's), not the server's. Unaimed canaries always speak for the server.
-    """
-    if aim is None or len(evidence.engines) < 2:
-        return False
-    return any(
-        other.last_progress_at is not None and other.last_progress_at >= sent
-        for other in evidence.engines
-        if other.engine != str(aim)
-    )
 
 
 def _engines(labels: Sequence[str]) -> str:

@@ -163,3 +163,71 @@ def test_without_per_engine_evidence_an_aimed_canary_counts_for_the_server() -> 
         last_progress_at=5.0,
     )
     assert hangs_at(ev, 27.0) == [("engine",)]
+
+
+def dp_decode(
+    *results: CanaryResult,
+    work: tuple[float | None, float | None] = (40.0, 40.0),
+    decode: tuple[float | None, float | None] = (40.0, 5.0),
+) -> Evidence:
+    """Two engines that count first tokens: ``work`` is any progress, ``decode`` decode progress.
+
+    Progress here is beyond sentinel's canaries already (the tracker's job);
+    the server's own follows the later engine.
+    """
+    engines = tuple(
+        EngineProgress(str(i), 0.0, work[i], decode_available=True, last_decode_at=decode[i])
+        for i in (0, 1)
+    )
+    return Evidence(
+        kinds={TEXT: KindEvidence(TEXT, results=results)},
+        progress_available=True,
+        last_progress_at=max((at for at in work if at is not None), default=None),
+        decode_available=True,
+        last_decode_at=max((at for at in decode if at is not None), default=None),
+        engines=engines,
+    )
+
+
+@pytest.mark.parametrize(
+    ("ev", "now", "expected"),
+    [
+        # Engine 1 prefills arrivals (its work moves until 40) but decoded nothing since 5.
+        pytest.param(
+            dp_decode(unanswered(12.0, 1)), 27.0, [("partial", "1")], id="prefill-without-decode"
+        ),
+        # Slowly, but it decodes: never stuck.
+        pytest.param(
+            dp_decode(unanswered(12.0, 1), decode=(40.0, 13.0)), 60.0, [], id="slow-decode"
+        ),
+        # It answered a canary aimed at it after the unanswered one was sent: not stuck.
+        pytest.param(dp_decode(unanswered(12.0, 1), ok(20.0, 1)), 60.0, [], id="answered-since"),
+        # Engine 0 is idle (its only work was sentinel's, discounted) but answers
+        # the canaries aimed at it: it works, so engine 1 alone is stuck.
+        pytest.param(
+            dp_decode(unanswered(12.0, 1), ok(20.0, 0), work=(None, 40.0), decode=(None, 5.0)),
+            27.0,
+            [("partial", "1")],
+            id="idle-engine-answering",
+        ),
+        # ... and without any answer from engine 0 nothing says another engine works.
+        pytest.param(
+            dp_decode(unanswered(12.0, 1), work=(None, 40.0), decode=(None, 5.0)),
+            60.0,
+            [],
+            id="nothing-else-works",
+        ),
+        # Both prefill arrivals, neither decodes, both left a canary unanswered:
+        # the whole server's hang, not two partial ones.
+        pytest.param(
+            dp_decode(unanswered(12.0, 1), unanswered(14.0, 0), decode=(5.0, 5.0)),
+            27.0,
+            [("engine",)],
+            id="every-engine-prefilling-without-decode",
+        ),
+    ],
+)
+def test_engines_vouched_by_decode_and_by_answers(
+    ev: Evidence, now: float, expected: list[tuple[str, ...]]
+) -> None:
+    assert hangs_at(ev, now) == expected
