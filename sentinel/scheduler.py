@@ -1,7 +1,7 @@
 """The scheduler owns time for canaries: cadence, jitter, deadlines, idle gating, pairing.
 
-One loop per enabled canary spec, each with at most one canary in flight, so
-canaries never pile up. Text canaries are skipped while real traffic has
+One loop per enabled canary spec, each with at most one canary in flight per
+engine, so canaries never pile up. Text canaries are skipped while real traffic has
 recently proven the engine alive (idle gating, once startup has passed).
 Structured and multimodal canaries run on their own cadence, ungated, each
 paired with a text control sent at the same moment and priority, so a path
@@ -12,13 +12,18 @@ Under data parallelism (more than one ``engine`` label in the progress
 evidence) every canary is aimed at one engine (vLLM's
 ``X-data-parallel-rank``), since vLLM's balancer steers new requests away
 from an engine whose requests never finish and an unaimed canary would never
-reach a stuck one. Text canaries visit, in turn, the engines real traffic has
-not recently proven alive (an engine whose own counters moved within the idle
-window needs none), one per cadence step, so the canary rate does not grow
-with the engine count; each path canary and its control go together to the
-next engine in turn. An engine whose aimed canary is refused as a bad request
-(a label that is not a rank the server takes) gets unaimed canaries for the
-rest of the server epoch.
+reach a stuck one. Each text cadence step sends one canary to every engine
+real traffic has not recently proven alive (an engine whose own work, beyond
+sentinel's canaries, vouched for it within the idle window needs none), all
+at once: each engine gets the single-engine cadence, the per-GPU load a
+one-engine server already gets, and detection does not wait for a rotation
+that grows with the engine count. A step ends when its last canary does, and
+a missed deadline retries the step at once. Each path canary and its control
+go together to the next engine in turn: a path is mostly code every engine
+shares, its canaries are the heaviest (an image, a grammar), and an engine
+that stops serving is the text canaries' to catch. An engine whose aimed
+canary is refused as a bad request (a label that is not a rank the server
+takes) gets unaimed canaries for the rest of the server epoch.
 """
 
 from __future__ import annotations
@@ -130,9 +135,8 @@ class Scheduler:
         if not record.enabled:
             self.metrics.canary_skipped("disabled")
             return False
-        now = self.clock()
-        send, engine = self._aim(spec, now)
-        if not send:
+        targets = self._targets(spec, self.clock())
+        if not targets:
             self.metrics.canary_skipped("busy")
             return False
         model = await self._model(spec)
@@ -140,29 +144,54 @@ class Scheduler:
             return False
         epoch = ledger.epoch
         if spec.kind is CanaryKind.TEXT or self.control_spec is None:
-            result = await self._send_recorded(spec, model, epoch, engine)
+            results = await self._send_each(spec, model, epoch, targets)
         else:
-            # The path canary and its text control leave together at the same
-            # priority, for the same engine; the control is recorded as soon
-            # as it ends, the pair once both have.
-            control_spec = replace(self.control_spec, priority=spec.priority)
-            budget = self._budget(spec)
-            token = ledger.canary_sent(spec.kind, self.clock(), budget, engine=engine)
-            try:
-                result, control = await asyncio.gather(
-                    self.runner.run(spec, model=model, deadline=spec.deadline, engine=engine),
-                    self._send_recorded(control_spec, model, epoch, engine),
-                )
-            finally:
-                ledger.canary_abandoned(spec.kind, token, self.clock())
-            ledger.canary_done(spec.kind, token, result, self.clock(), control=control, epoch=epoch)
-            self._observe(result)
-        if result.reason is Reason.UNSUPPORTED and epoch == ledger.epoch:
-            ledger.disable(spec.kind, result.detail or "the model does not take this input")
-            log.warning(
-                "canary_kind_disabled", canary=spec.name, kind=spec.kind.value, why=result.detail
+            control = replace(self.control_spec, priority=spec.priority)
+            results = [await self._send_pair(spec, control, model, epoch, targets[0])]
+        unsupported = next((r for r in results if r.reason is Reason.UNSUPPORTED), None)
+        if unsupported is not None and epoch == ledger.epoch:
+            why = unsupported.detail
+            ledger.disable(spec.kind, why or "the model does not take this input")
+            log.warning("canary_kind_disabled", canary=spec.name, kind=spec.kind.value, why=why)
+        return any(r.reason is Reason.TIMEOUT for r in results)
+
+    async def _send_each(
+        self, spec: CanarySpec, model: str, epoch: int, targets: tuple[int | None, ...]
+    ) -> list[CanaryResult]:
+        """One canary of ``spec`` to each target at once; every one ends (or is cancelled) here."""
+        if len(targets) == 1:
+            return [await self._send_recorded(spec, model, epoch, targets[0])]
+        async with asyncio.TaskGroup() as group:
+            sends = [
+                group.create_task(self._send_recorded(spec, model, epoch, engine))
+                for engine in targets
+            ]
+        return [send.result() for send in sends]
+
+    async def _send_pair(
+        self,
+        spec: CanarySpec,
+        control_spec: CanarySpec,
+        model: str,
+        epoch: int,
+        engine: int | None,
+    ) -> CanaryResult:
+        """A path canary and its text control, together at the same priority and engine.
+
+        The control is recorded as soon as it ends, the pair once both have.
+        """
+        ledger = self.ledger
+        token = ledger.canary_sent(spec.kind, self.clock(), self._budget(spec), engine=engine)
+        try:
+            result, control = await asyncio.gather(
+                self.runner.run(spec, model=model, deadline=spec.deadline, engine=engine),
+                self._send_recorded(control_spec, model, epoch, engine),
             )
-        return result.reason is Reason.TIMEOUT
+        finally:
+            ledger.canary_abandoned(spec.kind, token, self.clock())
+        ledger.canary_done(spec.kind, token, result, self.clock(), control=control, epoch=epoch)
+        self._observe(result)
+        return result
 
     def _failed(self, loop: str, exc: Exception) -> None:
         """One cadence step raised: count it where the observers' failures show; never raises."""
@@ -196,30 +225,41 @@ class Scheduler:
             log.info("canaries_aimed", engines=list(engines))
         return engines
 
-    def _aim(self, spec: CanarySpec, now: float) -> tuple[bool, int | None]:
-        """Whether this step sends a canary, and the engine it is aimed at (None: unaimed)."""
+    def _targets(self, spec: CanarySpec, now: float) -> tuple[int | None, ...]:
+        """Where this step's canaries go: one per engine named (None: unaimed); empty: none.
+
+        Text canaries go to every engine real traffic has not recently proven
+        alive, at once, so each gets the single-engine cadence whatever the
+        engine count. A path canary (with its control) goes to one engine, the
+        next in turn.
+        """
         ledger = self.ledger
         text = spec.kind is CanaryKind.TEXT
         engines = self.engines()
         if not engines:
             if text and ledger.startup_passed and ledger.busy(now, self.idle_window):
-                return False, None
-            return True, None
-        if text and ledger.startup_passed:
+                return ()
+            return (None,)
+        if not text:
+            last = self._last_aim.get(spec.name)
+            later = [e for e in engines if last is None or e > last]
+            engines = (later[0] if later else engines[0],)
+            self._last_aim[spec.name] = engines[0]
+        elif ledger.startup_passed:
             # The text canary only where real traffic has not recently proven the engine alive.
             engines = tuple(e for e in engines if not self._proven(e, now))
-            if not engines:
-                return False, None
-        last = self._last_aim.get(spec.name)
-        later = [e for e in engines if last is None or e > last]
-        engine = later[0] if later else engines[0]
-        self._last_aim[spec.name] = engine
-        return True, None if engine in self._unaimable else engine
+        # An engine that refused its rank gets an unaimed canary; one per step is enough.
+        return tuple(dict.fromkeys(None if e in self._unaimable else e for e in engines))
 
     def _proven(self, engine: int, now: float) -> bool:
-        """Whether the engine's own work counters moved within the idle window."""
+        """Whether the engine's own work vouched for it within the idle window.
+
+        Its own work is what sentinel's canaries do not explain, and only its
+        decode progress where it counts first tokens: an engine whose decode
+        is stuck still prefills what arrives.
+        """
         track = self.ledger.progress.engines.get(str(engine))
-        moved = None if track is None else track.last_progress_at
+        moved = None if track is None else track.vouched_at
         return moved is not None and now - moved <= self.idle_window
 
     def _refused_aim(self, engine: int, result: CanaryResult) -> bool:

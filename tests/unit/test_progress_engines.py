@@ -91,16 +91,16 @@ def run(case: Case) -> ProgressTracker:
         tracker.observe(MetricsSample(at, counters=total, engines=engines))
 
     scrape(0.0)
-    for token, (engine, _) in enumerate(case.canaries, start=1):
-        tracker.canary_sent(token, 1.0, BUDGET, engine)
-    for engine, delta in case.at_2.items():
-        counters[engine] = moved(counters[engine], **delta)
+    for token, (aim, _) in enumerate(case.canaries, start=1):
+        tracker.canary_sent(token, 1.0, BUDGET, aim)
+    for label, delta in case.at_2.items():
+        counters[label] = moved(counters[label], **delta)
     for token, (_, result) in enumerate(case.canaries, start=1):
         if result is not None:
             tracker.canary_finished(token, result, 1.2)
     scrape(2.0)
-    for engine, delta in case.at_4.items():
-        counters[engine] = moved(counters[engine], **delta)
+    for label, delta in case.at_4.items():
+        counters[label] = moved(counters[label], **delta)
     if case.scrape_at_4:
         scrape(4.0)
     return tracker

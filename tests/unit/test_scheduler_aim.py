@@ -1,10 +1,10 @@
 """Canaries aimed at each data-parallel engine, on a virtual clock.
 
 The scheduler aims a canary (``X-data-parallel-rank``) only when the progress
-evidence shows more than one ``engine`` label. Text canaries visit in turn the
-engines whose own counters have not moved within the idle window, one per
-cadence step; path canaries and their controls go together to each engine in
-turn. The canaries go through the real runner to an ``httpx.MockTransport``
+evidence shows more than one ``engine`` label. Each text cadence step sends a
+canary to every engine whose own work has not vouched for it within the idle
+window, all at once; path canaries and their controls go together to each
+engine in turn. The canaries go through the real runner to an ``httpx.MockTransport``
 that records the header; per-engine progress is fed to the ledger as metric
 samples, as the scrape loop would.
 """
@@ -129,11 +129,12 @@ async def test_one_engine_never_gets_the_header() -> None:
     assert fake.aims() == [(0.0, None), (5.0, None), (10.0, None), (15.0, None), (20.0, None)]
 
 
-async def test_idle_engines_are_visited_in_turn_at_the_single_engine_rate() -> None:
+async def test_every_idle_engine_gets_the_single_engine_rate() -> None:
     async with aiming(TEXT_ONLY, _two_idle_engines()) as (clock, fake, _, results):
-        await clock.run_until(T0 + 21)
-    assert fake.aims() == [(0.0, "0"), (5.0, "1"), (10.0, "0"), (15.0, "1"), (20.0, "0")]
-    assert [r.engine for r in results] == [0, 1, 0, 1, 0]
+        await clock.run_until(T0 + 16)
+    assert sorted(fake.aims()) == [(at, e) for at in (0.0, 5.0, 10.0, 15.0) for e in ("0", "1")]
+    assert sorted(r.engine or 0 for r in results) == [0] * 4 + [1] * 4
+    assert all(r.ok for r in results)
 
 
 async def test_before_startup_every_engine_gets_canaries_even_when_busy() -> None:
@@ -143,7 +144,7 @@ async def test_before_startup_every_engine_gets_canaries_even_when_busy() -> Non
 
     async with aiming(TEXT_ONLY, busy) as (clock, fake, _, _):
         await clock.run_until(T0 + 6)
-    assert fake.aims() == [(0.0, "0"), (5.0, "1")]
+    assert sorted(fake.aims()) == [(0.0, "0"), (0.0, "1"), (5.0, "0"), (5.0, "1")]
 
 
 async def test_an_engine_proven_by_its_own_counters_gets_none() -> None:
@@ -163,17 +164,19 @@ async def test_no_canary_while_every_engine_is_proven() -> None:
     assert fake.aims() == []
 
 
-async def test_a_missed_deadline_moves_on_to_the_next_engine() -> None:
-    """The retry after a timeout is aimed at the next engine, so a hung one cannot hog the loop."""
+async def test_a_missed_deadline_retries_the_step_at_once() -> None:
+    """Engine 1 hangs: the step ends at its deadline (4 s) and is retried at once, both engines.
+
+    So the hung engine gets a canary every deadline, as a single hung engine
+    does, and the working one keeps answering, at least as often as its own
+    interval would ask.
+    """
     hung = lambda clock: FakeDpVllm(clock, hung={"1"})  # noqa: E731
     async with aiming(TEXT_ONLY, _two_idle_engines(), hung) as (clock, fake, _, results):
-        await clock.run_until(T0 + 14)
-    assert fake.aims() == [(0.0, "0"), (5.0, "1"), (9.0, "0"), (14.0, "1")]
-    assert [(r.engine, r.reason) for r in results] == [
-        (0, Reason.OK),
-        (1, Reason.TIMEOUT),
-        (0, Reason.OK),
-    ]
+        await clock.run_until(T0 + 13)
+    assert sorted(fake.aims()) == [(at, e) for at in (0.0, 4.0, 8.0, 12.0) for e in ("0", "1")]
+    assert {(r.engine, r.reason) for r in results} == {(0, Reason.OK), (1, Reason.TIMEOUT)}
+    assert [r.engine for r in results if r.reason is Reason.TIMEOUT] == [1, 1, 1]
 
 
 async def test_path_canary_and_its_control_go_to_the_same_engine_in_turn() -> None:
@@ -192,8 +195,10 @@ async def test_a_refused_rank_is_resent_unaimed_and_no_longer_aimed_at() -> None
     refused = lambda clock: FakeDpVllm(clock, refused={"1"})  # noqa: E731
     async with aiming(TEXT_ONLY, _two_idle_engines(), refused) as (clock, fake, ledger, results):
         await clock.run_until(T0 + 16)
-    assert fake.aims() == [(0.0, "0"), (5.0, "1"), (5.0, None), (10.0, "0"), (15.0, None)]
-    assert [r.engine for r in results] == [0, None, 0, None]  # the 400 is not recorded
+    later = [(at, e) for at in (5.0, 10.0, 15.0) for e in ("0", None)]
+    expected = [(0.0, "0"), (0.0, "1"), (0.0, None), *later]
+    assert sorted(fake.aims(), key=str) == sorted(expected, key=str)
+    assert sorted(map(str, (r.engine for r in results))) == ["0"] * 4 + ["None"] * 4
     assert all(r.ok for r in ledger.records[TEXT].results)
 
 
@@ -210,3 +215,72 @@ async def test_labels_that_are_not_ranks_are_never_aimed_at() -> None:
     async with aiming(TEXT_ONLY, odd_labels) as (clock, fake, _, _):
         await clock.run_until(T0 + 6)
     assert fake.aims() == [(0.0, None), (5.0, None)]
+
+
+EIGHT = tuple(str(e) for e in range(8))
+
+
+def _eight_idle_engines(ledger: Ledger) -> None:
+    _engines(ledger, -20.0, **dict.fromkeys(EIGHT, 5.0))
+    ledger.startup_passed = True
+
+
+async def test_eight_idle_engines_each_get_a_canary_within_one_interval() -> None:
+    """No rotation: detection does not wait eight intervals for the engine that hangs."""
+    async with aiming(TEXT_ONLY, _eight_idle_engines) as (clock, fake, _, results):
+        await clock.run_until(T0 + 4.9)
+        first = sorted(engine or "" for _, engine in fake.aims())
+        await clock.run_until(T0 + 9.9)
+    assert first == list(EIGHT)
+    assert sorted(fake.aims()) == [(at, e) for at in (0.0, 5.0) for e in EIGHT]
+    assert len(results) == 16
+    assert all(r.ok for r in results)
+
+
+async def test_seven_engines_proven_by_traffic_one_canary_per_step() -> None:
+    """Engines 0-6 decode real traffic: only engine 7 gets a canary, one per step."""
+    async with aiming(TEXT_ONLY, _eight_idle_engines) as (clock, fake, ledger, _):
+        for second in range(0, 21):
+            busy = {e: 100.0 + second for e in EIGHT[:7]}
+            _engines(ledger, float(second), **busy, **{"7": 5.0})
+            await clock.run_until(T0 + second)
+    assert fake.aims() == [(0.0, "7"), (5.0, "7"), (10.0, "7"), (15.0, "7"), (20.0, "7")]
+
+
+def _engine_counters(ledger: Ledger, at: float, **engines: dict[str, float]) -> None:
+    total: dict[str, float] = {}
+    for counters in engines.values():
+        for key, value in counters.items():
+            total[key] = total.get(key, 0.0) + value
+    ledger.progress.observe(MetricsSample(T0 + at, counters=total, engines=engines))
+
+
+async def test_prefills_without_decode_prove_no_engine() -> None:
+    """Engine 1 prefills arrivals and hands each a first token but decodes nothing: not proven.
+
+    Both engines count first tokens; engine 0 decodes real traffic and is
+    proven, engine 1's new arrivals move its prompt and first-token counts
+    only, so it keeps getting a canary every step.
+    """
+
+    def prepare(ledger: Ledger) -> None:
+        _engine_counters(ledger, -20.0, **{e: _decoding(0.0, 0.0) for e in ("0", "1")})
+        ledger.startup_passed = True
+
+    async with aiming(TEXT_ONLY, prepare) as (clock, fake, ledger, _):
+        for second in range(0, 16):
+            arrivals = float(second + 1)
+            engine0 = _decoding(first=arrivals, decoded=10.0 * arrivals)
+            engine1 = _decoding(first=arrivals, decoded=0.0)
+            _engine_counters(ledger, float(second), **{"0": engine0, "1": engine1})
+            await clock.run_until(T0 + second)
+    assert fake.aims() == [(0.0, "1"), (5.0, "1"), (10.0, "1"), (15.0, "1")]
+
+
+def _decoding(first: float, decoded: float) -> dict[str, float]:
+    """An engine's counters after ``first`` requests were prefilled and ``decoded`` tokens more."""
+    return {
+        "prompt_tokens": 8.0 * first,
+        "first_tokens": first,
+        "generation_tokens": first + decoded,
+    }
