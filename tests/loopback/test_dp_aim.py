@@ -12,6 +12,10 @@ only canaries aimed at it (``X-data-parallel-rank``) can see it hang.
 - One engine hung with real requests stuck in it: a *partial* hang naming
   that engine (``/status``, the hang's reason, which is the Event's message,
   and the diagnostics bundle), never a whole-engine hang.
+- One engine whose decode is stuck while it still prefills new arrivals
+  (``prefill_no_decode`` on that engine, with clients pinned to it arriving
+  and giving up): its prompt counters keep moving, yet it is a *partial* hang
+  naming it, since only decode progress vouches for an engine.
 - The opposite shape: one engine busy decoding slowly (scaled from 2 s per
   token in the shipped 15 s window) while the other idles: never reported.
 
@@ -82,13 +86,15 @@ async def _client(sim: SimProcess) -> AsyncIterator[httpx.AsyncClient]:
         yield client
 
 
-async def _tokens(client: httpx.AsyncClient) -> dict[str, float]:
-    """``vllm:generation_tokens_total`` per ``engine`` label."""
+async def _tokens(
+    client: httpx.AsyncClient, name: str = "vllm:generation_tokens_total"
+) -> dict[str, float]:
+    """A counter (``vllm:generation_tokens_total`` unless named) per ``engine`` label."""
     text = (await client.get("/metrics")).text
     tokens: dict[str, float] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
-            if sample.name == "vllm:generation_tokens_total":
+            if sample.name == name:
                 engine = sample.labels.get("engine", "")
                 tokens[engine] = tokens.get(engine, 0.0) + sample.value
     return tokens
@@ -201,6 +207,60 @@ async def test_one_hung_engine_with_stuck_requests_is_a_partial_hang_naming_it(
         dp_sim.control.clear_fault("stuck_running")
         await eventually(sidecar.green, GREEN_WITHIN, "green again after the hang cleared")
     print(f"\nDP=2 simulator, engine 1 hung with stuck requests: partial hang in {seconds:.1f} s")
+
+
+async def _arrivals(client: httpx.AsyncClient, engine: str, stop: asyncio.Event) -> int:
+    """Clients pinned to ``engine``, one after another, each giving up after 0.5 s; how many."""
+    sent = 0
+    while not stop.is_set():
+        with contextlib.suppress(httpx.TimeoutException):
+            await _chat(client, engine, within=0.5)
+        sent += 1
+    return sent
+
+
+PROMPTS = "vllm:prompt_tokens_total"
+
+
+async def test_an_engine_prefilling_arrivals_without_decode_is_a_partial_hang_naming_it(
+    dp_sim: SimProcess,
+) -> None:
+    async with running_sidecar(dp_sim.base_url, **CANARIES) as sidecar, _client(dp_sim) as client:
+        await eventually(sidecar.green, GREEN_WITHIN, "startup, readiness and liveness 200")
+        dp_sim.control.set_fault("prefill_no_decode", engine=1)
+        prompts, tokens = await _tokens(client, PROMPTS), await _tokens(client)
+        stop = asyncio.Event()
+        arrivals = asyncio.create_task(_arrivals(client, "1", stop))
+        started = time.monotonic()
+        kinds_seen: dict[str, str] = {}
+
+        async def red() -> bool:
+            status = await sidecar.json("/status")
+            kinds_seen.update((h["kind"], h["reason"]) for h in status["verdict"]["hangs"])
+            return await sidecar.code("/livez") == 503
+
+        try:
+            await eventually(red, RED_WITHIN, "liveness red after engine 1's decode stuck", 0.2)
+            seconds = time.monotonic() - started
+            status = await sidecar.json("/status")
+        finally:
+            stop.set()
+            sent = await arrivals
+        # The shape: engine 1 kept prefilling what arrived, and decoded nothing.
+        prefilled = (await _tokens(client, PROMPTS))["1"] - prompts["1"]
+        assert prefilled > 0
+        assert (await _moved(client, tokens))["1"] == 0
+        hang = next(h for h in status["verdict"]["hangs"] if h["kind"] == "partial")
+        assert (hang["engine"], hang["engines"]) == (1, [1]), hang
+        assert set(kinds_seen) == {"partial"}, kinds_seen
+        engines = status["evidence"]["progress"]["engines"]
+        assert engines["1"]["decode_evidence"] is True, engines
+        dp_sim.control.clear_fault("prefill_no_decode")
+        await eventually(sidecar.green, GREEN_WITHIN, "green again after the fault cleared")
+    print(
+        f"\nDP=2 simulator, engine 1 prefilling {sent} arrivals ({prefilled:.0f} prompt tokens) "
+        f"without decode: partial hang in {seconds:.1f} s"
+    )
 
 
 async def _slow_traffic(client: httpx.AsyncClient, stop: asyncio.Event) -> int:
