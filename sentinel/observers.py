@@ -248,9 +248,19 @@ class Observers:
         return step
 
     def process_step(self, watcher: ProcessWatcher) -> Step:
-        """One process-table sample: engine processes stopped or gone, API server PID changes."""
+        """One process-table sample: engine processes stopped or gone, API server PID changes.
+
+        A refusal the evidence loops saw since the last sample sends the
+        watcher to look at the target's socket at once.
+        """
+        ledger = self.ledger
+        told: float | None = None  # the refusal episode the watcher was told of
 
         async def step() -> None:
-            self.ledger.observe_processes(await watcher.sample_async(), self.clock())
+            nonlocal told
+            if ledger.refused_since is not None and ledger.refused_since != told:
+                watcher.port_refused()
+            told = ledger.refused_since
+            ledger.observe_processes(await watcher.sample_async(), self.clock())
 
         return step

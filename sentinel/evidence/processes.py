@@ -19,12 +19,16 @@ evidence is off.
 Following the target is cheap once it is found: each sample reads only the
 attributed server, the descendants it had at the last recheck and the
 processes seen behind it (:mod:`sentinel.evidence.process_table` owns the
-reads). Every ``recheck_interval`` the server's descendants are looked up
+reads). After ``recheck_interval`` the server's descendants are looked up
 again and the server is asked whether it still owns the socket (both read
 tables far larger than the target: every process's parent, every socket of
-the network namespace). The whole table and every process's sockets are read
-only while there is no owner to follow or it stopped listening, and then with
-a growing pause between reads.
+the network namespace, milliseconds of kernel time on a busy node); while
+those rechecks find nothing new the pause between them doubles up to
+``recheck_max``, and it starts over when the family changes (a process gone,
+stopped, new) or the port refuses a connection (:meth:`ProcessWatcher.port_refused`,
+which also brings the next recheck forward to the next sample). The whole
+table and every process's sockets are read only while there is no owner to
+follow or it stopped listening, and then with a growing pause between reads.
 
 psutil calls block, so the daemon uses :meth:`ProcessWatcher.sample_async`,
 which runs them in a worker thread.
@@ -97,6 +101,12 @@ def _owners(port: int, apis: Sequence[Row], parents: dict[int, int | None]) -> s
     return set() if found is None else found
 
 
+def _halted(row: Row) -> bool:
+    """Stopped, a zombie or unreadable: a state a sample may see once and a recheck explain."""
+    state = process_state(row.status)
+    return state in GONE_STATES or state in (ProcessState.STOPPED, ProcessState.UNKNOWN)
+
+
 def _is_descendant(pid: int, ancestor: int, parents: dict[int, int | None]) -> bool:
     return ancestor in ancestors(pid, parents)
 
@@ -119,11 +129,13 @@ class ProcessWatcher:
     listen_port: int | None = None
     # Paces the costly reads: the first search again after rescan_after
     # seconds, each later one twice as late up to rescan_max; a followed
-    # server's descendants and socket checked again every recheck_interval.
+    # server's descendants and socket checked again after recheck_interval,
+    # each quiet recheck doubling the pause up to recheck_max.
     scan_clock: Callable[[], float] = time.monotonic
     rescan_after: float = 1.0
     rescan_max: float = 16.0
     recheck_interval: float = 15.0
+    recheck_max: float = 120.0
     _identity: tuple[int, float] | None = None
     _seen: dict[tuple[int, float], ProcessInfo] = field(default_factory=dict)
     _table: ProcessTable = field(default_factory=ProcessTable)
@@ -133,6 +145,8 @@ class ProcessWatcher:
     _tree: tuple[int, ...] = ()
     _tree_root: tuple[int, float] | None = None
     _recheck_due: float = -math.inf
+    _recheck_pause: float = 0.0  # the pause before the next recheck, once one was made
+    _family_seen: frozenset[tuple[int, float, bool]] = frozenset()
     _listening: bool = False
 
     def sample(self) -> ProcessSnapshot:
@@ -256,13 +270,36 @@ class ProcessWatcher:
         does a closed listener; every known process is read each sample.
         """
         if self._tree_root != api.key or now >= self._recheck_due:
-            self._listening = listens_on(api.pid, port)
-            self._tree = tuple(self._table.descendants(api.pid))
-            self._tree_root, self._recheck_due = api.key, now + self.recheck_interval
+            listening = listens_on(api.pid, port)
+            tree = tuple(self._table.descendants(api.pid))
+            quiet = (
+                self._tree_root == api.key and listening == self._listening and tree == self._tree
+            )
+            self._listening, self._tree = listening, tree
+            pause = min(self._recheck_pause * 2, self.recheck_max) if quiet else 0.0
+            self._recheck_pause = max(pause, self.recheck_interval)
+            self._tree_root, self._recheck_due = api.key, now + self._recheck_pause
         others = [*self._tree, *(pid for pid, _ in self._seen)]
         rows = [api, *self._table.read(p for p in others if p != api.pid)]
         self._table.forget_except(row.pid for row in rows)
+        # Only what a recheck could explain: membership, and a process stopping
+        # or dying (a busy engine flips between running and sleeping all along).
+        family = frozenset((*row.key, _halted(row)) for row in rows)
+        if family != self._family_seen:
+            # A process gone, stopped, reaped or new: look again soon, not in minutes.
+            self._family_seen = family
+            self._recheck_pause = self.recheck_interval
+            self._recheck_due = min(self._recheck_due, now + self.recheck_interval)
         return rows
+
+    def port_refused(self) -> None:
+        """The target's port refused a connection: ask about the socket at the next sample.
+
+        The evidence loops see a closed listener at once; without this hint the
+        watcher would learn it only at its next recheck.
+        """
+        self._recheck_due = -math.inf
+        self._recheck_pause = 0.0
 
     def _searched(
         self,
@@ -279,6 +316,7 @@ class ProcessWatcher:
             self._rescan = self.rescan_after
         self._listening = not detail
         self._tree = tuple(r.pid for r in rows if _is_descendant(r.pid, api_row.pid, parents))
+        self._recheck_pause = self.recheck_interval
         self._tree_root, self._recheck_due = api_row.key, self.scan_clock() + self.recheck_interval
 
     def _kept(self) -> str:

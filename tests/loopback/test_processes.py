@@ -456,3 +456,74 @@ async def test_a_server_that_exits_is_searched_for_at_once(
         snap = await eventually(watcher, lambda s: s.api is None)
         assert reads.tables == 2  # the first search, then one when the server went
         assert snap.attribution is Attribution.NONE
+
+
+class CountingRechecks:
+    """Counts the followed server's socket checks (each recheck asks once)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.at: list[float] = []
+        self.now = [0.0]
+        from sentinel.evidence.process_table import listens_on
+
+        def counted(pid: int, port: int) -> bool:
+            self.at.append(self.now[0])
+            return listens_on(pid, port)
+
+        monkeypatch.setattr("sentinel.evidence.processes.listens_on", counted)
+
+
+async def test_quiet_rechecks_back_off_and_a_refusal_brings_the_next_forward(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Socket and descendants are asked again after 15 s, then 30, 60, 120 while nothing changes.
+
+    A refusal seen by the evidence loops (``port_refused``) makes the next
+    sample ask at once, and the pause starts over.
+    """
+    with SimProcess() as sim:
+        rechecks = CountingRechecks(monkeypatch)
+        now = rechecks.now
+        watcher = ProcessWatcher(clock=lambda: 0.0, listen_port=sim.port, scan_clock=lambda: now[0])
+        first = await watcher.sample_async()
+        assert first.api is not None
+        searched = len(rechecks.at)  # the search asked the candidates (not a recheck)
+        for second in range(1, 400):  # one sample a second
+            now[0] = float(second)
+            snap = await watcher.sample_async()
+            assert snap.api_identity == first.api_identity
+            assert snap.attribution_detail == ""
+        assert rechecks.at[searched:] == [15.0, 45.0, 105.0, 225.0, 345.0]
+        watcher.port_refused()
+        now[0] = 400.0
+        await watcher.sample_async()
+        assert rechecks.at[-1] == 400.0
+        now[0] = 414.0
+        await watcher.sample_async()
+        now[0] = 415.0
+        await watcher.sample_async()
+        assert rechecks.at[-2:] == [400.0, 415.0]  # the pause started over at 15 s
+
+
+async def test_a_family_change_brings_the_next_recheck_forward(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An engine stopping (or any process of the family going) is looked at again within 15 s."""
+    with SimProcess() as sim:
+        rechecks = CountingRechecks(monkeypatch)
+        now = rechecks.now
+        watcher = ProcessWatcher(clock=lambda: 0.0, listen_port=sim.port, scan_clock=lambda: now[0])
+        assert (await watcher.sample_async()).api is not None
+        for second in range(1, 110):  # rechecks at 15, 45 and 105: the next is due at 225
+            now[0] = float(second)
+            await watcher.sample_async()
+        os.kill(sim.engine_pid, signal.SIGSTOP)
+        try:
+            snap = await eventually(watcher, lambda s: engine_state(s) is ProcessState.STOPPED)
+            assert snap.engines[0].pid == sim.engine_pid
+            seen = len(rechecks.at)
+            now[0] = 110.0 + watcher.recheck_interval
+            await watcher.sample_async()
+            assert len(rechecks.at) == seen + 1
+        finally:
+            os.kill(sim.engine_pid, signal.SIGCONT)

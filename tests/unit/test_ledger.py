@@ -214,3 +214,37 @@ def test_an_api_server_that_exits_ends_its_epoch_once() -> None:
     assert ledger.epoch == 1
     ledger.observe_processes(_snapshot(7.0, 43), 7.0)
     assert (ledger.epoch, ledger.epoch_reason) == (2, "API server restarted (pid 42 -> 43)")
+
+
+def test_the_process_step_tells_the_watcher_of_each_new_refusal_once() -> None:
+    """A refusal sends the watcher to the target's socket at the next sample, once per episode."""
+    import asyncio
+
+    from sentinel.observers import Observers
+
+    class Watcher:
+        def __init__(self) -> None:
+            self.told = 0
+
+        def port_refused(self) -> None:
+            self.told += 1
+
+        async def sample_async(self) -> ProcessSnapshot:
+            return ProcessSnapshot(at=0.0)
+
+    ledger = _ledger()
+    watcher = Watcher()
+    step = Observers(ledger, lambda: 0.0, scrape_interval=2.0).process_step(watcher)  # type: ignore[arg-type]
+
+    async def samples(refusals: list[float | None]) -> list[int]:
+        told = []
+        for refused in refusals:
+            if refused is None:
+                ledger.saw_answer()
+            else:
+                ledger.saw_refusal(refused)
+            await step()
+            told.append(watcher.told)
+        return told
+
+    assert asyncio.run(samples([None, 5.0, 6.0, 7.0, None, 9.0])) == [0, 1, 1, 1, 1, 2]
