@@ -33,6 +33,8 @@ never stay flat. Where the server counts first tokens (the count of vLLM's
 progress* (decoded tokens or successful completions beyond sentinel's own)
 apart from the rest; the engine-hang rule then asks for that. Without the
 count, decode is no evidence and the broader progress keeps vouching.
+``last_step_at``: when any exposed work counter last moved at all, sentinel's
+own canaries included (the engine loop's heartbeat: :mod:`sentinel.verdict.still`).
 
 Under data parallelism vLLM labels every sample with its ``engine``; each
 engine's work counters are followed as well as their sum (:class:`EngineTrack`),
@@ -66,6 +68,9 @@ WORK_COUNTERS = (*RAW_COUNTERS, DECODE_TOKENS)
 
 DECODE_COUNTERS = (DECODE_TOKENS, "completions")
 """The progress only an engine whose decode works can make (prefills and first tokens are not)."""
+
+STEP_COUNTER = "engine_tokens"
+"""Tokens processed by engine steps: present, it makes the engine loop's steps visible."""
 
 RECENT = 5.0
 """Seconds a finished canary keeps its credit: ``/metrics`` may show its work a sample late."""
@@ -161,6 +166,7 @@ class ProgressTracker:
         self.last_real_completion_at: float | None = None
         self.last_sample_at: float | None = None
         self.last_evidence_at: float | None = None  # last sample that carried a work counter
+        self.last_step_at: float | None = None  # any exposed counter moved, own work too
         self.signals: tuple[str, ...] = ()
         self.last_update = ProgressUpdate()
         self.totals: dict[str, SignalReport] = {}  # summed over the epoch
@@ -174,6 +180,7 @@ class ProgressTracker:
         self.last_real_completion_at = None
         self.last_sample_at = None
         self.last_evidence_at = None
+        self.last_step_at = None
         self.signals = ()
         self.last_update = ProgressUpdate()
         self.totals = {}
@@ -188,6 +195,11 @@ class ProgressTracker:
     def decode_available(self) -> bool:
         """Whether the last sample told decoded tokens from first tokens."""
         return DECODE_TOKENS in self.signals
+
+    @property
+    def steps_available(self) -> bool:
+        """Whether the last sample carried tokens processed by engine steps."""
+        return STEP_COUNTER in self.signals
 
     def canary_sent(
         self, token: int, now: float, budget: Mapping[str, float], engine: int | None = None
@@ -237,9 +249,6 @@ class ProgressTracker:
         if result.completion_tokens is not None and result.prompt_tokens is not None:
             credit.set("engine_tokens", float(result.completion_tokens + result.prompt_tokens))
 
-    def observe_canary(self, result: CanaryResult) -> None:
-        """Kept for callers that report results without a send token: nothing to do."""
-
     def observe(self, sample: MetricsSample, **_ignored: object) -> ProgressUpdate:
         """Compare ``sample`` with the previous one; what remains after credits is progress."""
         previous, self._previous = self._previous, sample
@@ -261,6 +270,7 @@ class ProgressTracker:
             self.last_progress_at = None
             self.last_decode_at = None
             self.last_real_completion_at = None
+            self.last_step_at = None
             self.totals = {}
             self.engines = {}
             self._follow_engines(sample, ())
@@ -277,6 +287,8 @@ class ProgressTracker:
             delta = max(present[key] - before[key], 0.0)  # one counter reset alone: no work
             discounted = discount(credits, key, delta)
             reports[key] = SignalReport(delta, discounted, delta - discounted)
+        if any(reports[k].delta > 0 for k in exposed):
+            self.last_step_at = sample.at
         self._expire(sample.at)
         changed = tuple(sorted(k for k, r in reports.items() if r.real > 0))
         real_completions = reports["completions"].real if "completions" in reports else 0.0

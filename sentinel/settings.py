@@ -50,6 +50,7 @@ SECONDS_RANGES: dict[str, tuple[float, float]] = {
     "eval_interval": (0.05, 60.0),
     "idle_window": (0.0, DAY),
     "hang_window": (1.0, DAY),
+    "step_window": (1.0, DAY),
     "no_evidence_window": (1.0, DAY),
     "dead_grace": (0.0, 3600.0),
     "brake_window": (60.0, 7 * DAY),
@@ -145,6 +146,8 @@ class Settings(BaseModel):
     eval_interval: float = 0.5
     idle_window: float = 5.0
     hang_window: float = _POLICY.hang_window
+    # The still-engine rule (sentinel.verdict.still): no engine step at all.
+    step_window: float = _POLICY.step_window
     no_evidence_window: float = _POLICY.no_evidence_window
     dead_grace: float = _POLICY.dead_grace
     broken_window: float = _POLICY.broken_window
@@ -215,6 +218,11 @@ class Settings(BaseModel):
                 "hang_window must exceed two scrape intervals, or progress cannot be seen "
                 f"({self.hang_window} <= 2 x {self.scrape_interval})"
             )
+        if self.step_window < self.hang_window and self.step_window <= 2 * self.scrape_interval:
+            raise ValueError(
+                "step_window must exceed two scrape intervals, or a step cannot be seen "
+                f"({self.step_window} <= 2 x {self.scrape_interval})"
+            )
         if self.scrape_timeout >= self.no_evidence_window:
             raise ValueError(
                 "scrape_timeout must be shorter than no_evidence_window "
@@ -256,6 +264,7 @@ class Settings(BaseModel):
         return Policy(
             enforce=self.enforce,
             hang_window=self.hang_window,
+            step_window=self.step_window,
             no_evidence_window=self.no_evidence_window,
             dead_grace=self.dead_grace,
             path_misses=self.path_misses,

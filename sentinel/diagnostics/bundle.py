@@ -35,7 +35,7 @@ import asyncio
 import json
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
@@ -310,7 +310,8 @@ def _cgroup_json(section: cgroup.CgroupSection | None) -> dict[str, Any] | None:
 
 
 def _canary_json(result: CanaryResult) -> dict[str, Any]:
-    data = asdict(result)
+    # Its fields are scalars: a plain copy, not asdict's recursive deep copy.
+    data = {f.name: getattr(result, f.name) for f in fields(result)}
     data["ok"] = result.ok
     return data
 

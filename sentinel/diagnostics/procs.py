@@ -205,11 +205,39 @@ def describe(
     scrubber: SecretScrubber | None = None,
 ) -> list[ProcessRecord]:
     """Close the CPU window and read everything else about each discovered process."""
-    return [_describe_one(item, proc_root, scrubber) for item in discovered]
+    sockets = _sockets_by_pid()
+    return [_describe_one(item, proc_root, scrubber, sockets) for item in discovered]
+
+
+# Above this many processes in the PID namespace (a node, not a pod) each
+# process's sockets are read on their own: the namespace-wide read visits the
+# descriptors of every process.
+SOCKET_TABLE_MAX_PIDS = 256
+
+
+def _sockets_by_pid() -> dict[int, list[Any]] | None:
+    """Every inet socket by owning PID, read once (None: read per process instead).
+
+    A per-process read parses the network namespace's whole socket tables
+    again for each process, CPU work that holds the GIL while probes wait.
+    """
+    try:
+        if len(psutil.pids()) > SOCKET_TABLE_MAX_PIDS:
+            return None
+        table: dict[int, list[Any]] = {}
+        for conn in psutil.net_connections(kind="inet"):
+            if conn.pid is not None:
+                table.setdefault(conn.pid, []).append(conn)
+    except (psutil.Error, OSError):
+        return None
+    return table
 
 
 def _describe_one(
-    item: Discovered, proc_root: Path, scrubber: SecretScrubber | None
+    item: Discovered,
+    proc_root: Path,
+    scrubber: SecretScrubber | None,
+    sockets: dict[int, list[Any]] | None = None,
 ) -> ProcessRecord:
     proc = item.process
     errors = dict(item.errors)
@@ -233,7 +261,10 @@ def _describe_one(
         if env:
             scrubber.add_all(secret_values_in_env(env))
     open_files = _try(errors, "open_files", proc.open_files) or []
-    conns = _try(errors, "connections", lambda: proc.net_connections(kind="inet")) or []
+    if sockets is not None:
+        conns: list[Any] = sockets.get(item.pid, [])
+    else:
+        conns = _try(errors, "connections", lambda: proc.net_connections(kind="inet")) or []
     memory = _try(errors, "memory_info", proc.memory_info)
     created = _try(errors, "create_time", proc.create_time)
     title = title_of(item.name, item.cmdline)

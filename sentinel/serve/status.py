@@ -107,6 +107,10 @@ def status_document(
             "real_completion_age": age(ledger.progress.last_real_completion_at),
             "last_scrape_age": age(ledger.progress.last_sample_at),
             "evidence_age": age(ledger.progress.last_evidence_at),
+            # The engine loop's heartbeat: any work counter moving at all
+            # (sentinel's own canaries included), read by the still-engine rule.
+            "steps_available": ledger.progress.steps_available,
+            "step_age": age(ledger.progress.last_step_at),
             # Which work counters moved, by how much, and how much of it was
             # sentinel's own canaries (discounted at all times).
             "progress": ledger.progress.report(now),

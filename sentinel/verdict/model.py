@@ -121,6 +121,13 @@ class Evidence:
     # completions beyond sentinel's own vouch for the engine.
     decode_available: bool = False
     last_decode_at: float | None = None
+    # Tokens processed by engine steps in a fresh sample: the engine loop's
+    # heartbeat. ``last_step_at``: the last sample in which any work counter
+    # moved at all (sentinel's canaries included); ``sampled_at``: the newest
+    # sample, the moment up to which the heartbeat is known.
+    steps_available: bool = False
+    last_step_at: float | None = None
+    sampled_at: float | None = None
     # The last moment a work counter was seen at all: without fresh evidence
     # the no-evidence window counts from here, not from an old canary.
     last_evidence_at: float | None = None
@@ -149,6 +156,10 @@ class Policy:
 
     enforce: bool = True
     hang_window: float = 15.0
+    # A text canary unanswered this long while the engine took not a single
+    # step (no work counter moved at all, sentinel's own work included) is an
+    # engine hang without waiting for the whole hang window (still-engine rule).
+    step_window: float = 8.0
     no_evidence_window: float = 30.0
     dead_grace: float = 5.0
     broken_window: float = 60.0

@@ -39,6 +39,7 @@ from sentinel.verdict.model import (
     KindEvidence,
     Policy,
 )
+from sentinel.verdict.still import still_engine
 
 FAST_FAILURES = frozenset({Reason.HTTP_STATUS, Reason.PROTOCOL, Reason.EMPTY, Reason.BAD_BODY})
 UNANSWERED = FAST_FAILURES | {Reason.TIMEOUT}
@@ -129,6 +130,9 @@ def engine_hang(
     candidates = server_wide(evidence, sends, floor, answered(results))
     if not candidates:
         return None
+    still = still_engine(evidence, enabled, results, last_success, policy, now)
+    if still is not None:
+        return still
     since = min(candidates)
     if evidence.progress_available:
         window = policy.hang_window

@@ -197,6 +197,54 @@ async def test_stuck_decode_is_confirmed_while_other_clients_arrive(
                 await client
 
 
+# -- the still-engine rule: no step at all confirms before the hang window ----
+
+# The hang window well beyond the step window, so which rule fired is plain.
+STILL: dict[str, Any] = {"hang_window": 12.0, "no_evidence_window": 14.0, "step_window": 3.0}
+
+
+async def _reasons(sidecar: Sidecar) -> list[str]:
+    status = await sidecar.json("/status")
+    return [str(h["reason"]) for h in status["verdict"]["hangs"]]
+
+
+@pytest.mark.parametrize("fault", ["engine_hang", "stuck_running"])
+async def test_a_still_engine_is_confirmed_within_the_step_window(
+    sim: SimProcess, fault: str
+) -> None:
+    """No work counter moves at all, not even for the canary: red at the step window."""
+    async with _sidecar(sim.base_url, **STILL) as sidecar:
+        sim.control.set_fault(fault)
+        faulted = time.monotonic()
+        # A canary every second, the step window, a scrape and an evaluation: well
+        # under the 12 s hang window.
+        await _red(sidecar, 10.0)
+        took = time.monotonic() - faulted
+        reasons = await _reasons(sidecar)
+        assert any("no engine step at all" in r for r in reasons), reasons
+        assert took < float(STILL["hang_window"])
+
+
+async def test_a_stuck_decode_that_still_prefills_waits_for_the_hang_window(
+    sim: SimProcess,
+) -> None:
+    """Each canary's prefill is a step: the still rule keeps out, the decode rule confirms."""
+    async with _sidecar(sim.base_url, **STILL) as sidecar:
+        sim.control.set_fault("prefill_no_decode")
+        faulted = time.monotonic()
+        await _red(sidecar, RED_WITHIN + float(STILL["hang_window"]))
+        assert time.monotonic() - faulted >= float(STILL["hang_window"])
+        reasons = await _reasons(sidecar)
+        assert not any("no engine step at all" in r for r in reasons), reasons
+
+
+async def test_slow_decode_never_trips_the_still_rule(sim: SimProcess) -> None:
+    """A step every 2 s (2 s per token) against a 3 s step window: never red."""
+    async with _sidecar(sim.base_url, **{**SHIPPED_DEADLINES, "step_window": 3.0}) as sidecar:
+        sim.control.set_fault("slow_decode", token_s=2.0)
+        assert await _liveness_failures(sidecar, 2 * float(SHIPPED_DEADLINES["hang_window"])) == 0
+
+
 # -- progress, however slow, is never a hang ----------------------------------
 
 
