@@ -37,6 +37,7 @@ from sentinel.canary.runner import CanaryRunner
 from sentinel.catalog import Catalog, apply_overrides, load_catalog
 from sentinel.config import Settings, effective_config, read_api_key, split_host_port
 from sentinel.diagnostics.bundle import DiagnosticsContext, Trigger
+from sentinel.diagnostics.procs import ProcessMatch
 from sentinel.evaluator import Evaluator
 from sentinel.evidence.metrics import MetricsScraper, ScrapeLimits
 from sentinel.evidence.processes import ProcessWatcher
@@ -327,8 +328,13 @@ class Daemon:
                 log.exception("result_listener_failed", listener=repr(listener))
 
     def _diagnostics_context(self, trigger: Trigger) -> DiagnosticsContext:
+        # The attributed server and its descendants only: on a shared host an
+        # unrelated vLLM's processes are neither captured nor blamed.
+        snapshot = self.ledger.processes
+        roots = () if snapshot is None or snapshot.api is None else (snapshot.api.pid,)
         return DiagnosticsContext(
             trigger=trigger,
+            process_match=ProcessMatch(roots=roots),
             metrics_text=tuple(self.observers.observations.metrics_texts),
             canary_history={
                 str(kind): tuple(record.results) for kind, record in self.ledger.records.items()

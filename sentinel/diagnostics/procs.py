@@ -68,6 +68,9 @@ class ProcessMatch:
     titles: tuple[str, ...] = DEFAULT_TITLES
     cmdlines: tuple[str, ...] = DEFAULT_CMDLINES
     include_descendants: bool = True
+    # The attributed server (its API-server PID): only it and its descendants
+    # are the target's. Empty: every process the patterns match (nothing attributed).
+    roots: tuple[int, ...] = ()
 
     def matches(self, name: str, cmdline: Sequence[str]) -> bool:
         joined = " ".join(cmdline)
@@ -109,9 +112,11 @@ def discover(match: ProcessMatch, *, exclude: Iterable[int] = ()) -> list[Discov
         info = proc.info
         if info["pid"] in excluded:
             continue
-        if match.matches(info.get("name") or "", info.get("cmdline") or []):
+        if match.roots and info["pid"] not in match.roots:
+            continue  # another server on this host is not the target's
+        if match.roots or match.matches(info.get("name") or "", info.get("cmdline") or []):
             found[info["pid"]] = proc
-    if match.include_descendants:
+    if match.include_descendants or match.roots:
         for proc in list(found.values()):
             try:
                 children = proc.children(recursive=True)

@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
+import psutil
 import pytest
 import structlog
 from prometheus_client import CollectorRegistry
@@ -35,7 +36,9 @@ from sentinel.incidents import IncidentRecorder
 from sentinel.k8s import EventReason, PodIdentity, build_event
 from sentinel.telemetry.logging import configure_default_logging, configure_logging, get_logger
 from sentinel.telemetry.metrics import SentinelMetrics
+from sentinel_sim.launch import SimProcess
 from tests import secret_corpus as corpus
+from tests.loopback.sidecar import eventually, running_sidecar
 
 
 def wait_until(condition: Callable[[], bool], what: str, timeout_s: float = 10.0) -> None:
@@ -166,3 +169,78 @@ def test_log_lines_and_tracebacks_leak_nothing(log_stream: io.StringIO) -> None:
     assert [e["event"] for e in events][:2] == ["sentinel_started", "canary_failed"]
     assert "ConnectionError" in events[1]["exception"]
     assert corpus.leaked(text) == []
+
+
+def _files(folder: Path) -> list[str]:
+    """The text of every file below ``folder``."""
+    return [p.read_text(errors="replace") for p in folder.rglob("*") if p.is_file()]
+
+
+def test_sentinel_diagnose_leaks_nothing(
+    fake_vllm: tuple[str, subprocess.Popen[bytes]], tmp_path: Path
+) -> None:
+    """``sentinel diagnose`` over the planted process: its output and its bundle are clean."""
+    tag, _child = fake_vllm
+    with SimProcess() as sim:
+        target = sim.base_url.replace("http://", f"http://sentinel:{corpus.TARGET_PASSWORD}@")
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SENTINEL_")}
+        env["SENTINEL_API_KEY"] = corpus.API_KEY
+        argv = [sys.executable, "-m", "sentinel", "diagnose", "--target", target]
+        argv += ["--process-cmdline", f"serve {tag}", "--diagnostics-dir", str(tmp_path)]
+        argv += ["--reason", f"canary failed: {corpus.EXCEPTION_MESSAGE}"]
+        done = subprocess.run(argv, capture_output=True, env=env, timeout=120, check=False)
+    output = done.stdout.decode() + done.stderr.decode()
+    assert done.returncode == 0, output
+    bundle = "\n".join(_files(tmp_path))
+    assert bundle, "no bundle written"
+    assert corpus.leaked(output + bundle) == []
+    assert tag in bundle  # the planted process was captured, ordinary flags kept
+    assert "--max-num-seqs" in bundle
+
+
+async def test_a_daemon_incident_status_and_incidents_leak_nothing(tmp_path: Path) -> None:
+    """A live daemon whose target URL and API key carry secrets.
+
+    The simulated vLLM's engine is stopped and sentinel captures an incident:
+    ``/status``, ``/incidents``, ``/metrics`` and every bundle file are read
+    back. (The simulator retitles its processes, which overwrites their
+    environment, so a server's planted environment and argv are the capture
+    test's: ``test_bundle_files_and_incidents_leak_nothing``.)
+    """
+    key_file = tmp_path / "api-key"
+    key_file.write_text(corpus.API_KEY + "\n")
+    diagnostics = tmp_path / "diagnostics"
+    with SimProcess() as sim:
+        target = sim.base_url.replace("http://", f"http://sentinel:{corpus.TARGET_PASSWORD}@")
+        async with running_sidecar(
+            target, diagnostics=True, diagnostics_dir=str(diagnostics), api_key_file=str(key_file)
+        ) as sidecar:
+            await eventually(sidecar.green, 30.0, "startup, readiness and liveness all 200")
+            engine = sim.engine_pid
+            server = {child.pid for child in psutil.Process(engine).parents()}
+            sim.control.stop_engine()
+            try:
+
+                async def captured() -> bool:
+                    return bool((await sidecar.json("/incidents"))["incidents"])
+
+                async def red() -> bool:
+                    return await sidecar.code("/livez") == 503
+
+                await eventually(captured, 30.0, "an incident in /incidents")
+                await eventually(red, 30.0, "/livez 503")
+                pages = [
+                    (await sidecar.client.get(sidecar.url + path)).text
+                    for path in ("/status", "/incidents", "/metrics", "/livez", "/readyz")
+                ]
+            finally:
+                sim.control.resume_engine()
+    bundle = "\n".join(await asyncio.to_thread(_files, diagnostics))
+    assert bundle, "no bundle written"
+    assert corpus.leaked("\n".join([*pages, bundle])) == []
+    assert "VLLM::EngineCore" in bundle  # the server's processes were captured ...
+    (found,) = await asyncio.to_thread(lambda: list(diagnostics.rglob("bundle.json")))
+    pids = {p["pid"] for p in json.loads(found.read_text())["processes"]}
+    assert engine in pids
+    assert pids <= {engine, *server}, "only the target's processes, never another server's"
+    assert "127.0.0.1" in pages[0]  # the target stays named, without its userinfo
