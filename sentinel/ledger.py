@@ -266,6 +266,7 @@ class Ledger:
             steps_available=fresh and self.progress.steps_available,
             last_step_at=self.progress.last_step_at,
             sampled_at=sample_at,
+            queue_empty=self._queue_empty(),
             last_evidence_at=self.progress.last_evidence_at,
             last_real_completion_at=self.progress.last_real_completion_at,
             health_failing_since=self.health_failing_since,
@@ -278,6 +279,11 @@ class Ledger:
             api_alive=self.api_alive(),
             unobserved=unobserved,
         )
+
+    def _queue_empty(self) -> bool:
+        """Whether the engine's running and waiting gauges are both 0 (absent: unknown)."""
+        gauges = self.progress.gauges
+        return gauges.get("running") == 0.0 and gauges.get("waiting") == 0.0
 
     def _engine_progress(self) -> tuple[EngineProgress, ...]:
         """Each engine's own progress, when the server exposes more than one."""

@@ -33,8 +33,6 @@ never stay flat. Where the server counts first tokens (the count of vLLM's
 progress* (decoded tokens or successful completions beyond sentinel's own)
 apart from the rest; the engine-hang rule then asks for that. Without the
 count, decode is no evidence and the broader progress keeps vouching.
-``last_step_at``: when any exposed work counter last moved at all, sentinel's
-own canaries included (the engine loop's heartbeat: :mod:`sentinel.verdict.still`).
 
 Under data parallelism vLLM labels every sample with its ``engine``; each
 engine's work counters are followed as well as their sum (:class:`EngineTrack`),
@@ -69,8 +67,7 @@ WORK_COUNTERS = (*RAW_COUNTERS, DECODE_TOKENS)
 DECODE_COUNTERS = (DECODE_TOKENS, "completions")
 """The progress only an engine whose decode works can make (prefills and first tokens are not)."""
 
-STEP_COUNTER = "engine_tokens"
-"""Tokens processed by engine steps: present, it makes the engine loop's steps visible."""
+STEP_COUNTER = "engine_tokens"  # tokens processed by engine steps: their steps visible
 
 RECENT = 5.0
 """Seconds a finished canary keeps its credit: ``/metrics`` may show its work a sample late."""
@@ -166,7 +163,8 @@ class ProgressTracker:
         self.last_real_completion_at: float | None = None
         self.last_sample_at: float | None = None
         self.last_evidence_at: float | None = None  # last sample that carried a work counter
-        self.last_step_at: float | None = None  # any exposed counter moved, own work too
+        self.last_step_at: float | None = None  # any counter moved, own work too (verdict.still)
+        self.gauges: Mapping[str, float] = {}  # of the last sample (motion, never progress)
         self.signals: tuple[str, ...] = ()
         self.last_update = ProgressUpdate()
         self.totals: dict[str, SignalReport] = {}  # summed over the epoch
@@ -181,6 +179,7 @@ class ProgressTracker:
         self.last_sample_at = None
         self.last_evidence_at = None
         self.last_step_at = None
+        self.gauges = {}
         self.signals = ()
         self.last_update = ProgressUpdate()
         self.totals = {}
@@ -255,6 +254,7 @@ class ProgressTracker:
         self.last_sample_at = sample.at
         present = _work(sample.counters)
         self.signals = tuple(sorted(present))
+        self.gauges = sample.gauges
         if present:
             self.last_evidence_at = sample.at
         if previous is None:

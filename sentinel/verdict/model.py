@@ -128,6 +128,9 @@ class Evidence:
     steps_available: bool = False
     last_step_at: float | None = None
     sampled_at: float | None = None
+    # The running and waiting gauges of that sample are both 0: the engine does
+    # not even show the canaries sent to it (False: not so, or unknown).
+    queue_empty: bool = False
     # The last moment a work counter was seen at all: without fresh evidence
     # the no-evidence window counts from here, not from an old canary.
     last_evidence_at: float | None = None

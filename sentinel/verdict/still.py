@@ -37,13 +37,20 @@ def still_engine(
     moving at all, sentinel's own work included, has a stopped engine loop
     behind it, and the whole hang window need not pass.
 
+    Only while the engine's running and waiting gauges are both 0, so it does
+    not even show the canary it was sent: vLLM records no counter for a step
+    that produced no token, so a healthy engine prefilling one long prompt in
+    chunks moves nothing for as long as that takes and a canary waits behind
+    it, but such an engine refreshes its gauges every step and shows both.
+    An engine that hung with requests in it (its gauges frozen above 0) is
+    left to the hang window.
     Only what samples covered counts (from the send to the newest sample),
     only canaries that waited (in flight or timed out: a fast failure may
     never have reached the engine), and only text canaries: a path canary may
     wait in grammar compilation or image preprocessing, before the engine,
     while the engine idles; its path has its own rule.
     """
-    if not evidence.steps_available:
+    if not evidence.steps_available or not evidence.queue_empty:
         return None
     if evidence.last_step_at is None or evidence.sampled_at is None:
         return None  # never seen beating: a heartbeat that may not be one

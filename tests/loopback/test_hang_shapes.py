@@ -208,13 +208,10 @@ async def _reasons(sidecar: Sidecar) -> list[str]:
     return [str(h["reason"]) for h in status["verdict"]["hangs"]]
 
 
-@pytest.mark.parametrize("fault", ["engine_hang", "stuck_running"])
-async def test_a_still_engine_is_confirmed_within_the_step_window(
-    sim: SimProcess, fault: str
-) -> None:
-    """No work counter moves at all, not even for the canary: red at the step window."""
+async def test_a_still_engine_is_confirmed_within_the_step_window(sim: SimProcess) -> None:
+    """An idle engine hangs; no counter moves, not even for the canary: red at the step window."""
     async with _sidecar(sim.base_url, **STILL) as sidecar:
-        sim.control.set_fault(fault)
+        sim.control.set_fault("engine_hang")
         faulted = time.monotonic()
         # A canary every second, the step window, a scrape and an evaluation: well
         # under the 12 s hang window.
@@ -225,12 +222,22 @@ async def test_a_still_engine_is_confirmed_within_the_step_window(
         assert took < float(STILL["hang_window"])
 
 
-async def test_a_stuck_decode_that_still_prefills_waits_for_the_hang_window(
-    sim: SimProcess,
+@pytest.mark.parametrize(
+    ("fault", "params"),
+    [
+        # Each canary's prefill is a step: the still rule keeps out.
+        pytest.param("prefill_no_decode", {}, id="prefill-no-decode"),
+        # Real requests stuck in the engine: its gauges hold more than the
+        # canaries, as a healthy engine prefilling one long prompt would.
+        pytest.param("stuck_running", {"requests": 2}, id="stuck-running"),
+    ],
+)
+async def test_hangs_the_still_rule_keeps_out_of_wait_for_the_hang_window(
+    sim: SimProcess, fault: str, params: dict[str, Any]
 ) -> None:
-    """Each canary's prefill is a step: the still rule keeps out, the decode rule confirms."""
+    """The hang window's rules confirm these; the still rule never does."""
     async with _sidecar(sim.base_url, **STILL) as sidecar:
-        sim.control.set_fault("prefill_no_decode")
+        sim.control.set_fault(fault, **params)
         faulted = time.monotonic()
         await _red(sidecar, RED_WITHIN + float(STILL["hang_window"]))
         assert time.monotonic() - faulted >= float(STILL["hang_window"])

@@ -2,7 +2,8 @@
 
 A text canary waited the step window (8 s) while no work counter moved at all,
 sentinel's own included, where tokens processed by engine steps are exposed and
-were seen moving in this epoch. Every case that must wait for the whole hang
+were seen moving in this epoch, and the engine's running and waiting gauges
+were both 0 (it does not even show the canary). Every case that must wait for the whole hang
 window (15 s), or never fire, is here beside the ones that fire at 8 s.
 """
 
@@ -12,8 +13,17 @@ import pytest
 
 from sentinel.canary.result import CanaryKind, CanaryResult, Reason
 from sentinel.evidence.metrics import MetricsSample
+from sentinel.ledger import Ledger
 from sentinel.progress import ProgressTracker, canary_budget
-from sentinel.verdict import Evidence, HangKind, KindEvidence, Policy, VerdictState, evaluate
+from sentinel.verdict import (
+    Action,
+    Evidence,
+    HangKind,
+    KindEvidence,
+    Policy,
+    VerdictState,
+    evaluate,
+)
 
 TEXT, STRUCTURED = CanaryKind.TEXT, CanaryKind.STRUCTURED
 SENT = 100.0  # the canary's send time in every case
@@ -33,6 +43,7 @@ def evidence(
     sampled_at: float | None = None,
     now: float,
     unobserved: tuple[tuple[float, float], ...] = (),
+    empty_queue: bool = True,
 ) -> Evidence:
     kinds = {kind: KindEvidence(kind, results=results, outstanding=outstanding)}
     if kind is not TEXT:  # a path canary comes with its text kind (nothing outstanding)
@@ -44,6 +55,7 @@ def evidence(
         steps_available=steps,
         last_step_at=last_step_at,
         sampled_at=now if sampled_at is None else sampled_at,
+        queue_empty=empty_queue,
         last_evidence_at=now,
         unobserved=unobserved,
     )
@@ -85,6 +97,9 @@ def test_a_timed_out_text_canary_counts_as_waiting() -> None:
         ("no step signal", evidence(steps=False, now=SENT + 12.0)),
         # Never seen moving in this epoch: a counter that may never move.
         ("never seen beating", evidence(last_step_at=None, now=SENT + 12.0)),
+        # The engine's gauges show requests (the canary, or one long prompt
+        # prefilled in chunks, which moves no counter until its first token).
+        ("requests in the queue gauges", evidence(empty_queue=False, now=SENT + 12.0)),
         # Samples covered only 7 s after the send: the rest is not known.
         ("samples lag", evidence(sampled_at=SENT + 7.0, now=SENT + 12.0)),
         # A path canary may wait before the engine (grammar, image) while it idles.
@@ -141,3 +156,16 @@ def test_the_tracker_beats_on_any_counter_moving_own_work_included() -> None:
     assert tracker.last_step_at == 2.0  # flat: no step
     tracker.observe(sample(6.0, prompt_tokens=22.0, generation_tokens=5.0))
     assert not tracker.steps_available  # the step counter is gone from the exposition
+
+
+def test_the_ledger_tells_an_empty_queue() -> None:
+    """Both queue gauges 0 in the newest sample; a canary shown, or absent gauges, are not."""
+    ledger = Ledger([(TEXT, Action.RESTART, None)], 0.0)
+    ledger.progress.observe(sample(0.0, engine_tokens=1.0))
+    assert not ledger.evidence(0.0, 10.0).queue_empty  # no gauges: unknown
+    ledger.canary_sent(TEXT, 1.0)
+    idle = {"running": 0.0, "waiting": 0.0}
+    ledger.progress.observe(MetricsSample(at=2.0, gauges=idle))
+    assert ledger.evidence(2.0, 10.0).queue_empty  # the engine does not show the canary
+    ledger.progress.observe(MetricsSample(at=3.0, gauges={**idle, "waiting": 1.0}))
+    assert not ledger.evidence(3.0, 10.0).queue_empty  # it does: its gauges are live
