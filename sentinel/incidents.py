@@ -18,6 +18,7 @@ again on the way out.
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -45,6 +46,8 @@ ContextFactory = Callable[[Trigger], DiagnosticsContext]
 # A busy server can miss canary deadlines again and again; one bundle per this
 # many seconds is plenty, and the store's retention bounds the rest.
 MIN_CAPTURE_GAP = 30.0
+# The GIL switch interval while a bundle is captured (sentinel run sets 1 ms otherwise).
+CAPTURE_SWITCH_INTERVAL_S = 0.0002
 
 
 @dataclass(slots=True)
@@ -134,14 +137,20 @@ class IncidentRecorder:
             incident = await self._queue.get()
             assert self.store is not None
             started = self.clock()
-            result: Incident = await capture(self.context(incident.trigger))
-            ok = not result.bundle.get("section_errors")
+            # The capture's worker threads hold the GIL in turn; a shorter switch
+            # interval lets the probe listener's thread in sooner meanwhile.
+            interval = sys.getswitchinterval()
+            sys.setswitchinterval(min(interval, CAPTURE_SWITCH_INTERVAL_S))
             try:
+                result: Incident = await capture(self.context(incident.trigger))
                 record = await self.store.write_async(result)
             except OSError as exc:
                 self.metrics.diagnostics_finished(self.clock() - started, False)
                 log.error("diagnostics_not_written", error=str(exc))
                 continue
+            finally:
+                sys.setswitchinterval(interval)
+            ok = not result.bundle.get("section_errors")
             self.metrics.diagnostics_finished(self.clock() - started, ok)
             incident.record = record
             self.recent = [record, *self.recent][:20]
