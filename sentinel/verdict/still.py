@@ -29,11 +29,12 @@ def still_engine(
     """A text canary that waited the step window while the engine took not one step.
 
     Where tokens processed by engine steps are exposed and were seen moving in
-    this epoch, every engine step moves a work counter, a canary's own prefill
-    included: a healthy engine with a request to serve steps within a fraction
-    of a second, a slow one too (2 s per token is a step every 2 s), and a busy
-    one's running requests keep its counters moving whatever the canary's
-    place in the queue. So a canary that waited this long with no counter
+    this epoch, every engine step that yields a token moves a work counter, a
+    canary's own first token included: a healthy engine serving a short
+    request yields one within a fraction of a second, a slow one too (2 s per
+    token is a token every 2 s), and a busy one's running requests keep its
+    counters moving whatever the canary's place in the queue. So a canary
+    that waited this long with no counter
     moving at all, sentinel's own work included, has a stopped engine loop
     behind it, and the whole hang window need not pass.
 
@@ -44,6 +45,7 @@ def still_engine(
     it, but such an engine refreshes its gauges every step and shows both.
     An engine that hung with requests in it (its gauges frozen above 0) is
     left to the hang window.
+
     Only what samples covered counts (from the send to the newest sample),
     only canaries that waited (in flight or timed out: a fast failure may
     never have reached the engine), and only text canaries: a path canary may
