@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from sentinel.canary.result import CanaryKind, CanaryResult
 from sentinel.evidence.process_model import ProcessInfo, placed
 from sentinel.evidence.processes import ProcessSnapshot, ProcessState
-from sentinel.progress import ProgressTracker
+from sentinel.progress import STEP_COUNTER, ProgressTracker
 from sentinel.verdict import Action, EngineProgress, Evidence, KindEvidence
 
 _DOWN = (ProcessState.STOPPED, ProcessState.ZOMBIE, ProcessState.GONE)
@@ -263,7 +263,7 @@ class Ledger:
             last_progress_at=self.progress.last_progress_at,
             decode_available=fresh and self.progress.decode_available,
             last_decode_at=self.progress.last_decode_at,
-            steps_available=fresh and self.progress.steps_available,
+            steps_available=fresh and STEP_COUNTER in self.progress.signals,
             last_step_at=self.progress.last_step_at,
             sampled_at=sample_at,
             queue_empty=self._queue_empty(),

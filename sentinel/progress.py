@@ -164,7 +164,6 @@ class ProgressTracker:
         self.last_sample_at: float | None = None
         self.last_evidence_at: float | None = None  # last sample that carried a work counter
         self.last_step_at: float | None = None  # any counter moved, own work too (verdict.still)
-        self.gauges: Mapping[str, float] = {}  # of the last sample (motion, never progress)
         self.signals: tuple[str, ...] = ()
         self.last_update = ProgressUpdate()
         self.totals: dict[str, SignalReport] = {}  # summed over the epoch
@@ -179,7 +178,6 @@ class ProgressTracker:
         self.last_sample_at = None
         self.last_evidence_at = None
         self.last_step_at = None
-        self.gauges = {}
         self.signals = ()
         self.last_update = ProgressUpdate()
         self.totals = {}
@@ -196,9 +194,9 @@ class ProgressTracker:
         return DECODE_TOKENS in self.signals
 
     @property
-    def steps_available(self) -> bool:
-        """Whether the last sample carried tokens processed by engine steps."""
-        return STEP_COUNTER in self.signals
+    def gauges(self) -> Mapping[str, float]:
+        """The last sample's gauges (motion, never progress)."""
+        return {} if self._previous is None else self._previous.gauges
 
     def canary_sent(
         self, token: int, now: float, budget: Mapping[str, float], engine: int | None = None
@@ -254,7 +252,6 @@ class ProgressTracker:
         self.last_sample_at = sample.at
         present = _work(sample.counters)
         self.signals = tuple(sorted(present))
-        self.gauges = sample.gauges
         if present:
             self.last_evidence_at = sample.at
         if previous is None:

@@ -19,6 +19,7 @@ from sentinel.diagnostics.store import IncidentRecord
 from sentinel.evidence.processes import ProcessInfo, SchedulingPolicy
 from sentinel.incidents import OpenIncident
 from sentinel.ledger import Ledger
+from sentinel.progress import STEP_COUNTER
 from sentinel.verdict import Verdict
 
 RECENT_RESULTS = 10  # canary results shown per kind
@@ -109,7 +110,7 @@ def status_document(
             "evidence_age": age(ledger.progress.last_evidence_at),
             # The engine loop's heartbeat: any work counter moving at all
             # (sentinel's own canaries included), read by the still-engine rule.
-            "steps_available": ledger.progress.steps_available,
+            "steps_available": STEP_COUNTER in ledger.progress.signals,
             "step_age": age(ledger.progress.last_step_at),
             # Which work counters moved, by how much, and how much of it was
             # sentinel's own canaries (discounted at all times).

@@ -14,7 +14,20 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 
 from sentinel.canary.result import CanaryResult
-from sentinel.verdict.model import EngineProgress, Evidence
+from sentinel.verdict.model import EngineProgress, Evidence, KindEvidence
+
+
+def sends(
+    results: Iterable[CanaryResult], kinds: Iterable[KindEvidence]
+) -> list[tuple[float, int | None]]:
+    """(send time, engine aimed at or None) of ``results`` and of ``kinds``' canaries in flight."""
+    found: list[tuple[float, int | None]] = [(r.started, r.engine) for r in results]
+    for k in kinds:
+        aims = k.outstanding_engines
+        found += [
+            (sent, aims[i] if i < len(aims) else None) for i, sent in enumerate(k.outstanding)
+        ]
+    return found
 
 
 def server_wide(

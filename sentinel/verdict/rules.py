@@ -30,6 +30,7 @@ from collections.abc import Iterable, Sequence
 from sentinel.canary.kinds import is_path
 from sentinel.canary.result import CanaryResult, Reason
 from sentinel.verdict.aim import answered, server_wide, worked_since
+from sentinel.verdict.aim import sends as aimed_sends
 from sentinel.verdict.clock import observed
 from sentinel.verdict.model import (
     EngineProgress,
@@ -126,7 +127,7 @@ def engine_hang(
     else:
         last_progress = _or_never(evidence.last_progress_at)
     floor = max(last_success, last_progress, evidence.epoch_started)
-    sends = _unanswered_sends(results, enabled)
+    sends = aimed_sends(filter(unanswered, results), enabled)
     candidates = server_wide(evidence, sends, floor, answered(results))
     if not candidates:
         return None
@@ -178,7 +179,7 @@ def partial_hang(
     if len(evidence.engines) < 2 or not evidence.progress_available:
         return None
     results = _epoch_results(evidence, enabled)
-    sends = _unanswered_sends(results, enabled)
+    sends = aimed_sends(filter(unanswered, results), enabled)
     answers = answered(results)
     stuck: list[tuple[EngineProgress, float]] = []
     for engine in evidence.engines:
@@ -215,21 +216,6 @@ def partial_hang(
         since,
         engines=tuple(int(e) for e in named if e.isdigit()),
     )
-
-
-def _unanswered_sends(
-    results: Sequence[CanaryResult], enabled: Sequence[KindEvidence]
-) -> list[tuple[float, int | None]]:
-    """(send time, engine aimed at or None) of every canary unanswered or still in flight."""
-    sends: list[tuple[float, int | None]] = [
-        (r.started, r.engine) for r in results if unanswered(r)
-    ]
-    for k in enabled:
-        aims = k.outstanding_engines
-        sends += [
-            (sent, aims[i] if i < len(aims) else None) for i, sent in enumerate(k.outstanding)
-        ]
-    return sends
 
 
 def _engines(labels: Sequence[str]) -> str:

@@ -1,8 +1,9 @@
 """The still-engine rule: an engine hang confirmed sooner than the hang window allows.
 
-Where vLLM exposes the tokens its engine steps process, every step moves a
-work counter; so a canary that waited with no counter moving at all has a
-stopped engine loop behind it. DESIGN.md's engine-hang rule keeps its window
+Where vLLM exposes the tokens its engine steps process, every step that
+yields a token moves a work counter, and every step refreshes the running and
+waiting gauges; so a canary that waited with no counter moving and both
+gauges at 0 has a stopped engine loop behind it. DESIGN.md's engine-hang rule keeps its window
 for every other shape (a busy-looking server, one whose decode alone is
 stuck, one whose evidence lapsed); this one only confirms sooner.
 """
@@ -13,7 +14,7 @@ from collections.abc import Sequence
 
 from sentinel.canary.kinds import is_path
 from sentinel.canary.result import CanaryResult, Reason
-from sentinel.verdict.aim import answered, server_wide
+from sentinel.verdict.aim import answered, sends, server_wide
 from sentinel.verdict.clock import observed
 from sentinel.verdict.model import Evidence, Hang, HangKind, KindEvidence, Policy
 
@@ -34,9 +35,9 @@ def still_engine(
     request yields one within a fraction of a second, a slow one too (2 s per
     token is a token every 2 s), and a busy one's running requests keep its
     counters moving whatever the canary's place in the queue. So a canary
-    that waited this long with no counter
-    moving at all, sentinel's own work included, has a stopped engine loop
-    behind it, and the whole hang window need not pass.
+    that waited this long with no counter moving at all, sentinel's own work
+    included, has a stopped engine loop behind it, and the whole hang window
+    need not pass.
 
     Only while the engine's running and waiting gauges are both 0, so it does
     not even show the canary it was sent: vLLM records no counter for a step
@@ -57,16 +58,11 @@ def still_engine(
     if evidence.last_step_at is None or evidence.sampled_at is None:
         return None  # never seen beating: a heartbeat that may not be one
     floor = max(last_success, evidence.last_step_at, evidence.epoch_started)
-    sends: list[tuple[float, int | None]] = [
-        (r.started, r.engine) for r in results if r.reason is Reason.TIMEOUT and not is_path(r.kind)
-    ]
-    for k in enabled:
-        if not is_path(k.kind):
-            aims = k.outstanding_engines
-            sends += [
-                (sent, aims[i] if i < len(aims) else None) for i, sent in enumerate(k.outstanding)
-            ]
-    candidates = server_wide(evidence, sends, floor, answered(results))
+    waited = sends(
+        (r for r in results if r.reason is Reason.TIMEOUT and not is_path(r.kind)),
+        (k for k in enabled if not is_path(k.kind)),
+    )
+    candidates = server_wide(evidence, waited, floor, answered(results))
     if not candidates:
         return None
     since = min(candidates)

@@ -14,7 +14,7 @@ import pytest
 from sentinel.canary.result import CanaryKind, CanaryResult, Reason
 from sentinel.evidence.metrics import MetricsSample
 from sentinel.ledger import Ledger
-from sentinel.progress import ProgressTracker, canary_budget
+from sentinel.progress import STEP_COUNTER, ProgressTracker, canary_budget
 from sentinel.verdict import (
     Action,
     Evidence,
@@ -145,7 +145,7 @@ def test_the_tracker_beats_on_any_counter_moving_own_work_included() -> None:
     tracker = ProgressTracker()
     base = {"prompt_tokens": 10.0, "generation_tokens": 5.0, "engine_tokens": 15.0}
     tracker.observe(sample(0.0, **base))
-    assert tracker.steps_available
+    assert STEP_COUNTER in tracker.signals
     assert tracker.last_step_at is None
     tracker.canary_sent(1, 1.0, canary_budget(reply_tokens=2, prompt_tokens=12))
     own = {**base, "prompt_tokens": 22.0, "engine_tokens": 27.0}
@@ -155,7 +155,7 @@ def test_the_tracker_beats_on_any_counter_moving_own_work_included() -> None:
     tracker.observe(sample(4.0, **own))
     assert tracker.last_step_at == 2.0  # flat: no step
     tracker.observe(sample(6.0, prompt_tokens=22.0, generation_tokens=5.0))
-    assert not tracker.steps_available  # the step counter is gone from the exposition
+    assert STEP_COUNTER not in tracker.signals  # the step counter is gone from the exposition
 
 
 def test_the_ledger_tells_an_empty_queue() -> None:
