@@ -17,6 +17,7 @@ in a worker thread. An unreadable field or process is recorded with the reason
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -68,8 +69,8 @@ class ProcessMatch:
     titles: tuple[str, ...] = DEFAULT_TITLES
     cmdlines: tuple[str, ...] = DEFAULT_CMDLINES
     include_descendants: bool = True
-    # The attributed server (its API-server PID): only it and its descendants
-    # are the target's. Empty: every process the patterns match (nothing attributed).
+    # The attributed server's PID: it (and its descendants) alone is the
+    # target's, whatever the patterns say. Empty: whatever the patterns match.
     roots: tuple[int, ...] = ()
 
     def matches(self, name: str, cmdline: Sequence[str]) -> bool:
@@ -107,16 +108,8 @@ class Discovered:
 def discover(match: ProcessMatch, *, exclude: Iterable[int] = ()) -> list[Discovered]:
     """Find vLLM processes, read each one's status first and start its CPU window."""
     excluded = {os.getpid(), *exclude}
-    found: dict[int, psutil.Process] = {}
-    for proc in psutil.process_iter(["pid", "name", "cmdline"]):
-        info = proc.info
-        if info["pid"] in excluded:
-            continue
-        if match.roots and info["pid"] not in match.roots:
-            continue  # another server on this host is not the target's
-        if match.roots or match.matches(info.get("name") or "", info.get("cmdline") or []):
-            found[info["pid"]] = proc
-    if match.include_descendants or match.roots:
+    found = _roots(match.roots, excluded) if match.roots else _matching(match, excluded)
+    if match.include_descendants:
         for proc in list(found.values()):
             try:
                 children = proc.children(recursive=True)
@@ -130,6 +123,26 @@ def discover(match: ProcessMatch, *, exclude: Iterable[int] = ()) -> list[Discov
     for pid in sorted(found)[:MAX_PROCESSES]:
         result.append(_discover_one(found[pid]))
     return result
+
+
+def _roots(pids: Iterable[int], excluded: set[int]) -> dict[int, psutil.Process]:
+    """The attributed server's processes, read directly: no scan of every process."""
+    found: dict[int, psutil.Process] = {}
+    for pid in pids:
+        if pid not in excluded:
+            with contextlib.suppress(psutil.Error, OSError):  # gone: nothing to capture
+                found[pid] = psutil.Process(pid)
+    return found
+
+
+def _matching(match: ProcessMatch, excluded: set[int]) -> dict[int, psutil.Process]:
+    """Every process whose title or command line ``match`` recognises."""
+    found: dict[int, psutil.Process] = {}
+    for proc in psutil.process_iter(["pid", "name", "cmdline"]):
+        name, cmdline = proc.info.get("name") or "", proc.info.get("cmdline") or []
+        if proc.pid not in excluded and match.matches(name, cmdline):
+            found[proc.pid] = proc
+    return found
 
 
 def _discover_one(proc: psutil.Process) -> Discovered:
@@ -214,9 +227,8 @@ def describe(
     return [_describe_one(item, proc_root, scrubber, sockets) for item in discovered]
 
 
-# Above this many processes in the PID namespace (a node, not a pod) each
-# process's sockets are read on their own: the namespace-wide read visits the
-# descriptors of every process.
+# Above this many PIDs (a node, not a pod) sockets are read per process: the
+# namespace-wide read visits every process's descriptors.
 SOCKET_TABLE_MAX_PIDS = 256
 
 

@@ -343,3 +343,21 @@ async def test_bundle_over_the_total_cap_drops_its_largest_section(
     assert "metrics" in incident.bundle["section_errors"]
     assert len(json.dumps(incident.bundle).encode()) <= 1024 * 1024
     assert incident.summary.splitlines()[0] == incident.cause_line
+
+
+def test_discovery_by_roots_takes_the_attributed_server_only() -> None:
+    """Two simulated vLLMs on one host: rooted at one, discovery never takes the other.
+
+    By patterns both match (they wear vLLM's titles and command line); the
+    daemon roots its bundles at the server it attributed.
+    """
+    from sentinel.diagnostics.procs import discover
+    from sentinel_sim.launch import SimProcess
+
+    with SimProcess() as ours, SimProcess() as other:
+        theirs = {other.api_pid, other.engine_pid}
+        by_patterns = {d.pid for d in discover(ProcessMatch())}
+        assert theirs <= by_patterns  # the patterns alone would take both servers
+        rooted = {d.pid for d in discover(ProcessMatch(roots=(ours.api_pid,)))}
+        assert {ours.api_pid, ours.engine_pid} <= rooted
+        assert not rooted & theirs

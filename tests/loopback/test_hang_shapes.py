@@ -212,14 +212,11 @@ async def test_a_still_engine_is_confirmed_within_the_step_window(sim: SimProces
     """An idle engine hangs; no counter moves, not even for the canary: red at the step window."""
     async with _sidecar(sim.base_url, **STILL) as sidecar:
         sim.control.set_fault("engine_hang")
-        faulted = time.monotonic()
-        # A canary every second, the step window, a scrape and an evaluation: well
-        # under the 12 s hang window.
+        # A canary every second, the step window, a scrape and an evaluation fit
+        # well under the 12 s hang window; which rule fired is in the reason.
         await _red(sidecar, 10.0)
-        took = time.monotonic() - faulted
         reasons = await _reasons(sidecar)
         assert any("no engine step at all" in r for r in reasons), reasons
-        assert took < float(STILL["hang_window"])
 
 
 @pytest.mark.parametrize(
@@ -227,8 +224,9 @@ async def test_a_still_engine_is_confirmed_within_the_step_window(sim: SimProces
     [
         # Each canary's prefill is a step: the still rule keeps out.
         pytest.param("prefill_no_decode", {}, id="prefill-no-decode"),
-        # Real requests stuck in the engine: its gauges hold more than the
-        # canaries, as a healthy engine prefilling one long prompt would.
+        # Real requests stuck in the engine: counters flat while the gauges show
+        # requests, what sentinel sees of a healthy vLLM prefilling one long
+        # prompt in chunks (no counter moves until its first token).
         pytest.param("stuck_running", {"requests": 2}, id="stuck-running"),
     ],
 )
@@ -238,9 +236,8 @@ async def test_hangs_the_still_rule_keeps_out_of_wait_for_the_hang_window(
     """The hang window's rules confirm these; the still rule never does."""
     async with _sidecar(sim.base_url, **STILL) as sidecar:
         sim.control.set_fault(fault, **params)
-        faulted = time.monotonic()
         await _red(sidecar, RED_WITHIN + float(STILL["hang_window"]))
-        assert time.monotonic() - faulted >= float(STILL["hang_window"])
+        assert await _hang_kinds(sidecar) == ["engine"]
         reasons = await _reasons(sidecar)
         assert not any("no engine step at all" in r for r in reasons), reasons
 
