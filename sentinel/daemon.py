@@ -43,7 +43,7 @@ from sentinel.evidence.metrics import MetricsScraper, ScrapeLimits
 from sentinel.evidence.processes import ProcessWatcher
 from sentinel.evidence.vllm_health import VllmHealthPoller
 from sentinel.health import HealthState
-from sentinel.incidents import IncidentRecorder
+from sentinel.incidents import IncidentRecorder, in_child
 from sentinel.ledger import Ledger
 from sentinel.observers import LoopFailures, Observers, Step, every, supervised
 from sentinel.scheduler import Scheduler
@@ -100,6 +100,7 @@ class Daemon:
             max_bytes=settings.diagnostics_max_bytes,
             metrics=self.metrics,
             context=self._diagnostics_context,
+            capturer=in_child(log_level=settings.log_level, log_format=settings.log_format),
         )
         self.evaluator = Evaluator(
             settings,

@@ -5,7 +5,10 @@ engine process stopped, vLLM's ``/health`` failing) and closes once
 everything is healthy again. One bundle is captured per incident, right at
 the start, so it is on disk before — or a few seconds after — liveness turns
 red and the kubelet destroys the evidence. Capture runs in its own loop and
-never delays the verdict or the endpoints.
+never delays the verdict or the endpoints; ``sentinel run`` captures in a
+child process (:mod:`sentinel.diagnostics.child`), so a capture neither holds
+the GIL the probe thread needs nor leaves its imports and allocations in the
+daemon's memory.
 
 Hang confirmations become Kubernetes Events on the pod (one log line outside
 a cluster), naming the incident bundle when there is one.
@@ -20,13 +23,14 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from aiohttp import web
 
-from sentinel.diagnostics.bundle import DiagnosticsContext, Incident, Trigger, capture
+from sentinel.diagnostics.bundle import DiagnosticsContext, Trigger, capture
+from sentinel.diagnostics.child import ChildCaptureError, StoredIncident, capture_in_child
 from sentinel.diagnostics.store import (
     IncidentRecord,
     IncidentStore,
@@ -42,12 +46,52 @@ from sentinel.verdict import Action, Hang
 log = get_logger("sentinel.incidents")
 
 ContextFactory = Callable[[Trigger], DiagnosticsContext]
+# Captures one bundle and stores it; raises OSError or ChildCaptureError when none was stored.
+Capturer = Callable[[DiagnosticsContext, IncidentStore], Awaitable[StoredIncident]]
 
 # A busy server can miss canary deadlines again and again; one bundle per this
 # many seconds is plenty, and the store's retention bounds the rest.
 MIN_CAPTURE_GAP = 30.0
-# The GIL switch interval while a bundle is captured (sentinel run sets 1 ms otherwise).
+# The GIL switch interval while a bundle is captured in the daemon's own process
+# (sentinel run sets 1 ms otherwise).
 CAPTURE_SWITCH_INTERVAL_S = 0.0002
+
+
+async def capture_here(context: DiagnosticsContext, store: IncidentStore) -> StoredIncident:
+    """Capture and store in this process (``sentinel diagnose``, and when no child can start)."""
+    # The capture's worker threads hold the GIL in turn; a shorter switch
+    # interval lets the probe listener's thread in sooner meanwhile.
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(min(interval, CAPTURE_SWITCH_INTERVAL_S))
+    try:
+        result = await capture(context)
+        record = await store.write_async(result)
+    finally:
+        sys.setswitchinterval(interval)
+    return StoredIncident(
+        record=record,
+        cause=result.cause.value,
+        cause_line=result.cause_line,
+        duration_s=result.duration_s,
+        complete=not result.bundle.get("section_errors"),
+    )
+
+
+def in_child(*, log_level: str, log_format: str, python: str = sys.executable) -> Capturer:
+    """Capture in a child process (:mod:`sentinel.diagnostics.child`); here if none can start."""
+
+    async def run(context: DiagnosticsContext, store: IncidentStore) -> StoredIncident:
+        try:
+            return await capture_in_child(
+                context, store, log_level=log_level, log_format=log_format, python=python
+            )
+        except ChildCaptureError as exc:
+            if exc.started:
+                raise
+            log.warning("diagnostics_in_process", why=redact(str(exc)))
+            return await capture_here(context, store)
+
+    return run
 
 
 @dataclass(slots=True)
@@ -67,9 +111,11 @@ class IncidentRecorder:
         context: ContextFactory,
         *,
         reporter: EventReporter | None = None,
+        capturer: Capturer = capture_here,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.store = store
+        self.capturer = capturer
         self.metrics = metrics
         self.context = context
         self.reporter = reporter
@@ -90,11 +136,14 @@ class IncidentRecorder:
         max_bytes: int,
         metrics: SentinelMetrics,
         context: ContextFactory,
+        capturer: Capturer = capture_here,
     ) -> IncidentRecorder:
         store = (
             IncidentStore(directory, RetentionPolicy(max_incidents, max_bytes)) if enabled else None
         )
-        return cls(store, metrics, context, reporter=EventReporter.from_environment())
+        return cls(
+            store, metrics, context, reporter=EventReporter.from_environment(), capturer=capturer
+        )
 
     # -- called by the evaluation loop (synchronous, never waits) ------------
     def suspect(self, kind: str, reason: str) -> None:
@@ -137,33 +186,26 @@ class IncidentRecorder:
             incident = await self._queue.get()
             assert self.store is not None
             started = self.clock()
-            # The capture's worker threads hold the GIL in turn; a shorter switch
-            # interval lets the probe listener's thread in sooner meanwhile.
-            interval = sys.getswitchinterval()
-            sys.setswitchinterval(min(interval, CAPTURE_SWITCH_INTERVAL_S))
             try:
-                result: Incident = await capture(self.context(incident.trigger))
-                record = await self.store.write_async(result)
-            except OSError as exc:
+                stored = await self.capturer(self.context(incident.trigger), self.store)
+            except (OSError, ChildCaptureError) as exc:
                 self.metrics.diagnostics_finished(self.clock() - started, False)
-                log.error("diagnostics_not_written", error=str(exc))
+                log.error("diagnostics_not_written", error=redact(str(exc)))
                 continue
-            finally:
-                sys.setswitchinterval(interval)
-            ok = not result.bundle.get("section_errors")
-            self.metrics.diagnostics_finished(self.clock() - started, ok)
+            self.metrics.diagnostics_finished(self.clock() - started, stored.complete)
+            record = stored.record
             incident.record = record
             self.recent = [record, *self.recent][:20]
             log.warning(
                 "diagnostics_written",
                 incident=record.id,
                 path=record.path,
-                cause=result.cause.value,
-                summary=result.cause_line,
-                duration=round(result.duration_s, 3),
+                cause=stored.cause,
+                summary=stored.cause_line,
+                duration=round(stored.duration_s, 3),
             )
             self._events.put_nowait(
-                (EventReason.DIAGNOSTICS, redact(f"{result.cause_line} (bundle {record.path})"))
+                (EventReason.DIAGNOSTICS, redact(f"{stored.cause_line} (bundle {record.path})"))
             )
 
     async def _event_loop(self) -> None:

@@ -325,19 +325,19 @@ def cut_text(text: str, limit: int) -> tuple[str, int]:
     """
     if len(text) <= limit // 4:  # at most 4 bytes a character: certainly fits
         return text, 0
-    size = _utf8_size(text)
+    size = utf8_size(text)
     if size <= limit:
         return text, 0
     kept = text[:limit]
-    while _utf8_size(kept) > limit:  # non-ASCII: fewer characters fit
+    while utf8_size(kept) > limit:  # non-ASCII: fewer characters fit
         kept = kept[: len(kept) * 3 // 4]
     newline = kept.rfind("\n")
     if newline >= len(kept) // 2:
         kept = kept[: newline + 1]
-    return kept, size - _utf8_size(kept)
+    return kept, size - utf8_size(kept)
 
 
-def _utf8_size(text: str, piece: int = 1024 * 1024) -> int:
+def utf8_size(text: str, piece: int = 1024 * 1024) -> int:
     return sum(
         len(text[i : i + piece].encode("utf-8", "surrogatepass"))
         for i in range(0, len(text), piece)
@@ -350,7 +350,7 @@ def _metrics_json(scrapes: Sequence[tuple[float, str]], limit: int) -> list[dict
     left = limit
     for at, text in reversed(scrapes[-MAX_METRICS_SCRAPES:]):
         kept, cut = cut_text(text, max(left, 0))
-        left -= _utf8_size(kept)
+        left -= utf8_size(kept)
         entry: dict[str, Any] = {"at": iso(at), "text": kept}
         if cut:
             entry["truncated_bytes"] = cut

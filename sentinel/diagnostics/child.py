@@ -1,0 +1,312 @@
+"""Diagnostics captured in a child process: the daemon hands over the context and reads one line.
+
+Why a child: a capture is a burst of Python work (psutil reads of every
+process, py-spy output, redaction of every text, JSON of up to 32 MiB). In the
+daemon it competes for the GIL with the thread that answers the kubelet's
+probes, and what it imports and allocates (the NVML bindings, redaction
+caches, allocator arenas grown for the bundle) stays in the daemon's resident
+memory for good. In a child it costs the daemon one pipe write and one read,
+and its memory is returned to the node when it exits.
+
+The protocol, all of it local to one pod:
+
+- stdin: one JSON header line (the context without its ``/metrics`` texts,
+  the store, the log settings), then the UTF-8 bytes of each ``/metrics``
+  text back to back, their sizes named in the header. Secrets in the config
+  travel through the pipe, never through the child's argv (which ``/proc``
+  shows to every process in the pod).
+- stdout: one JSON line, the stored incident (:class:`StoredIncident`).
+- stderr: the child's log lines, into the daemon's own log stream.
+
+The child runs a little niced, so on a small node the daemon's probe answers
+win the CPU. :func:`capture_in_child` never hangs: the child is killed (with
+the stack dumpers it started) once its deadline passes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from sentinel.canary.result import CanaryKind, CanaryResult, Reason
+from sentinel.diagnostics.bundle import (
+    MAX_METRICS_SCRAPES,
+    DiagnosticsContext,
+    Trigger,
+    utf8_size,
+)
+from sentinel.diagnostics.procs import ProcessMatch
+from sentinel.diagnostics.store import IncidentRecord, IncidentStore, RetentionPolicy
+
+CHILD_MODULE = "sentinel.diagnostics.child"
+CHILD_NICENESS = 5
+# Interpreter start and imports (about 0.5 s idle, several seconds on a loaded
+# node), then the store write, on top of the capture's own budget.
+CHILD_OVERHEAD_S = 20.0
+MAX_HEADER_BYTES = 16 * 1024 * 1024
+MAX_REPLY_BYTES = 1024 * 1024
+_PIECE = 1024 * 1024  # encoded and written a piece at a time: no long GIL hold in the daemon
+
+
+class ChildCaptureError(RuntimeError):
+    """The child gave no stored incident; ``started`` is False when it could not even start."""
+
+    def __init__(self, message: str, *, started: bool = True) -> None:
+        super().__init__(message)
+        self.started = started
+
+
+@dataclass(frozen=True, slots=True)
+class StoredIncident:
+    """What the daemon needs of a captured and stored bundle (not the bundle itself)."""
+
+    record: IncidentRecord
+    cause: str
+    cause_line: str
+    duration_s: float
+    complete: bool  # no section failed or ran out of time
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> StoredIncident:
+        record = data["record"]
+        names = {f.name for f in fields(IncidentRecord)}
+        if not isinstance(record, dict) or set(record) != names:
+            raise ValueError("the child's record has unexpected fields")
+        return cls(
+            record=IncidentRecord(**record),
+            cause=str(data["cause"]),
+            cause_line=str(data["cause_line"]),
+            duration_s=float(data["duration_s"]),
+            complete=bool(data["complete"]),
+        )
+
+
+# -- the context on the wire ------------------------------------------------------
+
+
+def encode_context(context: DiagnosticsContext) -> tuple[dict[str, Any], list[tuple[float, str]]]:
+    """The JSON header of ``context``, and the ``/metrics`` texts to send after it.
+
+    Only the scrapes a bundle keeps are sent.
+    """
+    texts = list(context.metrics_text[-MAX_METRICS_SCRAPES:])
+    header = {
+        "trigger": asdict(context.trigger),
+        "process_match": {
+            "titles": list(context.process_match.titles),
+            "cmdlines": list(context.process_match.cmdlines),
+            "include_descendants": context.process_match.include_descendants,
+            "roots": list(context.process_match.roots),
+        },
+        "canary_history": {
+            kind: [_result_json(r) for r in results]
+            for kind, results in context.canary_history.items()
+        },
+        "config": context.config,
+        "version": context.version,
+        "budget_s": context.budget_s,
+        "cpu_window_s": context.cpu_window_s,
+        "stack_timeout_s": context.stack_timeout_s,
+        "cgroup_root": str(context.cgroup_root),
+        "py_spy": context.py_spy,
+        "gpu_enabled": context.gpu_enabled,
+        "xid_window_s": context.xid_window_s,
+        "section_max_bytes": context.section_max_bytes,
+        "bundle_max_bytes": context.bundle_max_bytes,
+    }
+    return header, texts
+
+
+def decode_context(
+    header: Mapping[str, Any], texts: Sequence[tuple[float, str]]
+) -> DiagnosticsContext:
+    match = header["process_match"]
+    return DiagnosticsContext(
+        trigger=Trigger(**header["trigger"]),
+        process_match=ProcessMatch(
+            titles=tuple(match["titles"]),
+            cmdlines=tuple(match["cmdlines"]),
+            include_descendants=bool(match["include_descendants"]),
+            roots=tuple(int(pid) for pid in match["roots"]),
+        ),
+        metrics_text=tuple(texts),
+        canary_history={
+            kind: tuple(_result_from_json(r) for r in results)
+            for kind, results in header["canary_history"].items()
+        },
+        config=header["config"],
+        version=header["version"],
+        budget_s=float(header["budget_s"]),
+        cpu_window_s=float(header["cpu_window_s"]),
+        stack_timeout_s=float(header["stack_timeout_s"]),
+        cgroup_root=Path(header["cgroup_root"]),
+        py_spy=header["py_spy"],
+        gpu_enabled=bool(header["gpu_enabled"]),
+        xid_window_s=float(header["xid_window_s"]),
+        section_max_bytes=int(header["section_max_bytes"]),
+        bundle_max_bytes=int(header["bundle_max_bytes"]),
+    )
+
+
+def _result_json(result: CanaryResult) -> dict[str, Any]:
+    data = {f.name: getattr(result, f.name) for f in fields(result)}
+    data["kind"] = str(result.kind)
+    data["reason"] = result.reason.value
+    return data
+
+
+def _result_from_json(data: Mapping[str, Any]) -> CanaryResult:
+    values = dict(data)
+    values["kind"] = CanaryKind(values["kind"])
+    values["reason"] = Reason(values["reason"])
+    return CanaryResult(**values)
+
+
+# -- the daemon's side ------------------------------------------------------------
+
+
+async def capture_in_child(
+    context: DiagnosticsContext,
+    store: IncidentStore,
+    *,
+    log_level: str = "info",
+    log_format: str = "auto",
+    python: str = sys.executable,
+    overhead_s: float = CHILD_OVERHEAD_S,
+) -> StoredIncident:
+    """Capture and store one bundle in a child process; raises :class:`ChildCaptureError`.
+
+    The child gets ``context.budget_s`` plus ``overhead_s`` before it is killed.
+    """
+    header, texts = encode_context(context)
+    header["metrics_sizes"] = [[at, utf8_size(text)] for at, text in texts]
+    header["store"] = {
+        "root": str(store.root),
+        "max_count": store.retention.max_count,
+        "max_total_bytes": store.retention.max_total_bytes,
+    }
+    header["log"] = {"level": log_level, "format": log_format}
+    deadline = context.budget_s + overhead_s
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            python,
+            "-m",
+            CHILD_MODULE,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            start_new_session=True,  # its stack dumpers are killed with it
+        )
+    except OSError as exc:
+        raise ChildCaptureError(f"the capture process did not start: {exc}", started=False) from exc
+    try:
+        async with asyncio.timeout(deadline):
+            reply = await _exchange(proc, header, texts)
+    except TimeoutError:
+        message = f"the capture process gave no bundle within {deadline:.0f} s"
+        raise ChildCaptureError(message) from None
+    finally:
+        _kill_group(proc)
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(proc.wait(), 5.0)
+    try:
+        answer = json.loads(reply)
+        if isinstance(answer, dict) and "error" in answer:
+            raise ChildCaptureError(f"the capture process failed: {answer['error']}")
+        return StoredIncident.from_json(answer)
+    except (ValueError, KeyError, TypeError) as exc:
+        code = proc.returncode
+        raise ChildCaptureError(f"the capture process exited {code} without a bundle") from exc
+
+
+async def _exchange(
+    proc: asyncio.subprocess.Process, header: dict[str, Any], texts: Sequence[tuple[float, str]]
+) -> bytes:
+    assert proc.stdin is not None
+    assert proc.stdout is not None
+    try:
+        proc.stdin.write(json.dumps(header, default=str).encode() + b"\n")
+        await proc.stdin.drain()
+        for _, text in texts:
+            for i in range(0, len(text), _PIECE):
+                proc.stdin.write(text[i : i + _PIECE].encode("utf-8", "surrogatepass"))
+                await proc.stdin.drain()
+        proc.stdin.close()
+    except (BrokenPipeError, ConnectionResetError):
+        pass  # it exited early; its reply (or its lack of one) says why
+    reply = bytearray()
+    while len(reply) < MAX_REPLY_BYTES and (piece := await proc.stdout.read(65536)):
+        reply += piece
+    await proc.wait()
+    return bytes(reply)
+
+
+def _kill_group(proc: asyncio.subprocess.Process) -> None:
+    if proc.returncode is None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+# -- the child's side -------------------------------------------------------------
+
+
+def main() -> int:
+    """Read the context, capture, store, answer; every failure is a logged line and exit 1."""
+    from sentinel.telemetry.logging import configure_logging, get_logger
+    from sentinel.telemetry.redact import redact, structlog_processor
+
+    with contextlib.suppress(OSError):
+        os.nice(CHILD_NICENESS)
+    stdin = sys.stdin.buffer
+    try:
+        header = json.loads(stdin.readline(MAX_HEADER_BYTES))
+        settings = header["log"]
+        configure_logging(
+            settings["level"], renderer=settings["format"], redactors=[structlog_processor]
+        )
+        texts = [
+            (float(at), stdin.read(int(size)).decode("utf-8", "surrogatepass"))
+            for at, size in header["metrics_sizes"]
+        ]
+        stored = _capture_and_store(header, texts)
+    except Exception as exc:  # a failure is reported to the daemon, never a raw traceback
+        error = redact(f"{type(exc).__name__}: {exc}")
+        get_logger(CHILD_MODULE).error("diagnostics_child_failed", error=error)
+        sys.stdout.write(json.dumps({"error": error}) + "\n")
+        return 1
+    sys.stdout.write(json.dumps(stored.to_json()) + "\n")
+    sys.stdout.flush()
+    return 0
+
+
+def _capture_and_store(header: Mapping[str, Any], texts: list[tuple[float, str]]) -> StoredIncident:
+    from sentinel.diagnostics.bundle import capture
+
+    context = decode_context(header, texts)
+    kept = header["store"]
+    store = IncidentStore(
+        Path(kept["root"]), RetentionPolicy(int(kept["max_count"]), int(kept["max_total_bytes"]))
+    )
+    incident = asyncio.run(capture(context))
+    record = store.write(incident)
+    return StoredIncident(
+        record=record,
+        cause=incident.cause.value,
+        cause_line=incident.cause_line,
+        duration_s=incident.duration_s,
+        complete=not incident.bundle.get("section_errors"),
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,160 @@
+"""Bundles captured in a child process (sentinel.diagnostics.child), as ``sentinel run`` takes them.
+
+The child is a real interpreter reading the context from a pipe; its targets
+are the real titled processes of ``test_diagnostics``. The failure cases swap
+the interpreter for a small script that hangs, dies or answers garbage, and
+check that the daemon's side turns each into an error (never a hang, never a
+crash) and leaves no process behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+
+from sentinel.diagnostics.child import ChildCaptureError, capture_in_child
+from sentinel.diagnostics.store import IncidentStore
+from sentinel.incidents import in_child
+from tests.loopback import test_diagnostics as diag
+
+pod = diag.pod  # the fixture: titled processes, each continued and killed at teardown
+
+# Non-ASCII text decides whether the byte framing holds: a size counted in
+# characters instead of bytes would shift every text after it.
+NEWEST = "# HELP vllm:x é ü 漢字 \U0001f600\nvllm:generation_tokens_total 7.0\n" * 2000
+OLDER = "# TYPE vllm:generation_tokens_total counter\nvllm:generation_tokens_total 3.0\n"
+
+
+def _script(tmp_path: Path, body: str) -> str:
+    path = tmp_path / "fake-python"
+    path.write_text("#!/bin/sh\n" + body)
+    path.chmod(0o755)
+    return str(path)
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+async def test_child_stores_the_bundle_with_every_input_intact(
+    pod: diag.Pod, tmp_path: Path
+) -> None:
+    api = pod.api_server()
+    pod.engine()
+    worker = pod.worker()
+    os.kill(worker.pid, signal.SIGSTOP)
+    diag.wait_until(lambda: diag._state(worker.pid) == "T", "worker stopped")
+    context = diag.context(pod, metrics_text=[(1.0, "old\n"), (2.0, OLDER), (3.0, NEWEST)])
+    store = IncidentStore(tmp_path / "diag")
+
+    stored = await capture_in_child(context, store)
+
+    assert stored.cause == "process_stopped"
+    assert "process stopped" in stored.cause_line
+    assert stored.record.cause == "process_stopped"
+    assert [r.id for r in store.incidents()] == [stored.record.id]
+    files = diag.read_dir(Path(stored.record.path))
+    for name, text in files.items():
+        assert diag.API_KEY not in text, name
+        assert diag.HF_TOKEN not in text, name
+    bundle = json.loads(files["bundle.json"])
+    # The last three scrapes, each byte for byte as the daemon held it.
+    assert [m["text"] for m in bundle["metrics"]] == ["old\n", OLDER, NEWEST]
+    assert [r["reason"] for r in bundle["canary_history"]["text"]] == ["ok", "timeout"]
+    assert bundle["canary_history"]["text"][1]["detail"] == "deadline"
+    assert bundle["sentinel"]["config"]["api_key"] == "<redacted>"
+    assert bundle["sentinel"]["config"]["max_tokens"] == 4
+    assert {p["pid"] for p in bundle["processes"]} >= {api.pid, worker.pid}
+    assert stored.complete == (not bundle["section_errors"])
+
+
+async def test_no_child_at_all_means_a_capture_in_this_process(
+    pod: diag.Pod, tmp_path: Path
+) -> None:
+    pod.api_server()
+    pod.engine()
+    store = IncidentStore(tmp_path / "diag")
+    missing = str(tmp_path / "no-such-python")
+    with pytest.raises(ChildCaptureError) as failed:
+        await capture_in_child(diag.context(pod), store, python=missing)
+    assert not failed.value.started
+    assert store.incidents() == []
+
+    capturer = in_child(log_level="info", log_format="json", python=missing)
+    stored = await capturer(diag.context(pod), store)
+
+    assert [r.id for r in store.incidents()] == [stored.record.id]
+    assert Path(stored.record.path, "bundle.json").is_file()
+
+
+async def test_a_child_that_hangs_is_killed_with_everything_it_started(
+    pod: diag.Pod, tmp_path: Path
+) -> None:
+    pids = tmp_path / "pids"
+    hanging = _script(tmp_path, f"sleep 300 &\necho $! > {pids}\nexec sleep 300\n")
+    store = IncidentStore(tmp_path / "diag")
+    context = diag.context(pod, budget_s=0.5)
+
+    with pytest.raises(ChildCaptureError, match="no bundle within 2 s") as failed:
+        await capture_in_child(context, store, python=hanging, overhead_s=1.5)
+
+    assert failed.value.started
+    grandchild = int(pids.read_text())
+    diag.wait_until(lambda: _gone(grandchild), "the child's own child killed")
+    # A retry is not the daemon's side's business: it ran nothing in this process.
+    assert store.incidents() == []
+
+
+@pytest.mark.parametrize(
+    ("reply", "exit_code", "message"),
+    [
+        ("garbage\n", 3, "exited 3 without a bundle"),
+        ('{"error": "ValueError: boom"}\n', 1, "failed: ValueError: boom"),
+        ('{"record": {"id": "x"}}\n', 0, "exited 0 without a bundle"),
+        ("[1, 2]\n", 0, "exited 0 without a bundle"),
+        ("", -9, "exited -9 without a bundle"),
+    ],
+)
+async def test_a_child_without_a_bundle_is_an_error_not_a_crash(
+    pod: diag.Pod, tmp_path: Path, reply: str, exit_code: int, message: str
+) -> None:
+    ending = "kill -9 $$\n" if exit_code < 0 else f"exit {exit_code}\n"
+    body = f"cat > /dev/null\nprintf '%s' '{reply}'\n{ending}"
+    with pytest.raises(ChildCaptureError, match=message) as failed:
+        await capture_in_child(
+            diag.context(pod), IncidentStore(tmp_path / "diag"), python=_script(tmp_path, body)
+        )
+    assert failed.value.started
+
+
+def test_the_child_reports_a_bad_context_in_one_redacted_line(tmp_path: Path) -> None:
+    header = {
+        "log": {"level": "info", "format": "json"},
+        "metrics_sizes": [],
+        "store": {"root": str(tmp_path), "max_count": 1, "max_total_bytes": 1},
+        "trigger": {"kind": "x", "reason": f"token {diag.API_KEY}"},
+    }  # no process_match: a KeyError inside the child
+    done = subprocess.run(
+        [sys.executable, "-m", "sentinel.diagnostics.child"],
+        input=json.dumps(header).encode() + b"\n",
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 1
+    answer = json.loads(done.stdout)
+    assert "KeyError" in answer["error"]
+    log = done.stderr.decode()
+    assert "diagnostics_child_failed" in log
+    assert "Traceback" not in log
+    assert diag.API_KEY not in log + done.stdout.decode()
