@@ -100,7 +100,7 @@ class Daemon:
             max_bytes=settings.diagnostics_max_bytes,
             metrics=self.metrics,
             context=self._diagnostics_context,
-            capturer=in_child(log_level=settings.log_level, log_format=settings.log_format),
+            capturer=in_child(log_level=settings.log_level),
         )
         self.evaluator = Evaluator(
             settings,

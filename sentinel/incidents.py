@@ -46,7 +46,7 @@ from sentinel.verdict import Action, Hang
 log = get_logger("sentinel.incidents")
 
 ContextFactory = Callable[[Trigger], DiagnosticsContext]
-# Captures one bundle and stores it; raises OSError or ChildCaptureError when none was stored.
+# Captures one bundle and stores it; raises (OSError, ChildCaptureError) when none was stored.
 Capturer = Callable[[DiagnosticsContext, IncidentStore], Awaitable[StoredIncident]]
 
 # A busy server can miss canary deadlines again and again; one bundle per this
@@ -77,14 +77,12 @@ async def capture_here(context: DiagnosticsContext, store: IncidentStore) -> Sto
     )
 
 
-def in_child(*, log_level: str, log_format: str, python: str = sys.executable) -> Capturer:
+def in_child(*, log_level: str, python: str = sys.executable) -> Capturer:
     """Capture in a child process (:mod:`sentinel.diagnostics.child`); here if none can start."""
 
     async def run(context: DiagnosticsContext, store: IncidentStore) -> StoredIncident:
         try:
-            return await capture_in_child(
-                context, store, log_level=log_level, log_format=log_format, python=python
-            )
+            return await capture_in_child(context, store, log_level=log_level, python=python)
         except ChildCaptureError as exc:
             if exc.started:
                 raise
@@ -188,9 +186,10 @@ class IncidentRecorder:
             started = self.clock()
             try:
                 stored = await self.capturer(self.context(incident.trigger), self.store)
-            except (OSError, ChildCaptureError) as exc:
+            except Exception as exc:  # no bundle, for whatever reason: counted, never fatal
                 self.metrics.diagnostics_finished(self.clock() - started, False)
-                log.error("diagnostics_not_written", error=redact(str(exc)))
+                error = redact(f"{type(exc).__name__}: {exc}")
+                log.error("diagnostics_not_written", error=error)
                 continue
             self.metrics.diagnostics_finished(self.clock() - started, stored.complete)
             record = stored.record

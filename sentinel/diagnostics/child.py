@@ -16,7 +16,8 @@ The protocol, all of it local to one pod:
   travel through the pipe, never through the child's argv (which ``/proc``
   shows to every process in the pod).
 - stdout: one JSON line, the stored incident (:class:`StoredIncident`).
-- stderr: the child's log lines, into the daemon's own log stream.
+- stderr: the child's log lines as JSON, logged again by the daemon, so they
+  go wherever (and in whatever format) the daemon's own lines go.
 
 The child runs a little niced, so on a small node the daemon's probe answers
 win the CPU. :func:`capture_in_child` never hangs: the child is killed (with
@@ -28,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import signal
 import sys
@@ -53,6 +55,9 @@ CHILD_NICENESS = 5
 CHILD_OVERHEAD_S = 20.0
 MAX_HEADER_BYTES = 16 * 1024 * 1024
 MAX_REPLY_BYTES = 1024 * 1024
+MAX_LOG_LINE_BYTES = 1024 * 1024
+# What a relayed log line may not set: the daemon's own logger stamps these.
+_STAMPED = ("event", "level", "logger", "timestamp")
 _PIECE = 1024 * 1024  # encoded and written a piece at a time: no long GIL hold in the daemon
 
 
@@ -181,7 +186,6 @@ async def capture_in_child(
     store: IncidentStore,
     *,
     log_level: str = "info",
-    log_format: str = "auto",
     python: str = sys.executable,
     overhead_s: float = CHILD_OVERHEAD_S,
 ) -> StoredIncident:
@@ -196,7 +200,7 @@ async def capture_in_child(
         "max_count": store.retention.max_count,
         "max_total_bytes": store.retention.max_total_bytes,
     }
-    header["log"] = {"level": log_level, "format": log_format}
+    header["log"] = {"level": log_level}
     deadline = context.budget_s + overhead_s
     try:
         proc = await asyncio.create_subprocess_exec(
@@ -205,7 +209,9 @@ async def capture_in_child(
             CHILD_MODULE,
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
             start_new_session=True,  # its stack dumpers are killed with it
+            limit=MAX_LOG_LINE_BYTES,
         )
     except OSError as exc:
         raise ChildCaptureError(f"the capture process did not start: {exc}", started=False) from exc
@@ -244,11 +250,47 @@ async def _exchange(
         proc.stdin.close()
     except (BrokenPipeError, ConnectionResetError):
         pass  # it exited early; its reply (or its lack of one) says why
-    reply = bytearray()
-    while len(reply) < MAX_REPLY_BYTES and (piece := await proc.stdout.read(65536)):
-        reply += piece
-    await proc.wait()
+    relay = asyncio.create_task(_relay_logs(proc.stderr), name="diagnostics-child-log")
+    try:
+        reply = bytearray()
+        while len(reply) < MAX_REPLY_BYTES and (piece := await proc.stdout.read(65536)):
+            reply += piece
+        await proc.wait()
+        await relay
+    finally:
+        relay.cancel()
     return bytes(reply)
+
+
+async def _relay_logs(stderr: asyncio.StreamReader | None) -> None:
+    """Log each of the child's JSON lines again as the daemon's own; anything else as text."""
+    from sentinel.telemetry.logging import get_logger
+
+    if stderr is None:
+        return
+    while True:
+        try:
+            line = await stderr.readline()
+        except ValueError:  # a line past the limit: the rest is not worth relaying
+            while await stderr.read(65536):
+                pass
+            return
+        if not line:
+            return
+        text = line.decode("utf-8", "replace").rstrip("\n")
+        try:
+            event = json.loads(text)
+        except ValueError:
+            event = None
+        if not isinstance(event, dict) or not isinstance(event.get("event"), str):
+            get_logger(CHILD_MODULE).warning("diagnostics_child_output", line=text[:2000])
+            continue
+        level = logging.getLevelName(str(event.get("level", "info")).upper())
+        name = str(event.get("logger") or CHILD_MODULE)
+        fields = {k: v for k, v in event.items() if k not in _STAMPED}
+        get_logger(name).log(
+            level if isinstance(level, int) else logging.INFO, event["event"], **fields
+        )
 
 
 def _kill_group(proc: asyncio.subprocess.Process) -> None:
@@ -271,9 +313,7 @@ def main() -> int:
     try:
         header = json.loads(stdin.readline(MAX_HEADER_BYTES))
         settings = header["log"]
-        configure_logging(
-            settings["level"], renderer=settings["format"], redactors=[structlog_processor]
-        )
+        configure_logging(settings["level"], renderer="json", redactors=[structlog_processor])
         texts = [
             (float(at), stdin.read(int(size)).decode("utf-8", "surrogatepass"))
             for at, size in header["metrics_sizes"]

@@ -9,19 +9,29 @@ crash) and leaves no process behind.
 
 from __future__ import annotations
 
+import asyncio
+import io
 import json
+import logging
 import os
 import signal
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
 import pytest
+import structlog
+from prometheus_client import CollectorRegistry
 
-from sentinel.diagnostics.child import ChildCaptureError, capture_in_child
+from sentinel.diagnostics.bundle import DiagnosticsContext
+from sentinel.diagnostics.child import ChildCaptureError, StoredIncident, capture_in_child
 from sentinel.diagnostics.store import IncidentStore
-from sentinel.incidents import in_child
+from sentinel.incidents import MIN_CAPTURE_GAP, IncidentRecorder, capture_here, in_child
+from sentinel.telemetry.logging import configure_default_logging, configure_logging
+from sentinel.telemetry.metrics import SentinelMetrics
 from tests.loopback import test_diagnostics as diag
 
 pod = diag.pod  # the fixture: titled processes, each continued and killed at teardown
@@ -90,7 +100,7 @@ async def test_no_child_at_all_means_a_capture_in_this_process(
     assert not failed.value.started
     assert store.incidents() == []
 
-    capturer = in_child(log_level="info", log_format="json", python=missing)
+    capturer = in_child(log_level="info", python=missing)
     stored = await capturer(diag.context(pod), store)
 
     assert [r.id for r in store.incidents()] == [stored.record.id]
@@ -139,7 +149,7 @@ async def test_a_child_without_a_bundle_is_an_error_not_a_crash(
 
 def test_the_child_reports_a_bad_context_in_one_redacted_line(tmp_path: Path) -> None:
     header = {
-        "log": {"level": "info", "format": "json"},
+        "log": {"level": "info"},
         "metrics_sizes": [],
         "store": {"root": str(tmp_path), "max_count": 1, "max_total_bytes": 1},
         "trigger": {"kind": "x", "reason": f"token {diag.API_KEY}"},
@@ -158,3 +168,79 @@ def test_the_child_reports_a_bad_context_in_one_redacted_line(tmp_path: Path) ->
     assert "diagnostics_child_failed" in log
     assert "Traceback" not in log
     assert diag.API_KEY not in log + done.stdout.decode()
+
+
+async def test_a_capture_that_fails_is_counted_and_the_next_one_still_runs(
+    pod: diag.Pod, tmp_path: Path
+) -> None:
+    pod.api_server()
+    pod.engine()
+    store = IncidentStore(tmp_path / "diag")
+    registry = CollectorRegistry()
+    now = [1000.0]
+    calls: list[str] = []
+
+    async def flaky(context: DiagnosticsContext, into: IncidentStore) -> StoredIncident:
+        calls.append(context.trigger.kind)
+        if len(calls) == 1:
+            raise ValueError("not what any capturer is meant to raise")
+        return await capture_here(context, into)
+
+    recorder = IncidentRecorder(
+        store,
+        SentinelMetrics(registry),
+        lambda trigger: diag.context(pod, trigger=trigger),
+        capturer=flaky,
+        clock=lambda: now[0],
+    )
+
+    def failures() -> float:
+        return registry.get_sample_value("sentinel_diagnostics_failures_total") or 0.0
+
+    async with asyncio.TaskGroup() as group:
+        loop = group.create_task(recorder.run())
+        recorder.suspect("missed-deadline", "a text canary missed its deadline")
+        await _until(lambda: failures() == 1.0, "the failed capture counted")
+        recorder.all_clear()
+        now[0] += MIN_CAPTURE_GAP
+        recorder.suspect("engine-hang", "no progress for 15 s")
+        await _until(lambda: bool(recorder.recent), "the second capture stored")
+        loop.cancel()
+
+    assert calls == ["missed-deadline", "engine-hang"]
+    assert failures() == 1.0
+    assert [r.trigger for r in store.incidents()] == ["engine-hang"]
+
+
+async def _until(condition: Callable[[], bool], what: str, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.02)
+
+
+async def test_the_childs_log_lines_go_where_the_daemons_go(pod: diag.Pod, tmp_path: Path) -> None:
+    pod.api_server()
+    pod.engine()
+    stream = io.StringIO()
+    configure_logging("info", renderer="json", stream=stream)
+    try:
+        stored = await capture_in_child(diag.context(pod), IncidentStore(tmp_path / "diag"))
+        noisy = _script(tmp_path, "cat > /dev/null\necho 'Fatal Python error: boom' >&2\nexit 1\n")
+        with pytest.raises(ChildCaptureError):
+            await capture_in_child(diag.context(pod), IncidentStore(tmp_path / "x"), python=noisy)
+    finally:
+        root = logging.getLogger()
+        for handler in list(root.handlers):
+            root.removeHandler(handler)
+        structlog.reset_defaults()
+        configure_default_logging()
+    events = [json.loads(line) for line in stream.getvalue().splitlines()]
+    stored_lines = [e for e in events if e["event"] == "diagnostics.stored"]
+    assert [e["incident"] for e in stored_lines] == [stored.record.id]
+    assert stored_lines[0]["logger"] == "sentinel.diagnostics.store"
+    assert any(e["event"] == "diagnostics.captured" for e in events)
+    relayed = [e for e in events if e["event"] == "diagnostics_child_output"]
+    assert [e["line"] for e in relayed] == ["Fatal Python error: boom"]
+    assert relayed[0]["level"] == "warning"
