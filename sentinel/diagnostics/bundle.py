@@ -89,6 +89,9 @@ class DiagnosticsContext:
     trigger: Trigger
     process_match: procs.ProcessMatch = field(default_factory=procs.ProcessMatch)
     metrics_text: Sequence[tuple[float, str]] = ()
+    # Bytes already cut from each of ``metrics_text`` before it got here (one
+    # per text, aligned at the newest; empty: none), reported with the bundle's own cuts.
+    metrics_cut: Sequence[int] = ()
     canary_history: Mapping[str, Sequence[CanaryResult]] = field(default_factory=dict)
     config: Mapping[str, Any] = field(default_factory=dict)
     version: str = __version__
@@ -212,7 +215,9 @@ async def capture(context: DiagnosticsContext) -> Incident:
             },
             "gpu": gpus.to_json() if gpus is not None else None,
             "cgroup": _cgroup_json(cpu_section),
-            "metrics": _metrics_json(context.metrics_text, context.section_max_bytes),
+            "metrics": _metrics_json(
+                context.metrics_text, context.section_max_bytes, context.metrics_cut
+            ),
             "canary_history": {
                 kind: [_canary_json(r) for r in results]
                 for kind, results in context.canary_history.items()
@@ -344,18 +349,38 @@ def utf8_size(text: str, piece: int = 1024 * 1024) -> int:
     )
 
 
-def _metrics_json(scrapes: Sequence[tuple[float, str]], limit: int) -> list[dict[str, Any]]:
-    """The last scrapes, newest kept whole first, all of them within ``limit`` bytes."""
-    out: list[dict[str, Any]] = []
+def kept_metrics(scrapes: Sequence[tuple[float, str]], limit: int) -> list[tuple[float, str, int]]:
+    """The scrapes a bundle keeps, oldest first, as (time, kept text, bytes cut).
+
+    The last :data:`MAX_METRICS_SCRAPES`, newest kept whole first, all of them
+    within ``limit`` bytes.
+    """
+    out: list[tuple[float, str, int]] = []
     left = limit
     for at, text in reversed(scrapes[-MAX_METRICS_SCRAPES:]):
         kept, cut = cut_text(text, max(left, 0))
         left -= utf8_size(kept)
-        entry: dict[str, Any] = {"at": iso(at), "text": kept}
-        if cut:
-            entry["truncated_bytes"] = cut
-        out.append(entry)
+        out.append((at, kept, cut))
     out.reverse()
+    return out
+
+
+def aligned_cuts(cuts: Sequence[int], count: int) -> list[int]:
+    """``cuts`` aligned at the newest of ``count`` texts (0 for the older ones without one)."""
+    tail = list(cuts[-count:]) if count else []
+    return [0] * (count - len(tail)) + tail
+
+
+def _metrics_json(
+    scrapes: Sequence[tuple[float, str]], limit: int, cut_before: Sequence[int]
+) -> list[dict[str, Any]]:
+    kept = kept_metrics(scrapes, limit)
+    out: list[dict[str, Any]] = []
+    for (at, text, cut), earlier in zip(kept, aligned_cuts(cut_before, len(kept)), strict=True):
+        entry: dict[str, Any] = {"at": iso(at), "text": text}
+        if cut + earlier:
+            entry["truncated_bytes"] = cut + earlier
+        out.append(entry)
     return out
 
 

@@ -40,16 +40,17 @@ from typing import Any
 
 from sentinel.canary.result import CanaryKind, CanaryResult, Reason
 from sentinel.diagnostics.bundle import (
-    MAX_METRICS_SCRAPES,
     DiagnosticsContext,
     Trigger,
+    aligned_cuts,
+    kept_metrics,
     utf8_size,
 )
 from sentinel.diagnostics.procs import ProcessMatch
 from sentinel.diagnostics.store import IncidentRecord, IncidentStore, RetentionPolicy
 
 CHILD_MODULE = "sentinel.diagnostics.child"
-CHILD_NICENESS = 5
+CHILD_NICENESS = 10
 # Interpreter start and imports (about 0.5 s idle, several seconds on a loaded
 # node), then the store write, on top of the capture's own budget.
 CHILD_OVERHEAD_S = 20.0
@@ -103,10 +104,18 @@ class StoredIncident:
 def encode_context(context: DiagnosticsContext) -> tuple[dict[str, Any], list[tuple[float, str]]]:
     """The JSON header of ``context``, and the ``/metrics`` texts to send after it.
 
-    Only the scrapes a bundle keeps are sent.
+    Only what a bundle keeps of the scrapes is sent (a 60 MB exposition is cut
+    to the section cap here, not piped whole); the header says how much was cut.
     """
-    texts = list(context.metrics_text[-MAX_METRICS_SCRAPES:])
+    kept = kept_metrics(context.metrics_text, context.section_max_bytes)
+    texts = [(at, text) for at, text, _ in kept]
     header = {
+        "metrics_cut": [
+            cut + earlier
+            for (_, _, cut), earlier in zip(
+                kept, aligned_cuts(context.metrics_cut, len(kept)), strict=True
+            )
+        ],
         "trigger": asdict(context.trigger),
         "process_match": {
             "titles": list(context.process_match.titles),
@@ -146,6 +155,7 @@ def decode_context(
             roots=tuple(int(pid) for pid in match["roots"]),
         ),
         metrics_text=tuple(texts),
+        metrics_cut=tuple(int(cut) for cut in header["metrics_cut"]),
         canary_history={
             kind: tuple(_result_from_json(r) for r in results)
             for kind, results in header["canary_history"].items()

@@ -26,7 +26,7 @@ import pytest
 import structlog
 from prometheus_client import CollectorRegistry
 
-from sentinel.diagnostics.bundle import DiagnosticsContext
+from sentinel.diagnostics.bundle import DiagnosticsContext, capture
 from sentinel.diagnostics.child import ChildCaptureError, StoredIncident, capture_in_child
 from sentinel.diagnostics.store import IncidentStore
 from sentinel.incidents import MIN_CAPTURE_GAP, IncidentRecorder, capture_here, in_child
@@ -244,3 +244,26 @@ async def test_the_childs_log_lines_go_where_the_daemons_go(pod: diag.Pod, tmp_p
     relayed = [e for e in events if e["event"] == "diagnostics_child_output"]
     assert [e["line"] for e in relayed] == ["Fatal Python error: boom"]
     assert relayed[0]["level"] == "warning"
+
+
+async def test_a_huge_exposition_is_cut_before_the_pipe_and_reported_as_in_process(
+    pod: diag.Pod, tmp_path: Path
+) -> None:
+    pod.api_server()
+    pod.engine()
+    huge = diag.huge_exposition(3_000_000)
+    scrapes = [(1.0, OLDER), (2.0, huge), (3.0, NEWEST), (4.0, huge)]
+    context = diag.context(pod, metrics_text=scrapes, section_max_bytes=1_000_000)
+
+    here = (await capture(context)).bundle["metrics"]
+    stored = await capture_in_child(context, IncidentStore(tmp_path / "diag"))
+    files = diag.read_dir(Path(stored.record.path))
+    there = json.loads(files["bundle.json"])["metrics"]
+
+    assert there == here
+    # The newest takes nearly the whole cap; little is left for the older two.
+    kept = [len(m["text"].encode()) for m in there]
+    assert kept[2] > 900_000
+    assert sum(kept) <= 1_000_000
+    assert all(m["truncated_bytes"] > 0 for m in there)
+    assert there[0]["truncated_bytes"] == len(huge.encode()) - kept[0]
