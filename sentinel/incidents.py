@@ -58,23 +58,16 @@ CAPTURE_SWITCH_INTERVAL_S = 0.0002
 
 
 async def capture_here(context: DiagnosticsContext, store: IncidentStore) -> StoredIncident:
-    """Capture and store in this process (``sentinel diagnose``, and when no child can start)."""
+    """Capture and store in this process: where no child can start, and in tests."""
     # The capture's worker threads hold the GIL in turn; a shorter switch
     # interval lets the probe listener's thread in sooner meanwhile.
     interval = sys.getswitchinterval()
     sys.setswitchinterval(min(interval, CAPTURE_SWITCH_INTERVAL_S))
     try:
         result = await capture(context)
-        record = await store.write_async(result)
+        return StoredIncident.of(result, await store.write_async(result))
     finally:
         sys.setswitchinterval(interval)
-    return StoredIncident(
-        record=record,
-        cause=result.cause.value,
-        cause_line=result.cause_line,
-        duration_s=result.duration_s,
-        complete=not result.bundle.get("section_errors"),
-    )
 
 
 def in_child(*, log_level: str, python: str = sys.executable) -> Capturer:

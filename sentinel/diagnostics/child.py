@@ -41,6 +41,7 @@ from typing import Any
 from sentinel.canary.result import CanaryKind, CanaryResult, Reason
 from sentinel.diagnostics.bundle import (
     DiagnosticsContext,
+    Incident,
     Trigger,
     aligned_cuts,
     kept_metrics,
@@ -79,6 +80,16 @@ class StoredIncident:
     cause_line: str
     duration_s: float
     complete: bool  # no section failed or ran out of time
+
+    @classmethod
+    def of(cls, incident: Incident, record: IncidentRecord) -> StoredIncident:
+        return cls(
+            record=record,
+            cause=incident.cause.value,
+            cause_line=incident.cause_line,
+            duration_s=incident.duration_s,
+            complete=not incident.bundle.get("section_errors"),
+        )
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -348,14 +359,7 @@ def _capture_and_store(header: Mapping[str, Any], texts: list[tuple[float, str]]
         Path(kept["root"]), RetentionPolicy(int(kept["max_count"]), int(kept["max_total_bytes"]))
     )
     incident = asyncio.run(capture(context))
-    record = store.write(incident)
-    return StoredIncident(
-        record=record,
-        cause=incident.cause.value,
-        cause_line=incident.cause_line,
-        duration_s=incident.duration_s,
-        complete=not incident.bundle.get("section_errors"),
-    )
+    return StoredIncident.of(incident, store.write(incident))
 
 
 if __name__ == "__main__":

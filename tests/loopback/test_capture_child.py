@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import io
 import json
-import logging
 import os
 import signal
 import subprocess
@@ -23,18 +22,18 @@ from pathlib import Path
 
 import psutil
 import pytest
-import structlog
 from prometheus_client import CollectorRegistry
 
 from sentinel.diagnostics.bundle import DiagnosticsContext, capture
 from sentinel.diagnostics.child import ChildCaptureError, StoredIncident, capture_in_child
 from sentinel.diagnostics.store import IncidentStore
 from sentinel.incidents import MIN_CAPTURE_GAP, IncidentRecorder, capture_here, in_child
-from sentinel.telemetry.logging import configure_default_logging, configure_logging
 from sentinel.telemetry.metrics import SentinelMetrics
 from tests.loopback import test_diagnostics as diag
+from tests.loopback import test_secrets
 
 pod = diag.pod  # the fixture: titled processes, each continued and killed at teardown
+log_stream = test_secrets.log_stream  # the fixture: the daemon's log lines, as JSON
 
 # Non-ASCII text decides whether the byte framing holds: a size counted in
 # characters instead of bytes would shift every text after it.
@@ -220,23 +219,16 @@ async def _until(condition: Callable[[], bool], what: str, timeout_s: float = 30
         await asyncio.sleep(0.02)
 
 
-async def test_the_childs_log_lines_go_where_the_daemons_go(pod: diag.Pod, tmp_path: Path) -> None:
+async def test_the_childs_log_lines_go_where_the_daemons_go(
+    pod: diag.Pod, tmp_path: Path, log_stream: io.StringIO
+) -> None:
     pod.api_server()
     pod.engine()
-    stream = io.StringIO()
-    configure_logging("info", renderer="json", stream=stream)
-    try:
-        stored = await capture_in_child(diag.context(pod), IncidentStore(tmp_path / "diag"))
-        noisy = _script(tmp_path, "cat > /dev/null\necho 'Fatal Python error: boom' >&2\nexit 1\n")
-        with pytest.raises(ChildCaptureError):
-            await capture_in_child(diag.context(pod), IncidentStore(tmp_path / "x"), python=noisy)
-    finally:
-        root = logging.getLogger()
-        for handler in list(root.handlers):
-            root.removeHandler(handler)
-        structlog.reset_defaults()
-        configure_default_logging()
-    events = [json.loads(line) for line in stream.getvalue().splitlines()]
+    stored = await capture_in_child(diag.context(pod), IncidentStore(tmp_path / "diag"))
+    noisy = _script(tmp_path, "cat > /dev/null\necho 'Fatal Python error: boom' >&2\nexit 1\n")
+    with pytest.raises(ChildCaptureError):
+        await capture_in_child(diag.context(pod), IncidentStore(tmp_path / "x"), python=noisy)
+    events = [json.loads(line) for line in log_stream.getvalue().splitlines()]
     stored_lines = [e for e in events if e["event"] == "diagnostics.stored"]
     assert [e["incident"] for e in stored_lines] == [stored.record.id]
     assert stored_lines[0]["logger"] == "sentinel.diagnostics.store"
