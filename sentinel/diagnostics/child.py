@@ -226,6 +226,7 @@ async def capture_in_child(
     try:
         proc = await asyncio.create_subprocess_exec(
             python,
+            "-P",  # the working folder is not searched: sentinel's own modules only
             "-m",
             CHILD_MODULE,
             stdin=asyncio.subprocess.PIPE,
