@@ -39,15 +39,9 @@ from pathlib import Path
 from typing import Any
 
 from sentinel.canary.result import CanaryKind, CanaryResult, Reason
-from sentinel.diagnostics.bundle import (
-    DiagnosticsContext,
-    Incident,
-    Trigger,
-    aligned_cuts,
-    kept_metrics,
-    utf8_size,
-)
+from sentinel.diagnostics.bundle import DiagnosticsContext, Incident, Trigger
 from sentinel.diagnostics.procs import ProcessMatch
+from sentinel.diagnostics.sizes import aligned_cuts, kept_metrics, utf8_size
 from sentinel.diagnostics.store import IncidentRecord, IncidentStore, RetentionPolicy
 
 CHILD_MODULE = "sentinel.diagnostics.child"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 
-from sentinel.diagnostics.bundle import json_size
+from sentinel.diagnostics.sizes import json_size
 
 
 def test_json_size_is_the_written_size() -> None:
