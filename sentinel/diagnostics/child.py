@@ -226,7 +226,10 @@ async def capture_in_child(
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
-            start_new_session=True,  # its stack dumpers are killed with it
+            # A group of its own, so its stack dumpers are killed with it; not a
+            # session of its own, which would put it in a scheduler autogroup of
+            # its own where its niceness no longer yields the CPU to the daemon.
+            process_group=0,
             limit=MAX_LOG_LINE_BYTES,
         )
     except OSError as exc:

@@ -220,10 +220,15 @@ class Sidecar:
     log_path: Path
     started: float
 
-    def cpu_seconds(self) -> float:
-        """User + system time of sentinel and its reaped children (py-spy during a capture)."""
+    def cpu_seconds(self) -> tuple[float, float]:
+        """User + system time of sentinel with its reaped children, and of those children alone.
+
+        The children are the capture processes a suspicion starts (and the
+        py-spy dumps they run).
+        """
         t = self.ps.cpu_times()
-        return float(t.user + t.system + t.children_user + t.children_system)
+        children = float(t.children_user + t.children_system)
+        return float(t.user + t.system) + children, children
 
     def rss_mb(self) -> float:
         return float(self.ps.memory_info().rss) / MB
@@ -308,10 +313,12 @@ async def sleep_until(moment: float) -> None:
     await asyncio.sleep(max(0.0, moment - time.monotonic()))
 
 
-async def cpu_share(sidecar: Sidecar, seconds: float) -> float:
-    before, wall = sidecar.cpu_seconds(), time.monotonic()
+async def cpu_share(sidecar: Sidecar, seconds: float) -> tuple[float, float]:
+    """Share of a core: sentinel with its children, and the children alone."""
+    (total, children), wall = sidecar.cpu_seconds(), time.monotonic()
     await asyncio.sleep(seconds)
-    return (sidecar.cpu_seconds() - before) / (time.monotonic() - wall)
+    (total_after, children_after), elapsed = sidecar.cpu_seconds(), time.monotonic() - wall
+    return (total_after - total) / elapsed, (children_after - children) / elapsed
 
 
 async def busy_load(target: str, seconds: float) -> asyncio.subprocess.Process:
@@ -375,9 +382,13 @@ async def measure(report: Report, d: Durations, workdir: Path) -> None:
             print(f"rss after {d.rss_early:.0f} s: {figures['rss']['early_mb']} MB")
 
             report.load_average.append([round(x, 2) for x in os.getloadavg()])
-            idle = await cpu_share(sidecar, d.cpu_idle)
-            figures["cpu_idle"] = {"seconds": d.cpu_idle, "share": round(idle, 5)}
-            print(f"cpu idle over {d.cpu_idle:.0f} s: {idle * 100:.2f} % of a core")
+            idle, idle_children = await cpu_share(sidecar, d.cpu_idle)
+            figures["cpu_idle"] = {
+                "seconds": d.cpu_idle,
+                "share": round(idle, 5),
+                "children_share": round(idle_children, 5),
+            }
+            print(f"cpu idle over {d.cpu_idle:.0f} s: {_cpu_line(idle, idle_children)}")
 
             load = await busy_load(sim.base_url, d.cpu_busy + 10)
             try:
@@ -386,17 +397,36 @@ async def measure(report: Report, d: Durations, workdir: Path) -> None:
                 late = asyncio.create_task(
                     _rss_at(sidecar, sidecar.started + d.rss_late), name="rss-late"
                 )
-                busy = await cpu_share(sidecar, d.cpu_busy)
+                busy, busy_children = await cpu_share(sidecar, d.cpu_busy)
+                busy_ended = time.monotonic()
             finally:
                 await stop_process(load)
-            figures["cpu_busy"] = {"seconds": d.cpu_busy, "share": round(busy, 5)}
-            print(f"cpu busy over {d.cpu_busy:.0f} s: {busy * 100:.2f} % of a core")
+            figures["cpu_busy"] = {
+                "seconds": d.cpu_busy,
+                "share": round(busy, 5),
+                "children_share": round(busy_children, 5),
+                "captures": sum(
+                    busy_ended - d.cpu_busy <= t <= busy_ended
+                    for t in sidecar.events("diagnostics_written")
+                ),
+            }
+            print(
+                f"cpu busy over {d.cpu_busy:.0f} s: {_cpu_line(busy, busy_children)}; "
+                f"{figures['cpu_busy']['captures']} bundles captured"
+            )
             figures["rss"].update(late_s=d.rss_late, late_mb=round(await late, 1))
             print(f"rss after {d.rss_late:.0f} s: {figures['rss']['late_mb']} MB")
 
             await measure_livez(report, sidecar, sim, d)
         finally:
             stop_sidecar(sidecar)
+
+
+def _cpu_line(share: float, children: float) -> str:
+    return (
+        f"{share * 100:.2f} % of a core, of which {children * 100:.2f} % in capture "
+        f"processes and their stack dumps"
+    )
 
 
 async def _rss_at(sidecar: Sidecar, moment: float) -> float:

@@ -259,3 +259,18 @@ async def test_a_huge_exposition_is_cut_before_the_pipe_and_reported_as_in_proce
     assert sum(kept) <= 1_000_000
     assert all(m["truncated_bytes"] > 0 for m in there)
     assert there[0]["truncated_bytes"] == len(huge.encode()) - kept[0]
+
+
+async def test_the_child_leads_its_own_group_within_the_daemons_session(
+    pod: diag.Pod, tmp_path: Path
+) -> None:
+    # Its own group: killed with its stack dumpers. The daemon's session: a
+    # session of its own would be a scheduler autogroup of its own, where its
+    # niceness no longer yields the CPU to the daemon's probe answers.
+    seen = tmp_path / "ids"
+    script = _script(tmp_path, f"cut -d' ' -f1,5,6 /proc/$$/stat > {seen}\ncat > /dev/null\n")
+    with pytest.raises(ChildCaptureError):
+        await capture_in_child(diag.context(pod), IncidentStore(tmp_path / "d"), python=script)
+    pid, group, session = (int(x) for x in seen.read_text().split())
+    assert group == pid
+    assert session == os.getsid(0)
