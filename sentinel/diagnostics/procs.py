@@ -109,7 +109,7 @@ def discover(match: ProcessMatch, *, exclude: Iterable[int] = ()) -> list[Discov
     """Find vLLM processes, read each one's status first and start its CPU window."""
     excluded = {os.getpid(), *exclude}
     found = _roots(match.roots, excluded) if match.roots else _matching(match, excluded)
-    if match.include_descendants:
+    if match.include_descendants or match.roots:  # a root's descendants are the target's
         for proc in list(found.values()):
             try:
                 children = proc.children(recursive=True)

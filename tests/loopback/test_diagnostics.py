@@ -361,3 +361,6 @@ def test_discovery_by_roots_takes_the_attributed_server_only() -> None:
         rooted = {d.pid for d in discover(ProcessMatch(roots=(ours.api_pid,)))}
         assert {ours.api_pid, ours.engine_pid} <= rooted
         assert not rooted & theirs
+        # A root's descendants are the target's, whatever include_descendants says.
+        alone = ProcessMatch(roots=(ours.api_pid,), include_descendants=False)
+        assert {d.pid for d in discover(alone)} == rooted
