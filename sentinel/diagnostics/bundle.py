@@ -43,7 +43,7 @@ from sentinel import __version__
 from sentinel.canary.result import CanaryResult
 from sentinel.diagnostics import cgroup, gpu, procs, stacks
 from sentinel.diagnostics.cause import Cause, CauseClass, classify
-from sentinel.diagnostics.sizes import aligned_cuts, cut_text, json_size, kept_metrics
+from sentinel.diagnostics.sizes import cut_text, json_size, kept_metrics
 from sentinel.diagnostics.stuck import of_stuck_engines, stuck_json
 from sentinel.diagnostics.summary import iso, render_summary
 from sentinel.evidence.process_model import named_placements
@@ -323,12 +323,11 @@ def _canary_json(result: CanaryResult) -> dict[str, Any]:
 def _metrics_json(
     scrapes: Sequence[tuple[float, str]], limit: int, cut_before: Sequence[int]
 ) -> list[dict[str, Any]]:
-    kept = kept_metrics(scrapes, limit)
     out: list[dict[str, Any]] = []
-    for (at, text, cut), earlier in zip(kept, aligned_cuts(cut_before, len(kept)), strict=True):
-        entry: dict[str, Any] = {"at": iso(at), "text": text}
-        if cut + earlier:
-            entry["truncated_bytes"] = cut + earlier
+    for kept in kept_metrics(scrapes, limit, cut_before):
+        entry: dict[str, Any] = {"at": iso(kept.at), "text": kept.text}
+        if kept.cut:
+            entry["truncated_bytes"] = kept.cut
         out.append(entry)
     return out
 

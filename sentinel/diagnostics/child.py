@@ -12,7 +12,7 @@ The protocol, all of it local to one pod:
 
 - stdin: one JSON header line (the context without its ``/metrics`` texts,
   the store, the log settings), then the UTF-8 bytes of each ``/metrics``
-  text back to back, their sizes named in the header. Secrets in the config
+  text back to back, their byte sizes named in the header. Secrets in the config
   travel through the pipe, never through the child's argv (which ``/proc``
   shows to every process in the pod).
 - stdout: one JSON line, the stored incident (:class:`StoredIncident`).
@@ -39,10 +39,12 @@ from pathlib import Path
 from typing import Any
 
 from sentinel.canary.result import CanaryKind, CanaryResult, Reason
-from sentinel.diagnostics.bundle import DiagnosticsContext, Incident, Trigger
+from sentinel.diagnostics.bundle import DiagnosticsContext, Incident, Trigger, capture
 from sentinel.diagnostics.procs import ProcessMatch
-from sentinel.diagnostics.sizes import aligned_cuts, kept_metrics, utf8_size
+from sentinel.diagnostics.sizes import kept_metrics
 from sentinel.diagnostics.store import IncidentRecord, IncidentStore, RetentionPolicy
+from sentinel.telemetry.logging import configure_logging, get_logger
+from sentinel.telemetry.redact import redact, structlog_processor
 
 CHILD_MODULE = "sentinel.diagnostics.child"
 CHILD_NICENESS = 10
@@ -105,77 +107,58 @@ class StoredIncident:
 
 # -- the context on the wire ------------------------------------------------------
 
+# DiagnosticsContext fields that are not plain JSON values; every other field
+# travels as it is, so a field added to the context reaches the child too.
+_SHAPED = (
+    "trigger",
+    "process_match",
+    "metrics_text",
+    "metrics_cut",
+    "canary_history",
+    "cgroup_root",
+)
+_PLAIN = tuple(f.name for f in fields(DiagnosticsContext) if f.name not in _SHAPED)
 
-def encode_context(context: DiagnosticsContext) -> tuple[dict[str, Any], list[tuple[float, str]]]:
+
+def encode_context(context: DiagnosticsContext) -> tuple[dict[str, Any], list[str]]:
     """The JSON header of ``context``, and the ``/metrics`` texts to send after it.
 
     Only what a bundle keeps of the scrapes is sent (a 60 MB exposition is cut
-    to the section cap here, not piped whole); the header says how much was cut.
+    to the section cap here, not piped whole); the header names each text's
+    time, byte size and the bytes cut from it.
     """
-    kept = kept_metrics(context.metrics_text, context.section_max_bytes)
-    texts = [(at, text) for at, text, _ in kept]
-    header = {
-        "metrics_cut": [
-            cut + earlier
-            for (_, _, cut), earlier in zip(
-                kept, aligned_cuts(context.metrics_cut, len(kept)), strict=True
-            )
-        ],
-        "trigger": asdict(context.trigger),
-        "process_match": {
-            "titles": list(context.process_match.titles),
-            "cmdlines": list(context.process_match.cmdlines),
-            "include_descendants": context.process_match.include_descendants,
-            "roots": list(context.process_match.roots),
-        },
-        "canary_history": {
+    kept = kept_metrics(context.metrics_text, context.section_max_bytes, context.metrics_cut)
+    header = {name: getattr(context, name) for name in _PLAIN}
+    header.update(
+        trigger=asdict(context.trigger),
+        process_match=asdict(context.process_match),
+        metrics=[[k.at, k.size, k.cut] for k in kept],
+        canary_history={
             kind: [_result_json(r) for r in results]
             for kind, results in context.canary_history.items()
         },
-        "config": context.config,
-        "version": context.version,
-        "budget_s": context.budget_s,
-        "cpu_window_s": context.cpu_window_s,
-        "stack_timeout_s": context.stack_timeout_s,
-        "cgroup_root": str(context.cgroup_root),
-        "py_spy": context.py_spy,
-        "gpu_enabled": context.gpu_enabled,
-        "xid_window_s": context.xid_window_s,
-        "section_max_bytes": context.section_max_bytes,
-        "bundle_max_bytes": context.bundle_max_bytes,
+        cgroup_root=str(context.cgroup_root),
+    )
+    return header, [k.text for k in kept]
+
+
+def decode_context(header: Mapping[str, Any], texts: Sequence[str]) -> DiagnosticsContext:
+    match: dict[str, Any] = {
+        k: tuple(v) if isinstance(v, list) else v for k, v in header["process_match"].items()
     }
-    return header, texts
-
-
-def decode_context(
-    header: Mapping[str, Any], texts: Sequence[tuple[float, str]]
-) -> DiagnosticsContext:
-    match = header["process_match"]
+    metrics = header["metrics"]
+    scrapes = [(float(at), text) for (at, _, _), text in zip(metrics, texts, strict=True)]
     return DiagnosticsContext(
+        **{name: header[name] for name in _PLAIN},
         trigger=Trigger(**header["trigger"]),
-        process_match=ProcessMatch(
-            titles=tuple(match["titles"]),
-            cmdlines=tuple(match["cmdlines"]),
-            include_descendants=bool(match["include_descendants"]),
-            roots=tuple(int(pid) for pid in match["roots"]),
-        ),
-        metrics_text=tuple(texts),
-        metrics_cut=tuple(int(cut) for cut in header["metrics_cut"]),
+        process_match=ProcessMatch(**match),
+        metrics_text=tuple(scrapes),
+        metrics_cut=tuple(int(cut) for _, _, cut in metrics),
         canary_history={
             kind: tuple(_result_from_json(r) for r in results)
             for kind, results in header["canary_history"].items()
         },
-        config=header["config"],
-        version=header["version"],
-        budget_s=float(header["budget_s"]),
-        cpu_window_s=float(header["cpu_window_s"]),
-        stack_timeout_s=float(header["stack_timeout_s"]),
         cgroup_root=Path(header["cgroup_root"]),
-        py_spy=header["py_spy"],
-        gpu_enabled=bool(header["gpu_enabled"]),
-        xid_window_s=float(header["xid_window_s"]),
-        section_max_bytes=int(header["section_max_bytes"]),
-        bundle_max_bytes=int(header["bundle_max_bytes"]),
     )
 
 
@@ -208,8 +191,8 @@ async def capture_in_child(
 
     The child gets ``context.budget_s`` plus ``overhead_s`` before it is killed.
     """
-    header, texts = encode_context(context)
-    header["metrics_sizes"] = [[at, utf8_size(text)] for at, text in texts]
+    # Cutting a large exposition is CPU work: off the daemon's event loop.
+    header, texts = await asyncio.to_thread(encode_context, context)
     header["store"] = {
         "root": str(store.root),
         "max_count": store.retention.max_count,
@@ -255,22 +238,23 @@ async def capture_in_child(
 
 
 async def _exchange(
-    proc: asyncio.subprocess.Process, header: dict[str, Any], texts: Sequence[tuple[float, str]]
+    proc: asyncio.subprocess.Process, header: dict[str, Any], texts: Sequence[str]
 ) -> bytes:
     assert proc.stdin is not None
     assert proc.stdout is not None
-    try:
-        proc.stdin.write(json.dumps(header, default=str).encode() + b"\n")
-        await proc.stdin.drain()
-        for _, text in texts:
-            for i in range(0, len(text), _PIECE):
-                proc.stdin.write(text[i : i + _PIECE].encode("utf-8", "surrogatepass"))
-                await proc.stdin.drain()
-        proc.stdin.close()
-    except (BrokenPipeError, ConnectionResetError):
-        pass  # it exited early; its reply (or its lack of one) says why
+    # Its stderr is read from the start: a child blocked on a full pipe would never answer.
     relay = asyncio.create_task(_relay_logs(proc.stderr), name="diagnostics-child-log")
     try:
+        try:
+            proc.stdin.write(json.dumps(header, default=str).encode() + b"\n")
+            await proc.stdin.drain()
+            for text in texts:
+                for i in range(0, len(text), _PIECE):
+                    proc.stdin.write(text[i : i + _PIECE].encode("utf-8", "surrogatepass"))
+                    await proc.stdin.drain()
+            proc.stdin.close()
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # it exited early; its reply (or its lack of one) says why
         reply = bytearray()
         while len(reply) < MAX_REPLY_BYTES and (piece := await proc.stdout.read(65536)):
             reply += piece
@@ -283,8 +267,6 @@ async def _exchange(
 
 async def _relay_logs(stderr: asyncio.StreamReader | None) -> None:
     """Log each of the child's JSON lines again as the daemon's own; anything else as text."""
-    from sentinel.telemetry.logging import get_logger
-
     if stderr is None:
         return
     while True:
@@ -323,9 +305,6 @@ def _kill_group(proc: asyncio.subprocess.Process) -> None:
 
 def main() -> int:
     """Read the context, capture, store, answer; every failure is a logged line and exit 1."""
-    from sentinel.telemetry.logging import configure_logging, get_logger
-    from sentinel.telemetry.redact import redact, structlog_processor
-
     with contextlib.suppress(OSError):
         os.nice(CHILD_NICENESS)
     stdin = sys.stdin.buffer
@@ -334,8 +313,8 @@ def main() -> int:
         settings = header["log"]
         configure_logging(settings["level"], renderer="json", redactors=[structlog_processor])
         texts = [
-            (float(at), stdin.read(int(size)).decode("utf-8", "surrogatepass"))
-            for at, size in header["metrics_sizes"]
+            stdin.read(int(size)).decode("utf-8", "surrogatepass")
+            for _, size, _ in header["metrics"]
         ]
         stored = _capture_and_store(header, texts)
     except Exception as exc:  # a failure is reported to the daemon, never a raw traceback
@@ -348,9 +327,7 @@ def main() -> int:
     return 0
 
 
-def _capture_and_store(header: Mapping[str, Any], texts: list[tuple[float, str]]) -> StoredIncident:
-    from sentinel.diagnostics.bundle import capture
-
+def _capture_and_store(header: Mapping[str, Any], texts: list[str]) -> StoredIncident:
     context = decode_context(header, texts)
     kept = header["store"]
     store = IncidentStore(

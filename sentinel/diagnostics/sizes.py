@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 MAX_METRICS_SCRAPES = 3
 
@@ -44,26 +44,36 @@ def utf8_size(text: str, piece: int = 1024 * 1024) -> int:
     )
 
 
-def kept_metrics(scrapes: Sequence[tuple[float, str]], limit: int) -> list[tuple[float, str, int]]:
-    """The scrapes a bundle keeps, oldest first, as (time, kept text, bytes cut).
+class KeptText(NamedTuple):
+    """What a bundle keeps of one scrape."""
+
+    at: float  # wall-clock epoch seconds of the scrape
+    text: str
+    cut: int  # UTF-8 bytes cut from it, here and before it got here
+    size: int  # UTF-8 bytes of ``text``
+
+
+def kept_metrics(
+    scrapes: Sequence[tuple[float, str]], limit: int, cut_before: Sequence[int] = ()
+) -> list[KeptText]:
+    """The scrapes a bundle keeps, oldest first.
 
     The last :data:`MAX_METRICS_SCRAPES`, newest kept whole first, all of them
-    within ``limit`` bytes.
+    within ``limit`` bytes. ``cut_before`` holds bytes already cut from each
+    scrape before it got here, aligned at the newest (empty: none).
     """
-    out: list[tuple[float, str, int]] = []
+    chosen = scrapes[-MAX_METRICS_SCRAPES:]
+    earlier = list(cut_before[-len(chosen) :]) if chosen else []
+    earlier = [0] * (len(chosen) - len(earlier)) + earlier
+    out: list[KeptText] = []
     left = limit
-    for at, text in reversed(scrapes[-MAX_METRICS_SCRAPES:]):
+    for (at, text), before in zip(reversed(chosen), reversed(earlier), strict=True):
         kept, cut = cut_text(text, max(left, 0))
-        left -= utf8_size(kept)
-        out.append((at, kept, cut))
+        size = utf8_size(kept)
+        left -= size
+        out.append(KeptText(at, kept, cut + before, size))
     out.reverse()
     return out
-
-
-def aligned_cuts(cuts: Sequence[int], count: int) -> list[int]:
-    """``cuts`` aligned at the newest of ``count`` texts (0 for the older ones without one)."""
-    tail = list(cuts[-count:]) if count else []
-    return [0] * (count - len(tail)) + tail
 
 
 def json_size(value: Any) -> int:

@@ -149,7 +149,7 @@ async def test_a_child_without_a_bundle_is_an_error_not_a_crash(
 def test_the_child_reports_a_bad_context_in_one_redacted_line(tmp_path: Path) -> None:
     header = {
         "log": {"level": "info"},
-        "metrics_sizes": [],
+        "metrics": [],
         "store": {"root": str(tmp_path), "max_count": 1, "max_total_bytes": 1},
         "trigger": {"kind": "x", "reason": f"token {diag.API_KEY}"},
     }  # no process_match: a KeyError inside the child
