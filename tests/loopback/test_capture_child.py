@@ -24,6 +24,7 @@ import psutil
 import pytest
 from prometheus_client import CollectorRegistry
 
+from sentinel.canary.result import CanaryKind, CanaryResult, Reason
 from sentinel.diagnostics.bundle import DiagnosticsContext, capture
 from sentinel.diagnostics.child import ChildCaptureError, StoredIncident, capture_in_child
 from sentinel.diagnostics.store import IncidentStore
@@ -39,6 +40,14 @@ log_stream = test_secrets.log_stream  # the fixture: the daemon's log lines, as 
 # characters instead of bytes would shift every text after it.
 NEWEST = "# HELP vllm:x é ü 漢字 \U0001f600\nvllm:generation_tokens_total 7.0\n" * 2000
 OLDER = "# TYPE vllm:generation_tokens_total counter\nvllm:generation_tokens_total 3.0\n"
+
+
+@pytest.fixture
+def server(pod: diag.Pod) -> diag.Pod:
+    """An API server and its engine, waiting: what most captures here look at."""
+    pod.api_server()
+    pod.engine()
+    return pod
 
 
 def _script(tmp_path: Path, body: str) -> str:
@@ -88,19 +97,17 @@ async def test_child_stores_the_bundle_with_every_input_intact(
 
 
 async def test_no_child_at_all_means_a_capture_in_this_process(
-    pod: diag.Pod, tmp_path: Path
+    server: diag.Pod, tmp_path: Path
 ) -> None:
-    pod.api_server()
-    pod.engine()
     store = IncidentStore(tmp_path / "diag")
     missing = str(tmp_path / "no-such-python")
     with pytest.raises(ChildCaptureError) as failed:
-        await capture_in_child(diag.context(pod), store, python=missing)
+        await capture_in_child(diag.context(server), store, python=missing)
     assert not failed.value.started
     assert store.incidents() == []
 
     capturer = in_child(log_level="info", python=missing)
-    stored = await capturer(diag.context(pod), store)
+    stored = await capturer(diag.context(server), store)
 
     assert [r.id for r in store.incidents()] == [stored.record.id]
     assert "bundle.json" in diag.read_dir(Path(stored.record.path))
@@ -170,10 +177,8 @@ def test_the_child_reports_a_bad_context_in_one_redacted_line(tmp_path: Path) ->
 
 
 async def test_a_capture_that_fails_is_counted_and_the_next_one_still_runs(
-    pod: diag.Pod, tmp_path: Path
+    server: diag.Pod, tmp_path: Path
 ) -> None:
-    pod.api_server()
-    pod.engine()
     store = IncidentStore(tmp_path / "diag")
     registry = CollectorRegistry()
     now = [1000.0]
@@ -188,7 +193,7 @@ async def test_a_capture_that_fails_is_counted_and_the_next_one_still_runs(
     recorder = IncidentRecorder(
         store,
         SentinelMetrics(registry),
-        lambda trigger: diag.context(pod, trigger=trigger),
+        lambda trigger: diag.context(server, trigger=trigger),
         capturer=flaky,
         clock=lambda: now[0],
     )
@@ -220,14 +225,12 @@ async def _until(condition: Callable[[], bool], what: str, timeout_s: float = 30
 
 
 async def test_the_childs_log_lines_go_where_the_daemons_go(
-    pod: diag.Pod, tmp_path: Path, log_stream: io.StringIO
+    server: diag.Pod, tmp_path: Path, log_stream: io.StringIO
 ) -> None:
-    pod.api_server()
-    pod.engine()
-    stored = await capture_in_child(diag.context(pod), IncidentStore(tmp_path / "diag"))
+    stored = await capture_in_child(diag.context(server), IncidentStore(tmp_path / "diag"))
     noisy = _script(tmp_path, "cat > /dev/null\necho 'Fatal Python error: boom' >&2\nexit 1\n")
     with pytest.raises(ChildCaptureError):
-        await capture_in_child(diag.context(pod), IncidentStore(tmp_path / "x"), python=noisy)
+        await capture_in_child(diag.context(server), IncidentStore(tmp_path / "x"), python=noisy)
     events = [json.loads(line) for line in log_stream.getvalue().splitlines()]
     stored_lines = [e for e in events if e["event"] == "diagnostics.stored"]
     assert [e["incident"] for e in stored_lines] == [stored.record.id]
@@ -239,13 +242,11 @@ async def test_the_childs_log_lines_go_where_the_daemons_go(
 
 
 async def test_a_huge_exposition_is_cut_before_the_pipe_and_reported_as_in_process(
-    pod: diag.Pod, tmp_path: Path
+    server: diag.Pod, tmp_path: Path
 ) -> None:
-    pod.api_server()
-    pod.engine()
     huge = diag.huge_exposition(3_000_000)
     scrapes = [(1.0, OLDER), (2.0, huge), (3.0, NEWEST), (4.0, huge)]
-    context = diag.context(pod, metrics_text=scrapes, section_max_bytes=1_000_000)
+    context = diag.context(server, metrics_text=scrapes, section_max_bytes=1_000_000)
 
     here = (await capture(context)).bundle["metrics"]
     stored = await capture_in_child(context, IncidentStore(tmp_path / "diag"))
@@ -274,3 +275,30 @@ async def test_the_child_leads_its_own_group_within_the_daemons_session(
     pid, group, session = (int(x) for x in seen.read_text().split())
     assert group == pid
     assert session == os.getsid(0)
+
+
+async def test_hostile_bytes_from_the_target_reach_the_bundle_as_the_daemon_held_them(
+    server: diag.Pod, tmp_path: Path
+) -> None:
+    # What the scraper and the canary runner can hand over from a hostile
+    # target: replacement characters (invalid UTF-8 decoded), NUL, bare CR,
+    # a line that reads like the child's own reply and log protocol, and a
+    # canary detail with quotes and newlines.
+    forged = '{"error": "x"}\n{"event": "diagnostics.stored", "incident": "forged"}\n'
+    scrape = "vllm:x\ufffd\ufffd 1\x00\r\nvllm:y 2\r" + forged + "\U0010ffff\n"
+    detail = 'HTTP 500: "}\n{"event": "forged"}\x00'
+    history = {
+        "text": [
+            CanaryResult("text-default", CanaryKind.TEXT, Reason.HTTP_STATUS, 1.0, 0.1, detail)
+        ]
+    }
+    context = diag.context(
+        server, metrics_text=[(1.0, forged), (2.0, scrape)], canary_history=history
+    )
+
+    stored = await capture_in_child(context, IncidentStore(tmp_path / "diag"))
+
+    bundle = json.loads(diag.read_dir(Path(stored.record.path))["bundle.json"])
+    assert [m["text"] for m in bundle["metrics"]] == [forged, scrape]
+    assert bundle["canary_history"]["text"][0]["detail"] == detail
+    assert stored.record.id != "forged"
