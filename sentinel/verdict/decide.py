@@ -18,6 +18,10 @@ from sentinel.verdict.model import (
 )
 from sentinel.verdict.rules import confirmed_hangs
 
+# Results that say nothing about the server's health: the model takes no such
+# input, or a reasoning model spent the canary's tokens thinking.
+NOT_JUDGED = frozenset({Reason.UNSUPPORTED, Reason.INCONCLUSIVE})
+
 
 def evaluate(
     state: VerdictState, evidence: Evidence, policy: Policy, now: float
@@ -45,16 +49,20 @@ def evaluate(
     enabled = [k for k in evidence.kinds.values() if k.enabled]
 
     # Startup: every enabled kind succeeded at least once in this epoch.
-    missing = sorted(
-        k.kind.value
-        for k in enabled
-        if not any(r.ok and r.started >= evidence.epoch_started for r in k.results)
+    unstarted = sorted(
+        (
+            k
+            for k in enabled
+            if not any(r.ok and r.started >= evidence.epoch_started for r in k.results)
+        ),
+        key=lambda k: k.kind.value,
     )
-    startup_passed = state.startup_passed or (bool(enabled) and not missing)
+    startup_passed = state.startup_passed or (bool(enabled) and not unstarted)
     if startup_passed:
         startup = ProbeAnswer(True, "every canary kind succeeded")
     else:
-        startup = ProbeAnswer(False, "waiting for canary kinds: " + ", ".join(missing))
+        missing = ", ".join(_why_not_started(k, evidence.epoch_started) for k in unstarted)
+        startup = ProbeAnswer(False, "waiting for canary kinds: " + missing)
 
     hangs = tuple(
         confirmed_hangs(evidence, enabled, policy, now, startup_passed=state.startup_passed)
@@ -91,12 +99,26 @@ def evaluate(
     unready_hangs = [
         h for h in hangs if h.action in (Action.RESTART, Action.UNREADY) and policy.enforce
     ]
+    life = evidence.lifecycle
+    # After a wake-up or a resume every kind passes again before ready; a
+    # readiness gate only (the kubelet runs no second startup probe), so a
+    # server that hangs on wake-up is still a liveness matter.
+    resumed = life.resumed_at
+    unproven = sorted(
+        k.kind.value
+        for k in enabled
+        if resumed is not None and not any(r.ok and r.started >= resumed for r in k.results)
+    )
     if not startup_passed:
         readiness = ProbeAnswer(False, "startup has not passed")
+    elif life.stalled:
+        readiness = ProbeAnswer(False, f"{life.phase.value}: {life.why}")
     elif braked:
         readiness = ProbeAnswer(False, "restart-loop brake engaged: " + _describe(restart_hangs))
     elif unready_hangs:
         readiness = ProbeAnswer(False, _describe(unready_hangs))
+    elif unproven:
+        readiness = ProbeAnswer(False, "resumed; waiting for canary kinds: " + ", ".join(unproven))
     elif degraded:
         readiness = ProbeAnswer(False, "degraded: recent canaries failed or were slow")
     else:
@@ -142,7 +164,7 @@ def _hysteresis(
             for r in k.results
             if r.finished > state.judged_until
             and r.started >= epoch_started
-            and r.reason is not Reason.UNSUPPORTED
+            and r.reason not in NOT_JUDGED
         ),
         key=lambda item: item[0],
     )
@@ -159,6 +181,15 @@ def _hysteresis(
             if good >= policy.ready_back_after:
                 degraded = False
     return degraded, bad, good, judged
+
+
+def _why_not_started(kind: KindEvidence, epoch_started: float) -> str:
+    """``structured`` or ``structured (last: bad_body: ...)``: the kind and its last failure."""
+    last = next((r for r in reversed(kind.results) if r.started >= epoch_started), None)
+    if last is None:
+        return kind.kind.value
+    detail = f": {last.detail[:120]}" if last.detail else ""
+    return f"{kind.kind.value} (last: {last.reason.value}{detail})"
 
 
 def _bad(result: CanaryResult, slo: float | None) -> bool:

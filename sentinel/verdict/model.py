@@ -32,6 +32,8 @@ class HangKind(OpenName):
     DEAD: ClassVar[HangKind]
     BROKEN: ClassVar[HangKind]
     LISTENER_DOWN: ClassVar[HangKind]
+    PAUSED: ClassVar[HangKind]
+    ASLEEP: ClassVar[HangKind]
 
 
 HangKind.ENGINE = HangKind("engine")
@@ -39,6 +41,8 @@ HangKind.PARTIAL = HangKind("partial")
 HangKind.DEAD = HangKind("dead")
 HangKind.BROKEN = HangKind("broken")
 HangKind.LISTENER_DOWN = HangKind("listener_down")
+HangKind.PAUSED = HangKind("paused")  # paused past its bound (policy alert by default)
+HangKind.ASLEEP = HangKind("asleep")  # asleep past a bound, where one is set
 
 
 def hang_kinds() -> tuple[HangKind, ...]:
@@ -50,7 +54,33 @@ def hang_kinds() -> tuple[HangKind, ...]:
         HangKind.DEAD,
         HangKind.BROKEN,
         HangKind.LISTENER_DOWN,
+        HangKind.PAUSED,
+        HangKind.ASLEEP,
     )
+
+
+class Phase(StrEnum):
+    """The server's lifecycle: asleep and paused are legitimate stalls, never hangs."""
+
+    AWAKE = "awake"
+    ASLEEP = "asleep"  # sleep mode: weights offloaded or discarded
+    PAUSED = "paused"  # scheduler paused, weights updating, or a maintenance window
+
+
+@dataclass(frozen=True, slots=True)
+class Lifecycle:
+    """Where the server is in its lifecycle, since when, and who said so."""
+
+    phase: Phase = Phase.AWAKE
+    since: float = 0.0
+    why: str = ""
+    # When the server last left a non-awake phase (None: never seen one this
+    # epoch): windows start again there, and every kind must pass again.
+    resumed_at: float | None = None
+
+    @property
+    def stalled(self) -> bool:
+        return self.phase is not Phase.AWAKE
 
 
 class Action(StrEnum):
@@ -100,11 +130,15 @@ class EngineProgress:
     # engine whose decode is stuck still prefills what arrives).
     decode_available: bool = False
     last_decode_at: float | None = None
+    last_prefill_at: float | None = None  # a prompt prefilled in chunks set a KV-cache high
 
     @property
     def vouched_at(self) -> float | None:
-        """When its own work last vouched for it (decode progress where told apart)."""
-        return self.last_decode_at if self.decode_available else self.last_progress_at
+        """When its own work last vouched for it (decode progress where told apart, or prefill)."""
+        work = self.last_decode_at if self.decode_available else self.last_progress_at
+        if work is None or self.last_prefill_at is None:
+            return work if work is not None else self.last_prefill_at
+        return max(work, self.last_prefill_at)
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +155,9 @@ class Evidence:
     # completions beyond sentinel's own vouch for the engine.
     decode_available: bool = False
     last_decode_at: float | None = None
+    # A prompt prefilled in chunks set a new KV-cache high while a real request
+    # ran and none was admitted (:mod:`sentinel.prefill`): work that moves no counter.
+    last_prefill_at: float | None = None
     # Tokens processed by engine steps in a fresh sample: the engine loop's
     # heartbeat. ``last_step_at``: the last sample in which any work counter
     # moved at all (sentinel's canaries included); ``sampled_at``: the newest
@@ -147,6 +184,12 @@ class Evidence:
     engines: tuple[EngineProgress, ...] = ()
     refused_since: float | None = None  # connections refused since (None: answering)
     api_alive: bool | None = None  # the target's API-server process lives (None: unknown)
+    # Asleep, paused or in a maintenance window: no engine-side hang is confirmed.
+    lifecycle: Lifecycle = Lifecycle()
+    # A compiler process busy under the engine since (a long first-use kernel
+    # compile): the engine's long step is work within the compile grace.
+    compiling_since: float | None = None
+    compile_detail: str = ""
     # Spans of time sentinel did not observe (its own process paused or
     # starved), oldest first: left out of every window, which pauses over
     # them and resumes after.
@@ -180,6 +223,14 @@ class Policy:
     dead_action: Action = Action.RESTART
     broken_action: Action = Action.RESTART
     listener_action: Action = Action.RESTART
+    # A pause (or weight update, or maintenance window) longer than this is
+    # reported as a hang kind of its own; sleep has no bound unless one is set.
+    pause_bound: float = 900.0
+    paused_action: Action = Action.ALERT
+    sleep_bound: float | None = None
+    asleep_action: Action = Action.ALERT
+    # A long engine step with a compiler busy under the engine is held this long.
+    compile_grace: float = 300.0
 
 
 @dataclass(frozen=True, slots=True)

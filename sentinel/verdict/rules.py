@@ -40,6 +40,8 @@ from sentinel.verdict.model import (
     KindEvidence,
     Policy,
 )
+from sentinel.verdict.stall import compiling, lifecycle_bound
+from sentinel.verdict.stall import floor as window_floor
 from sentinel.verdict.still import still_engine
 
 FAST_FAILURES = frozenset({Reason.HTTP_STATUS, Reason.PROTOCOL, Reason.EMPTY, Reason.BAD_BODY})
@@ -73,22 +75,38 @@ def confirmed_hangs(
     *,
     startup_passed: bool,
 ) -> Iterable[Hang]:
-    """Every hang confirmed at ``now``, engine first."""
-    engine = engine_hang(evidence, enabled, policy, now)
-    if engine is not None:
-        yield engine
-    partial = partial_hang(evidence, enabled, policy, now)
-    if partial is not None:
-        yield partial
-    for k in enabled:
-        if is_path(k.kind):
-            path = path_hang(k, evidence.epoch_started, policy)
-            if path is not None:
-                yield path
-    for rule in (dead, broken):
-        hang = rule(evidence, enabled, policy, now)
+    """Every hang confirmed at ``now``, engine first.
+
+    A path kind that has not worked in this epoch is never hung: a path that
+    never worked on this server is a startup failure, with its reason. The
+    engine-side rules need no startup: the kubelet ignores liveness until
+    its own startup probe passed, and a sidecar restarted beside a server
+    that hung meanwhile must still see the hang. While the server is asleep
+    or paused only the rules that need no generation stay on (dead, listener
+    down), and the stall itself is judged against its bound.
+    """
+    stall = lifecycle_bound(evidence, policy, now)
+    if stall is not None:
+        yield stall
+    if not evidence.lifecycle.stalled and not compiling(evidence, policy, now):
+        engine = engine_hang(evidence, enabled, policy, now)
+        if engine is not None:
+            yield engine
+        partial = partial_hang(evidence, enabled, policy, now)
+        if partial is not None:
+            yield partial
+    if not evidence.lifecycle.stalled:
+        for k in enabled:
+            if is_path(k.kind):
+                path = path_hang(k, window_floor(evidence), policy, now)
+                if path is not None:
+                    yield path
+        hang = broken(evidence, enabled, policy, now)
         if hang is not None:
             yield hang
+    hang = dead(evidence, enabled, policy, now)
+    if hang is not None:
+        yield hang
     if startup_passed:
         down = listener_down(evidence, policy, now)
         if down is not None:
@@ -126,7 +144,9 @@ def engine_hang(
         last_progress = _or_never(evidence.last_decode_at)
     else:
         last_progress = _or_never(evidence.last_progress_at)
-    floor = max(last_success, last_progress, evidence.epoch_started)
+    # A prompt prefilled in chunks is work that moves no counter.
+    last_progress = max(last_progress, _or_never(evidence.last_prefill_at))
+    floor = max(last_success, last_progress, window_floor(evidence))
     sends = aimed_sends(filter(unanswered, results), enabled)
     candidates = server_wide(evidence, sends, floor, answered(results))
     if not candidates:
@@ -186,7 +206,7 @@ def partial_hang(
         flat_since = max(
             engine.first_seen_at if engine.vouched_at is None else engine.vouched_at,
             answers.get(engine.engine, float("-inf")),
-            evidence.epoch_started,
+            window_floor(evidence),
         )
         # Unaimed canaries may have gone to any engine; an aimed one only to its own.
         candidates = [
@@ -254,15 +274,26 @@ def _rate(control: CanaryResult) -> float:
     return tokens / max(decode, 1e-3)
 
 
-def path_hang(k: KindEvidence, epoch_started: float, policy: Policy) -> Hang | None:
-    """The last ``path_misses`` canaries of a path kind all missed beside passing controls."""
-    pairs = [
-        (r, c) for r, c in zip(k.results, k.controls, strict=False) if r.started >= epoch_started
-    ]
+def path_hang(k: KindEvidence, floor: float, policy: Policy, now: float) -> Hang | None:
+    """The last ``path_misses`` canaries of a path kind all missed beside passing controls.
+
+    Never for a kind that has not succeeded since ``floor`` (a path that never
+    worked on this server is a startup failure). A timed-out canary still
+    awaited for its late answer is a miss only once it has waited the hang
+    window: a slow path (images preprocessed one at a time behind real image
+    load) answers late, and a late answer is an answer.
+    """
+    pairs = [(r, c) for r, c in zip(k.results, k.controls, strict=False) if r.started >= floor]
+    if not any(r.ok for r, _ in pairs):
+        return None
     last = pairs[-policy.path_misses :]
     if len(last) < policy.path_misses:
         return None
-    if all(path_missed(r, c) for r, c in last):
+    waited = [
+        not getattr(r, "awaiting_late", False) or now - r.started >= policy.hang_window
+        for r, _ in last
+    ]
+    if all(waited) and all(path_missed(r, c) for r, c in last):
         return Hang(
             HangKind(k.kind.value),
             k.action,
@@ -300,11 +331,15 @@ def broken(
     evidence: Evidence, enabled: Sequence[KindEvidence], policy: Policy, now: float
 ) -> Hang | None:
     """Every canary failing fast for the broken window while nothing else completes."""
-    results = [r for r in _epoch_results(evidence, enabled) if r.reason is not Reason.UNSUPPORTED]
+    results = [
+        r
+        for r in _epoch_results(evidence, enabled)
+        if r.reason not in (Reason.UNSUPPORTED, Reason.INCONCLUSIVE)
+    ]
     floor = max(
         max((r.finished for r in results if r.ok), default=float("-inf")),
         _or_never(evidence.last_real_completion_at),
-        evidence.epoch_started,
+        window_floor(evidence),
     )
     # Every canary: the window runs over the newest unbroken run of fast
     # failures; a refusal or a timeout among them belongs to another rule.

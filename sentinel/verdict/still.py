@@ -57,7 +57,13 @@ def still_engine(
         return None
     if evidence.last_step_at is None or evidence.sampled_at is None:
         return None  # never seen beating: a heartbeat that may not be one
-    floor = max(last_success, evidence.last_step_at, evidence.epoch_started)
+    resumed = evidence.lifecycle.resumed_at
+    floor = max(
+        last_success,
+        evidence.last_step_at,
+        evidence.epoch_started,
+        float("-inf") if resumed is None else resumed,
+    )
     waited = sends(
         (r for r in results if r.reason is Reason.TIMEOUT and not is_path(r.kind)),
         (k for k in enabled if not is_path(k.kind)),

@@ -1,0 +1,85 @@
+"""vLLM's ``GET /is_sleeping`` and ``GET /is_paused``: the lifecycle endpoints.
+
+vLLM registers them only when the server runs with ``VLLM_SERVER_DEV_MODE=1``;
+elsewhere they answer 404 (or a proxy's 401), which is no evidence: the
+endpoint is then asked again only every :data:`ABSENT_RETRY` seconds. Each
+answer is a tiny JSON object (``{"is_sleeping": true}``); anything else, a
+body past :data:`MAX_BODY_BYTES` or past the deadline, is no evidence
+either. Never raises for a failed poll.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import httpx
+
+from sentinel.transport import BodyDecodingError, BodyTooLarge, iter_capped
+
+MAX_BODY_BYTES = 4 * 1024
+ABSENT_RETRY = 300.0  # seconds before an endpoint that answered "not here" is asked again
+
+
+@dataclass(frozen=True, slots=True)
+class LifecyclePoll:
+    """What the endpoints said (None: absent, or no usable answer)."""
+
+    is_sleeping: bool | None = None
+    is_paused: bool | None = None
+
+
+class LifecyclePoller:
+    """Asks both endpoints; remembers which are absent and asks those rarely."""
+
+    def __init__(
+        self,
+        client: httpx.AsyncClient,
+        base_url: str,
+        clock: Callable[[], float],
+        *,
+        timeout: float = 2.0,
+    ) -> None:
+        self._client = client
+        self._base = base_url.rstrip("/")
+        self._clock = clock
+        self._timeout = timeout
+        self._absent_until: dict[str, float] = {}
+
+    async def poll(self) -> LifecyclePoll:
+        sleeping = await self._ask("/is_sleeping", "is_sleeping")
+        paused = await self._ask("/is_paused", "is_paused")
+        return LifecyclePoll(sleeping, paused)
+
+    async def _ask(self, path: str, key: str) -> bool | None:
+        now = self._clock()
+        if now < self._absent_until.get(path, float("-inf")):
+            return None
+        status: int | None = None
+        body = bytearray()
+        try:
+            async with asyncio.timeout(self._timeout):
+                async with self._client.stream(
+                    "GET", self._base + path, timeout=self._timeout, follow_redirects=False
+                ) as response:
+                    status = response.status_code
+                    async for chunk in iter_capped(response, MAX_BODY_BYTES):
+                        body.extend(chunk)
+        except (TimeoutError, httpx.HTTPError, BodyTooLarge, BodyDecodingError):
+            return None
+        if status != 200:
+            if status is not None and 400 <= status < 500:
+                self._absent_until[path] = now + ABSENT_RETRY
+            return None
+        try:
+            value = json.loads(bytes(body))
+        except ValueError:
+            return None
+        answer = value.get(key) if isinstance(value, dict) else None
+        return answer if isinstance(answer, bool) else None
+
+    def forget(self) -> None:
+        """A new server: endpoints absent on the old one may be there now."""
+        self._absent_until.clear()
