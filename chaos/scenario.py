@@ -35,7 +35,7 @@ FaultKind = Literal[
     "slow_decode",
     "sigstop",
     "sigkill",
-    # simulator only: the hang shapes of DESIGN.md "Verdict semantics"
+    # simulator only: the hang shapes of docs/design.md "Verdict semantics"
     "stuck_running",
     "waiting_churn",
     "preemption_churn",

@@ -6,7 +6,7 @@ the shipped default timings, stops the engine process with SIGSTOP (vLLM's
 own ``/health`` keeps answering 200), and prints the timeline as sentinel's
 real HTTP and gRPC endpoints report it: healthy, hang injected, liveness red
 after N s, diagnostics written, engine resumed, green again. Exit 0 when all
-of that happened within the budget DESIGN.md promises.
+of that happened within the budget docs/design.md promises.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from sentinel.config import load_settings
 from sentinel.exitcode import ExitCode
 
-RED_BUDGET = 60.0  # DESIGN.md: a hang must turn liveness red well inside a minute
+RED_BUDGET = 60.0  # docs/design.md: a hang must turn liveness red well inside a minute
 GREEN_BUDGET = 60.0
 STARTUP_BUDGET = 60.0
 

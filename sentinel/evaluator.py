@@ -19,11 +19,14 @@ its Service before anything else stops.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from sentinel.canary.result import Reason
+from sentinel.canary.kinds import unvalidatable
+from sentinel.canary.protocol import ServerFacts
+from sentinel.canary.result import CanaryKind, Reason
+from sentinel.canary.spec import CanarySpec
 from sentinel.config import Settings
 from sentinel.health import HealthSnapshot, HealthState
 from sentinel.incidents import IncidentRecorder
@@ -63,6 +66,8 @@ class Evaluator:
         observations: Observations,
         config: Mapping[str, Any],
         on_server_restart: Callable[[], None] = lambda: None,
+        maintenance: Callable[[float], str | None] = lambda now: None,
+        specs: Sequence[CanarySpec] = (),
     ) -> None:
         self.settings = settings
         self.policy = settings.policy()
@@ -73,6 +78,9 @@ class Evaluator:
         self.observations = observations
         self.config = config
         self.on_server_restart = on_server_restart
+        self.maintenance = maintenance  # the reason of the window in force, if any
+        self.specs = tuple(specs)  # the canaries run: which kinds the command line rules out
+        self._disabled_said: set[tuple[CanaryKind, str]] = set()
         self.verdict_state = VerdictState()
         self.verdict: Verdict | None = None
         self.priority = PriorityReport()
@@ -94,6 +102,7 @@ class Evaluator:
             self.on_server_restart()
             log.warning("server_restart_seen", epoch=ledger.epoch, reason=ledger.epoch_reason)
         self._check_own_stall(now)
+        self._disable_unvalidatable()
         evidence = ledger.evidence(
             now, freshness=self.settings.evidence_freshness, unobserved=tuple(self.unobserved)
         )
@@ -165,6 +174,26 @@ class Evaluator:
                 self.transitions.append(Transition(now, probe, answer.ok, answer.reason))
                 log.info("verdict_changed", probe=probe, ok=answer.ok, reason=answer.reason)
 
+    def _disable_unvalidatable(self) -> None:
+        """Disable each kind the server's command line says cannot be validated; log it once.
+
+        Known from the command line (``ProcessSnapshot.reasoning_parser``), not
+        guessed from replies. Runs before the verdict and again after a server
+        restart, whose new epoch re-enables every kind.
+        """
+        snapshot = self.ledger.processes
+        if snapshot is None or not self.specs:
+            return
+        facts = ServerFacts(reasoning_parser=snapshot.reasoning_parser)
+        for kind, why in unvalidatable(self.specs, facts).items():
+            record = self.ledger.records.get(kind)
+            if record is None or not record.enabled:
+                continue
+            self.ledger.disable(kind, why)
+            if (kind, why) not in self._disabled_said:
+                self._disabled_said.add((kind, why))
+                log.warning("canary_kind_disabled", kind=kind.value, why=why)
+
     def _update_priority(self) -> None:
         configured = self.settings.scheduling_policy
         if configured != "auto":
@@ -205,6 +234,7 @@ class Evaluator:
             priority_effective=self.priority.effective,
             progress_at=self.ledger.progress.last_progress_at,
             brake_engaged=verdict.brake_engaged,
+            phase=self.ledger.lifecycle.current.phase.value,
             status=status_document(
                 now=now,
                 target=self.settings.target,

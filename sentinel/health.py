@@ -31,6 +31,7 @@ class HealthSnapshot:
     priority_effective: bool | None = None  # None: unknown (no process visible, no config)
     progress_at: float | None = None  # monotonic time of the last real progress seen
     brake_engaged: bool = False  # the restart-loop brake holds a hang at unready
+    phase: str = "awake"  # the server's lifecycle phase: awake, asleep, paused
     status: Mapping[str, Any] = field(default_factory=dict)  # JSON-able, served by /status
     version: int = 0
 

@@ -54,9 +54,15 @@ SECONDS_RANGES: dict[str, tuple[float, float]] = {
     "no_evidence_window": (1.0, DAY),
     "dead_grace": (0.0, 3600.0),
     "brake_window": (60.0, 7 * DAY),
+    "maintenance_max": (1.0, DAY),
     "shutdown_timeout": (0.1, 600.0),
     "interval": (0.1, DAY),
     "deadline": (0.1, 3600.0),
+    "late_wait": (0.0, DAY),
+    "lifecycle_interval": (0.1, 3600.0),
+    "pause_bound": (1.0, 30 * DAY),
+    "sleep_bound": (1.0, 365 * DAY),
+    "compile_grace": (0.0, DAY),
 }
 # Every cap and count: (least, most, unit). A cap of 0 would refuse every
 # answer; one of 10**18 is no cap at all.
@@ -116,7 +122,7 @@ class CanaryOverride(BaseModel):
 
 
 class Settings(BaseModel):
-    """Every knob of ``sentinel run``; the defaults are DESIGN.md's table."""
+    """Every knob of ``sentinel run``; the defaults are the README's defaults table."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -127,6 +133,10 @@ class Settings(BaseModel):
     probes: Path | None = None
     enforce: bool = True
     api_key_file: Path | None = None
+    # The /maintenance hook (sentinel.maintenance): the file holding its bearer
+    # token (None: the hook is off) and the longest window one request may set.
+    maintenance_token_file: Path | None = None
+    maintenance_max: float = 3600.0
     diagnostics_dir: Path = Path("/tmp/sentinel-diagnostics")
     diagnostics: bool = True
     diagnostics_max_incidents: int = 20
@@ -164,6 +174,16 @@ class Settings(BaseModel):
     dead_policy: Action = _POLICY.dead_action
     broken_policy: Action = _POLICY.broken_action
     listener_policy: Action = _POLICY.listener_action
+    # Lifecycle (sleep, pause, weight updates): how often /is_sleeping and
+    # /is_paused are asked (where the server runs VLLM_SERVER_DEV_MODE=1), how
+    # long a pause may last before it is reported, and whether sleep is bounded.
+    lifecycle_interval: float = 5.0
+    pause_bound: float = _POLICY.pause_bound
+    paused_policy: Action = _POLICY.paused_action
+    sleep_bound: float | None = _POLICY.sleep_bound
+    asleep_policy: Action = _POLICY.asleep_action
+    # A long engine step with a compiler process busy under the engine.
+    compile_grace: float = _POLICY.compile_grace
     shutdown_timeout: float = 5.0
     # Caps on what the target may send (hostile or merely huge answers).
     # vLLM's whole exposition is well under 1 MiB and the series sentinel
@@ -174,6 +194,10 @@ class Settings(BaseModel):
     metrics_max_line_bytes: int = 64 * 1024
     metrics_max_series: int = 1_000
     canary_max_bytes: int = 1024 * 1024
+    # A late answer is an answer: a canary past its deadline is recorded as a
+    # timeout, but one per kind is still awaited in the background up to this
+    # many seconds past its send (0: never; else at least every deadline).
+    late_wait: float = 120.0
     canaries: dict[str, CanaryOverride] = Field(default_factory=dict)
 
     log_format: Literal["auto", "json", "console"] = "auto"
@@ -247,6 +271,11 @@ class Settings(BaseModel):
         if not deadlines:
             return
         name, longest = max(deadlines.items(), key=lambda item: item[1])
+        if 0 < self.late_wait < longest:
+            raise ValueError(
+                f"late_wait must be 0 or at least every canary deadline "
+                f"({self.late_wait:g} s < {longest:g} s, the deadline of canary {name!r})"
+            )
         for window in ("hang_window", "broken_window"):
             value = getattr(self, window)
             if value < longest:
@@ -279,6 +308,11 @@ class Settings(BaseModel):
             listener_grace=self.listener_grace,
             broken_action=self.broken_policy,
             listener_action=self.listener_policy,
+            pause_bound=self.pause_bound,
+            paused_action=self.paused_policy,
+            sleep_bound=self.sleep_bound,
+            asleep_action=self.asleep_policy,
+            compile_grace=self.compile_grace,
         )
 
 

@@ -1,4 +1,4 @@
-"""DESIGN.md's metric contract, written once for every test that checks it.
+"""docs/design.md's metric contract, written once for every test that checks it.
 
 Dashboards and alerts rely on these names and types, so the tests keep their
 own copy instead of reading sentinel's: dropping a metric from the code must
@@ -22,5 +22,6 @@ CONTRACT_METRICS = {
     "sentinel_server_restarts_total": "counter",
     "sentinel_restart_brake_engaged": "gauge",
     "sentinel_loop_errors_total": "counter",
+    "sentinel_server_phase": "gauge",
 }
 CONTRACT = frozenset(CONTRACT_METRICS)

@@ -19,6 +19,7 @@ from sentinel.diagnostics.store import IncidentRecord
 from sentinel.evidence.processes import ProcessInfo, SchedulingPolicy
 from sentinel.incidents import OpenIncident
 from sentinel.ledger import Ledger
+from sentinel.maintenance import MaintenanceInfo
 from sentinel.progress import STEP_COUNTER
 from sentinel.verdict import Verdict
 
@@ -96,6 +97,16 @@ def status_document(
             "reachable": ledger.reachable,
             "vllm_health_status": ledger.health_status,
         },
+        # Asleep, paused (or a weight update, or a maintenance window): since
+        # when, who said so, and when the server last resumed.
+        "lifecycle": {
+            "phase": ledger.lifecycle.current.phase.value,
+            "for": age(ledger.lifecycle.current.since)
+            if ledger.lifecycle.current.stalled
+            else None,
+            "why": ledger.lifecycle.current.why or None,
+            "resumed_age": age(ledger.lifecycle.current.resumed_at),
+        },
         "priority": {
             "policy": priority.policy,
             "source": priority.source,
@@ -116,6 +127,11 @@ def status_document(
             # sentinel's own canaries (discounted at all times).
             "progress": ledger.progress.report(now),
             "refused_age": age(ledger.refused_since),
+            # Work that moves no counter: a prompt prefilled in chunks (KV-cache
+            # highs) and a compiler busy under the engine (a long compile step).
+            "prefill_age": age(ledger.progress.last_prefill_at),
+            "compiling_for": age(ledger.compiling_since),
+            "compiling": ledger.compile_detail or None,
             "last_scrape_error": last_scrape_error or None,
             # Why the last /health poll gave no evidence, and what each loop
             # survived (loop name -> errors, last, ago): failed reads and
@@ -181,6 +197,22 @@ def status_document(
             for t in transitions
         ],
         "config": config,
+    }
+
+
+def maintenance_json(info: MaintenanceInfo | None, now: float) -> dict[str, Any] | None:
+    """The maintenance window (``/status``'s ``maintenance``, ``/maintenance``), None without one.
+
+    Ages, not timestamps: ``for`` since it was set, ``remaining`` until it ends,
+    ``seconds`` its whole length.
+    """
+    if info is None:
+        return None
+    return {
+        "reason": info.reason,
+        "seconds": round(info.seconds, 3),
+        "remaining": round(info.remaining(now), 3),
+        "for": round(now - info.since, 3),
     }
 
 

@@ -22,7 +22,7 @@ from prometheus_client.registry import Collector
 from sentinel.canary.kinds import names as canary_kinds
 from sentinel.canary.result import CanaryResult, Reason
 from sentinel.health import HealthState
-from sentinel.verdict import HangKind, hang_kinds
+from sentinel.verdict import HangKind, Phase, hang_kinds
 
 # Canary latencies span a 1-token answer on an idle GPU (tens of ms) to a
 # deadline miss (8-10 s by default, 30 s at most in any sane config).
@@ -35,6 +35,8 @@ FAILURE = "failure"
 # Skip reasons known up front; others are accepted but appear only once used.
 SKIP_REASONS = ("busy", "disabled")
 PROBES = ("liveness", "readiness", "startup")
+PHASES = tuple(p.value for p in Phase)
+MAINTENANCE_ACTIONS = ("set", "cleared", "expired")
 
 
 class SentinelMetrics:
@@ -70,6 +72,14 @@ class SentinelMetrics:
             "Time to the first generated token of streaming canaries.",
             ["kind"],
             buckets=CANARY_BUCKETS,
+            registry=registry,
+        )
+        self.canary_late_answers = Counter(
+            "sentinel_canary_late_answers_total",
+            "Late results of canaries awaited past their deadline (already counted as "
+            "timeouts), by kind and outcome (the late result's reason: ok, or why it failed; "
+            "timeout: no answer within late_wait either).",
+            ["kind", "outcome"],
             registry=registry,
         )
         self.hang_detections = Counter(
@@ -109,6 +119,19 @@ class SentinelMetrics:
             ["loop"],
             registry=registry,
         )
+        self.maintenance_changes = Counter(
+            "sentinel_maintenance_changes_total",
+            "Maintenance windows set, cleared or run out, by action (the /maintenance hook).",
+            ["action"],
+            registry=registry,
+        )
+        self.maintenance_unauthorized = Counter(
+            "sentinel_maintenance_unauthorized_total",
+            "Requests to /maintenance refused for a missing or wrong bearer token.",
+            registry=registry,
+        )
+        for action in MAINTENANCE_ACTIONS:
+            self.maintenance_changes.labels(action)
         self._preinitialize()
         if state is not None:
             registry.register(HealthCollector(state, clock))
@@ -122,18 +145,29 @@ class SentinelMetrics:
                     self.canary_total.labels(kind.value, FAILURE, reason.value)
             self.canary_duration.labels(kind.value)
             self.canary_ttft.labels(kind.value)
+            for reason in (Reason.OK, Reason.TIMEOUT):
+                self.canary_late_answers.labels(kind.value, reason.value)
         for hang in hang_kinds():
             self.hang_detections.labels(hang.value)
         for skip in SKIP_REASONS:
             self.canaries_skipped.labels(skip)
+
+    def maintenance_changed(self, action: str) -> None:
+        """A maintenance window was ``set``, ``cleared`` or ``expired``."""
+        if action not in MAINTENANCE_ACTIONS:
+            raise ValueError(f"unknown maintenance action {action!r}")
+        self.maintenance_changes.labels(action).inc()
 
     def loop_failed(self, loop: str) -> None:
         """One exception caught by the supervision of ``loop``; the loop carried on."""
         self.loop_errors.labels(loop).inc()
 
     def observe_canary(self, result: CanaryResult) -> None:
-        outcome = SUCCESS if result.ok else FAILURE
         kind = result.kind.value
+        if result.late:  # the canary itself was counted when it missed its deadline
+            self.canary_late_answers.labels(kind, result.reason.value).inc()
+            return
+        outcome = SUCCESS if result.ok else FAILURE
         self.canary_total.labels(kind, outcome, result.reason.value).inc()
         self.canary_duration.labels(kind).observe(result.duration)
         if result.ttft is not None:
@@ -178,7 +212,7 @@ class HealthCollector(Collector):
 
     def collect(self) -> Iterable[Metric]:
         snapshot = self._state.snapshot()
-        verdict, priority, progress, enforce, brake = self._families()
+        verdict, priority, progress, enforce, brake, phase = self._families()
         for probe, answer in zip(
             PROBES, (snapshot.liveness, snapshot.readiness, snapshot.startup), strict=True
         ):
@@ -194,6 +228,9 @@ class HealthCollector(Collector):
         yield enforce
         brake.add_metric([], 1.0 if snapshot.brake_engaged else 0.0)
         yield brake
+        for name in PHASES:
+            phase.add_metric([name], 1.0 if snapshot.phase == name else 0.0)
+        yield phase
 
     @staticmethod
     def _families() -> tuple[GaugeMetricFamily, ...]:
@@ -221,5 +258,11 @@ class HealthCollector(Collector):
                 "sentinel_restart_brake_engaged",
                 "1 while the restart-loop brake holds a repeated hang at unready "
                 "instead of failing liveness again.",
+            ),
+            GaugeMetricFamily(
+                "sentinel_server_phase",
+                "The inference server's lifecycle phase: 1 on the current one "
+                "(asleep and paused are legitimate stalls, never hangs).",
+                labels=["phase"],
             ),
         )

@@ -3,7 +3,7 @@
 Nothing here does I/O, reads a clock or touches asyncio: the daemon gathers
 :class:`Evidence`, calls :func:`evaluate` with the previous
 :class:`VerdictState` and publishes what comes back. That keeps every rule of
-DESIGN.md's "Verdict semantics" testable with tables and exact times.
+docs/design.md's "Verdict semantics" testable with tables and exact times.
 
 The package is split by concern: :mod:`~sentinel.verdict.model` (the
 vocabulary), :mod:`~sentinel.verdict.clock` (observed time: sentinel's own

@@ -198,7 +198,7 @@ class Evidence:
 
 @dataclass(frozen=True, slots=True)
 class Policy:
-    """Thresholds of the verdict (DESIGN.md defaults)."""
+    """Thresholds of the verdict (the README's defaults table)."""
 
     enforce: bool = True
     hang_window: float = 15.0

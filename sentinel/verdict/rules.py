@@ -1,4 +1,4 @@
-"""The hang rules of DESIGN.md's "Verdict semantics", one function per confirmed kind.
+"""The hang rules of docs/design.md's "Verdict semantics", one function per confirmed kind.
 
 Each rule reads frozen :class:`~sentinel.verdict.model.Evidence` and returns a
 :class:`~sentinel.verdict.model.Hang` or None. Windows are measured in

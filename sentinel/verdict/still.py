@@ -3,7 +3,7 @@
 Where vLLM exposes the tokens its engine steps process, every step that
 yields a token moves a work counter, and every step refreshes the running and
 waiting gauges; so a canary that waited with no counter moving and both
-gauges at 0 has a stopped engine loop behind it. DESIGN.md's engine-hang rule keeps its window
+gauges at 0 has a stopped engine loop behind it. docs/design.md's engine-hang rule keeps its window
 for every other shape (a busy-looking server, one whose decode alone is
 stuck, one whose evidence lapsed); this one only confirms sooner.
 """

@@ -1,6 +1,6 @@
 """Every hang shape, end to end: sentinel against the simulator, one fault per case.
 
-What DESIGN.md "Verdict semantics" promises, held at loopback with scaled-down
+What docs/design.md "Verdict semantics" promises, held at loopback with scaled-down
 timings (hang window 4 s, broken window 16 s, listener-down grace 3 s, canary
 interval 1 s; the shipped 15 s window scales to 4 s and the others by the same
 ratio, so "red within 45 s" becomes red within :data:`RED_WITHIN`):

@@ -1,6 +1,6 @@
 """The shape of the code, checked: layering contracts, file sizes, import cycles.
 
-The layering rules of DESIGN.md live in `.importlinter` at the repository root
+The layering rules of docs/design.md live in `.importlinter` at the repository root
 and are checked by import-linter here, so a new import that crosses a layer
 fails `make test` with the contract it breaks.
 """

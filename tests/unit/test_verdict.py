@@ -1,7 +1,7 @@
-"""The verdict against DESIGN.md's "Verdict semantics", on a virtual clock.
+"""The verdict against docs/design.md's "Verdict semantics", on a virtual clock.
 
 Every time below is a plain number of seconds; nothing sleeps or reads a clock.
-Defaults come from DESIGN.md's table: text deadline 8 s, structured and
+Defaults come from the README's defaults table: text deadline 8 s, structured and
 multimodal 10 s, hang window H 15 s, 30 s without progress evidence, readiness
 out after 2 bad results and back after 3 good ones, brake after 3 restarts an
 hour.
@@ -641,11 +641,25 @@ def test_path_hang_needs_two_consecutive_misses_with_passing_text_controls(
     [pytest.param(2, False, id="default-needs-two"), pytest.param(1, True, id="policy-one")],
 )
 def test_the_first_path_miss_of_an_epoch(misses_needed: int, hung: bool) -> None:
+    worked = pair(80, STRUCTURED, Reason.OK)
     miss, control = pair(100, STRUCTURED, Reason.TIMEOUT)
     assert control is not None
-    ev = evidence(text(ok(90), control), path_kind(STRUCTURED, [(miss, control)]))
+    ev = evidence(text(ok(90), control), path_kind(STRUCTURED, [worked, (miss, control)]))
     verdict = once(ev, now=111.0, policy=Policy(path_misses=misses_needed))
     assert (hang_of(verdict, HangKind(STRUCTURED)) is not None) is hung
+
+
+@pytest.mark.parametrize("misses", [1, 2, 5])
+def test_a_path_that_never_worked_is_a_startup_failure_not_a_hang(misses: int) -> None:
+    """Never working is not a hang: startup names the kind, liveness stays green."""
+    pairs = [pair(100 + 10 * i, STRUCTURED, Reason.BAD_BODY) for i in range(misses)]
+    controls = tuple(c for _, c in pairs if c is not None)
+    ev = evidence(KindEvidence(TEXT, results=controls), path_kind(STRUCTURED, pairs))
+    verdict = once(ev, now=200.0, policy=Policy(path_misses=1))
+    assert hang_of(verdict, HangKind(STRUCTURED)) is None
+    assert verdict.liveness.ok
+    assert not verdict.startup.ok
+    assert "structured" in verdict.startup.reason
 
 
 def test_hang_kinds_are_engine_partial_each_path_kind_dead_broken_and_listener() -> None:
@@ -655,7 +669,13 @@ def test_hang_kinds_are_engine_partial_each_path_kind_dead_broken_and_listener()
         HangKind(STRUCTURED),
         HangKind(MULTIMODAL),
     )
-    assert hang_kinds()[-3:] == (HangKind.DEAD, HangKind.BROKEN, HangKind.LISTENER_DOWN)
+    assert hang_kinds()[-5:] == (
+        HangKind.DEAD,
+        HangKind.BROKEN,
+        HangKind.LISTENER_DOWN,
+        HangKind.PAUSED,
+        HangKind.ASLEEP,
+    )
     assert HangKind(TEXT) not in hang_kinds()
 
 
@@ -911,7 +931,7 @@ def test_new_epoch_ignores_path_misses_of_the_previous_server() -> None:
 
 
 def test_new_epoch_readiness_does_not_inherit_failures_of_the_previous_server() -> None:
-    """DESIGN.md: on a server restart "all verdict state resets".
+    """docs/design.md: on a server restart "all verdict state resets".
 
     Failures of the previous server must not keep the new one unready once it
     passed startup, just as they no longer count for startup or hangs.
