@@ -39,14 +39,12 @@ from sentinel.config import Settings, effective_config, read_api_key, split_host
 from sentinel.diagnostics.bundle import DiagnosticsContext, Trigger
 from sentinel.diagnostics.procs import ProcessMatch
 from sentinel.evaluator import Evaluator
-from sentinel.evidence.metrics import MetricsScraper, ScrapeLimits
-from sentinel.evidence.processes import ProcessWatcher
-from sentinel.evidence.vllm_health import VllmHealthPoller
 from sentinel.health import HealthState
 from sentinel.incidents import IncidentRecorder, in_child
 from sentinel.ledger import Ledger
 from sentinel.observers import LoopFailures, Observers, Step, every, supervised
 from sentinel.scheduler import Scheduler
+from sentinel.serve.maintenance import MaintenanceHook
 from sentinel.serve.probe_thread import ThreadedHttpServer
 from sentinel.telemetry.logging import get_logger
 from sentinel.telemetry.metrics import SentinelMetrics
@@ -84,6 +82,9 @@ class Daemon:
         self.registry = CollectorRegistry()
         self.state = HealthState(enforce=settings.enforce, clock=clock)
         self.metrics = SentinelMetrics(self.registry, self.state, clock=clock)
+        # "Paused until", set through /maintenance; evidence asks self.maintenance.active(now).
+        self.maintenance_hook = MaintenanceHook.build(settings, clock, self.metrics)
+        self.maintenance = self.maintenance_hook.window
         self.ledger = Ledger(self._kinds(), clock())
         self.started = asyncio.Event()
         self.http: ThreadedHttpServer | None = None
@@ -111,7 +112,13 @@ class Daemon:
             observations=self.observers.observations,
             config=self.config_json,
             on_server_restart=self._forget_baselines,
+            specs=self.specs,
+            maintenance=self._maintenance_reason,
         )
+
+    def _maintenance_reason(self, now: float) -> str | None:
+        window = self.maintenance.active(now)
+        return None if window is None else window.reason or "no reason given"
 
     def _kinds(self) -> list[tuple[CanaryKind, Action, float | None]]:
         kinds: dict[CanaryKind, tuple[CanaryKind, Action, float | None]] = {}
@@ -142,6 +149,7 @@ class Daemon:
             port,
             extra_routes=self.incidents.routes(),
             shutdown_timeout=settings.shutdown_timeout,
+            maintenance=self.maintenance_hook,
         )
         if settings.grpc_listen is not None:
             from sentinel.serve.grpc import GrpcHealthServer
@@ -272,32 +280,15 @@ class Daemon:
             beat=self.state.beat,
             on_result=self._on_result,
             on_error=self.failures.record,
+            late_wait=self.settings.late_wait,
         )
 
     def _observer_steps(self, client: httpx.AsyncClient) -> list[tuple[str, float, Step]]:
         """(heartbeat name, interval, step) of every periodic loop besides the canaries."""
-        settings, observers = self.settings, self.observers
-        limits = ScrapeLimits(
-            max_bytes=settings.metrics_max_bytes,
-            max_lines=settings.metrics_max_lines,
-            max_line_bytes=settings.metrics_max_line_bytes,
-            max_series=settings.metrics_max_series,
+        steps = self.observers.evidence_steps(
+            self.settings, client, listen_port=target_port(self.settings.target)
         )
-        scraper = MetricsScraper(
-            client, settings.target, self.clock, timeout=settings.scrape_timeout, limits=limits
-        )
-        health = VllmHealthPoller(
-            client, settings.target, self.clock, timeout=settings.health_timeout
-        )
-        steps: list[tuple[str, float, Step]] = [
-            ("scrape", settings.scrape_interval, observers.scrape_step(scraper)),
-            ("vllm-health", settings.health_interval, observers.health_step(health)),
-            ("evaluate", settings.eval_interval, self._evaluate_step),
-        ]
-        if settings.watch_processes:
-            watcher = ProcessWatcher(self.clock, listen_port=target_port(settings.target))
-            steps.append(("processes", settings.process_interval, observers.process_step(watcher)))
-        return steps
+        return [*steps, ("evaluate", self.settings.eval_interval, self._evaluate_step)]
 
     async def _every(self, name: str, interval: float, step: Step) -> None:
         await every(

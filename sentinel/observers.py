@@ -20,11 +20,15 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import httpx
+
 from sentinel.evidence.failure import EvidenceFailure
-from sentinel.evidence.metrics import MetricsScraper, ScrapeError
+from sentinel.evidence.lifecycle_poll import LifecyclePoller
+from sentinel.evidence.metrics import MetricsScraper, ScrapeError, ScrapeLimits
 from sentinel.evidence.processes import ProcessWatcher
 from sentinel.evidence.vllm_health import VllmHealthPoller
 from sentinel.ledger import Ledger
+from sentinel.settings import Settings
 from sentinel.telemetry.logging import get_logger
 
 log = get_logger("sentinel.observers")
@@ -188,6 +192,32 @@ class Observers:
         self.wall_clock = wall_clock  # bundles show when a /metrics text was taken
         self.observations = Observations()
 
+    def evidence_steps(
+        self, settings: Settings, client: httpx.AsyncClient, *, listen_port: int | None
+    ) -> list[tuple[str, float, Step]]:
+        """(heartbeat name, interval, step) of every evidence loop ``settings`` asks for."""
+        limits = ScrapeLimits(
+            max_bytes=settings.metrics_max_bytes,
+            max_lines=settings.metrics_max_lines,
+            max_line_bytes=settings.metrics_max_line_bytes,
+            max_series=settings.metrics_max_series,
+        )
+        target, clock, timeout = settings.target, self.clock, settings.health_timeout
+        scraper = MetricsScraper(
+            client, target, clock, timeout=settings.scrape_timeout, limits=limits
+        )
+        health = VllmHealthPoller(client, target, clock, timeout=timeout)
+        lifecycle = LifecyclePoller(client, target, clock, timeout=timeout)
+        steps: list[tuple[str, float, Step]] = [
+            ("scrape", settings.scrape_interval, self.scrape_step(scraper)),
+            ("vllm-health", settings.health_interval, self.health_step(health)),
+            ("lifecycle", settings.lifecycle_interval, self.lifecycle_step(lifecycle)),
+        ]
+        if settings.watch_processes:
+            watcher = ProcessWatcher(clock, listen_port=listen_port)
+            steps.append(("processes", settings.process_interval, self.process_step(watcher)))
+        return steps
+
     def scrape_step(self, scraper: MetricsScraper) -> Step:
         """One ``/metrics`` sample into the progress tracker; a counter going down is a restart."""
         ledger, seen = self.ledger, self.observations
@@ -216,6 +246,7 @@ class Observers:
                 own_in_flight=ledger.in_flight(),
             )
             previous_at = sample.at
+            ledger.observe_lifecycle(self.clock(), gauges=sample.gauges)
             if update.restarted:
                 ledger.new_epoch("a vLLM counter went down", self.clock())
 
@@ -244,6 +275,23 @@ class Observers:
                 if poll.failure is None:
                     seen.last_health_error = ""
                 self.ledger.observe_health(poll.status, self.clock())
+
+        return step
+
+    def lifecycle_step(self, poller: LifecyclePoller) -> Step:
+        """``/is_sleeping`` and ``/is_paused``, where the server has them."""
+        ledger = self.ledger
+        epoch = ledger.epoch
+
+        async def step() -> None:
+            nonlocal epoch
+            if ledger.epoch != epoch:
+                epoch = ledger.epoch
+                poller.forget()
+            poll = await poller.poll()
+            ledger.observe_lifecycle(
+                self.clock(), is_sleeping=poll.is_sleeping, is_paused=poll.is_paused
+            )
 
         return step
 
