@@ -28,6 +28,7 @@ from sentinel.canary.spec import (
     CanaryKind,
     Endpoint,
     Policy,
+    ReasoningOption,
     SpecFieldError,
 )
 
@@ -41,12 +42,14 @@ if TYPE_CHECKING:
 # would pile up behind one slow request and the scheduler would learn late.
 MAX_DEADLINE_INTERVALS = 2.0
 MAX_JITTER = 0.5
-# Body fields sentinel sets from the spec; a template that set them would fight the spec.
+# Body fields sentinel sets (from the spec, or per run); a template that set them would
+# fight sentinel. The value says where sentinel takes it from.
 OWNED_REQUEST_KEYS = {
-    "priority": "priority",
-    "stream": "stream",
-    "stream_options": "stream",
-    "response_format": "schema",
+    "priority": "the spec's 'priority'",
+    "stream": "the spec's 'stream'",
+    "stream_options": "the spec's 'stream'",
+    "response_format": "the spec's 'schema'",
+    "user": "each run's nonce (no two canary bodies alike, past any cache)",
 }
 # Spec fields that name a file beside the catalog's YAML.
 ASSET_FIELDS = frozenset({"image"})
@@ -107,6 +110,7 @@ class _SpecFile(BaseModel):
     schema_: dict[str, Any] | None = Field(default=None, alias="schema")
     image: str | None = None
     latency_slo: float | None = Field(default=None, gt=0)
+    reasoning: ReasoningOption = "auto"
 
 
 def default_directory() -> Traversable:
@@ -210,6 +214,7 @@ def _load_file(root: Traversable, file: Traversable, label: str) -> CanarySpec:
         policy=parsed.policy,
         enabled=parsed.enabled,
         latency_slo=parsed.latency_slo,
+        reasoning=parsed.reasoning,
         source=label,
         **kind_values,
     )
@@ -251,11 +256,9 @@ def _pydantic_problem(error: Mapping[str, Any]) -> str:
 
 
 def _check_request(label: str, request: Mapping[str, Any], endpoint: str) -> None:
-    for key, spec_field in OWNED_REQUEST_KEYS.items():
+    for key, source in OWNED_REQUEST_KEYS.items():
         if key in request:
-            raise CatalogError(
-                label, f"request.{key}", f"set by sentinel from the spec's {spec_field!r}"
-            )
+            raise CatalogError(label, f"request.{key}", f"set by sentinel from {source}")
     if "model" in request and not isinstance(request["model"], str):
         raise CatalogError(label, "request.model", "must be a string")
     max_tokens = request.get("max_tokens")
@@ -276,6 +279,9 @@ def _check_request(label: str, request: Mapping[str, Any], endpoint: str) -> Non
                 )
         if not any(m.get("role") == "user" for m in messages):
             raise CatalogError(label, "request.messages", "needs a user message")
+        if not isinstance(request.get("chat_template_kwargs", {}), dict):
+            # sentinel adds enable_thinking: false to it (unless it names enable_thinking).
+            raise CatalogError(label, "request.chat_template_kwargs", "must be a mapping")
     elif endpoint == COMPLETIONS_ENDPOINT:
         if "messages" in request:
             raise CatalogError(label, "request.messages", f"{endpoint} takes prompt, not messages")
@@ -343,6 +349,7 @@ def describe(specs: Iterable[CanarySpec]) -> list[dict[str, Any]]:
             "policy": s.policy,
             "enabled": s.enabled,
             "latency_slo": s.latency_slo,
+            "reasoning": s.reasoning,
             "source": s.source,
         }
         for s in specs

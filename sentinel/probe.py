@@ -44,7 +44,8 @@ class TargetReport:
 
     ``error`` is set when the served model could not be resolved, in which case
     no canary ran. A multimodal canary the model rejects as unsupported counts
-    as skipped, not unhealthy: a text-only model is not a broken server.
+    as skipped, not unhealthy: a text-only model is not a broken server; an
+    inconclusive canary (a reasoning model that only thought) is not a failure.
     """
 
     url: str
@@ -59,9 +60,11 @@ class TargetReport:
 
 
 def outcome(result: CanaryResult) -> str:
-    """``ok``, ``skipped`` (the model takes no images) or ``fail``."""
+    """``ok``, ``skipped`` (the model takes no images), ``inconclusive`` or ``fail``."""
     if result.ok:
         return "ok"
+    if result.reason is Reason.INCONCLUSIVE:
+        return "inconclusive"
     if result.reason is Reason.UNSUPPORTED and result.kind is CanaryKind.MULTIMODAL:
         return "skipped"
     return "fail"

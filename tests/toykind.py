@@ -21,6 +21,7 @@ from sentinel.canary.protocol import (
     Judgement,
     KindDefaults,
     Reply,
+    ServerFacts,
     base_body,
 )
 from sentinel.canary.result import Reason
@@ -43,7 +44,7 @@ class ToyCanary:
         return {}
 
     def build(self, spec: CanarySpec, *, model: str, nonce: str) -> CanaryRequest:
-        body = base_body(spec, model=model)
+        body = base_body(spec, model=model, nonce=nonce)
         body["user"] = USER_PREFIX + nonce
         return CanaryRequest(body=body, nonce=nonce)
 
@@ -55,6 +56,9 @@ class ToyCanary:
         return OK
 
     def rejection(self, status: int, message: str) -> Reason | None:
+        return None
+
+    def unvalidatable(self, spec: CanarySpec, facts: ServerFacts) -> str | None:
         return None
 
 

@@ -9,12 +9,12 @@ implements :class:`~sentinel.canary.protocol.CanaryKindProbe` and one
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 
 from sentinel.canary import multimodal, structured, text
-from sentinel.canary.protocol import CanaryKindProbe
-from sentinel.canary.spec import TEXT, CanaryKind
+from sentinel.canary.protocol import CanaryKindProbe, ServerFacts
+from sentinel.canary.spec import TEXT, CanaryKind, CanarySpec
 
 CONTROL: CanaryKind = TEXT
 """The kind every path kind is paired with and judged against."""
@@ -54,6 +54,27 @@ def is_path(kind: CanaryKind) -> bool:
 def path_kinds() -> tuple[CanaryKind, ...]:
     """The registered path kinds, in registration order."""
     return tuple(kind for kind, probe in _REGISTRY.items() if probe.path)
+
+
+def unvalidatable(specs: Iterable[CanarySpec], facts: ServerFacts) -> dict[CanaryKind, str]:
+    """The kinds that cannot be validated on a server with ``facts``, each with why.
+
+    Per kind, as the ledger disables kinds: a kind is listed only when every
+    enabled spec of it says so (one spec kept with ``reasoning: keep`` keeps
+    the kind). Kinds not registered are ignored.
+    """
+    why: dict[CanaryKind, str] = {}
+    kept: set[CanaryKind] = set()
+    for spec in specs:
+        probe = _REGISTRY.get(spec.kind)
+        if probe is None or not spec.enabled:
+            continue
+        reason = probe.unvalidatable(spec, facts)
+        if reason is None:
+            kept.add(spec.kind)
+        else:
+            why.setdefault(spec.kind, reason)
+    return {kind: reason for kind, reason in why.items() if kind not in kept}
 
 
 for _builtin in (text.CANARY, structured.CANARY, multimodal.CANARY):

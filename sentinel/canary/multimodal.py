@@ -22,13 +22,16 @@ from typing import Any
 from PIL import Image, UnidentifiedImageError
 
 from sentinel.canary.protocol import (
+    NONCE_FIELD,
     OK,
     CanaryRequest,
     Judgement,
     KindDefaults,
     Reply,
+    ServerFacts,
     base_body,
     nothing_generated,
+    thought_cut_short,
 )
 from sentinel.canary.result import Reason
 from sentinel.canary.spec import CHAT_ENDPOINT, MULTIMODAL, CanarySpec, SpecFieldError
@@ -80,7 +83,13 @@ class MultimodalCanary:
 
     Cost: the baseline (the same prompt without the image, ``max_tokens`` 1,
     not streamed) is one extra text-only request per server, model and spec;
-    the runner caches it, so steady state is one request per run.
+    the runner caches it, so steady state is one request per run. The baseline
+    carries no nonce (the runner caches it by its body); it keeps the chat
+    template arguments, so both prompts render alike.
+
+    Where the generated text lands does not matter here (the proof is the
+    prompt token count), so a reasoning-only reply is judged like any other,
+    except one cut at ``max_tokens`` while thinking: INCONCLUSIVE.
     """
 
     kind = MULTIMODAL
@@ -110,8 +119,9 @@ class MultimodalCanary:
 
     def build(self, spec: CanarySpec, *, model: str, nonce: str) -> CanaryRequest:
         assert spec.image is not None, "the catalog requires an image for multimodal canaries"
-        body = base_body(spec, model=model)
-        baseline = base_body(spec, model=model)
+        body = base_body(spec, model=model, nonce=nonce)
+        baseline = base_body(spec, model=model, nonce=nonce)
+        baseline.pop(NONCE_FIELD)
         baseline["stream"] = False
         baseline.pop("stream_options", None)
         baseline["max_tokens"] = 1
@@ -121,8 +131,8 @@ class MultimodalCanary:
     def judge(
         self, sent: CanaryRequest, reply: Reply, *, baseline_prompt_tokens: int | None
     ) -> Judgement:
-        empty = nothing_generated(reply)
-        if empty is not None:  # an answer with no generated token proves no work
+        empty = nothing_generated(reply) or thought_cut_short(reply)
+        if empty is not None:  # no generated token proves no work; a cut thought proves nothing
             return empty
         if reply.prompt_tokens is None:
             return Judgement(Reason.BAD_BODY, "reply has no usage.prompt_tokens")
@@ -140,6 +150,9 @@ class MultimodalCanary:
         if status == 400 and any(marker in message for marker in UNSUPPORTED_MARKERS):
             return Reason.UNSUPPORTED
         return None
+
+    def unvalidatable(self, spec: CanarySpec, facts: ServerFacts) -> str | None:
+        return None  # prompt tokens prove the image reached the model, thinking or not
 
 
 CANARY = MultimodalCanary()

@@ -2,10 +2,18 @@
 
 A kind is one module: the spec fields it claims, its default deadline,
 interval and jitter, the checks its own fields must pass when the catalog
-loads, what to send (a request body built from its spec and a fresh nonce) and
-how to judge what came back (a parsed :class:`Reply`). It never does network
-I/O and never sees sockets, clocks or deadlines: the runner owns the exchange
-and the scheduler owns time, so each kind is a pure module tested with tables.
+loads, what to send (a request body built from its spec and a fresh nonce),
+how to judge what came back (a parsed :class:`Reply`) and whether it can be
+validated at all on a server, given what that server's command line says
+(:class:`ServerFacts`). It never does network I/O and never sees sockets,
+clocks or deadlines: the runner owns the exchange and the scheduler owns time,
+so each kind is a pure module tested with tables.
+
+Every body built here varies per run without changing the answer (the nonce in
+the OpenAI ``user`` field, which vLLM accepts and ignores), so no cache or
+deduplicating proxy in front of the server can answer for it; and every chat
+body asks the chat template not to think (``enable_thinking: false``), so a
+reasoning model answers a canary's few tokens directly.
 """
 
 from __future__ import annotations
@@ -22,10 +30,21 @@ from sentinel.canary.result import Reason
 from sentinel.canary.spec import CHAT_ENDPOINT as CHAT_ENDPOINT
 from sentinel.canary.spec import CanaryKind, CanarySpec
 
+# The OpenAI ``user`` field carries the run's nonce. vLLM 0.32 declares it on
+# ChatCompletionRequest and CompletionRequest ("NOTE this will be ignored by
+# vLLM"): it changes neither the prompt nor sampling, so a temperature-0 answer
+# stays the same while no two canary bodies are byte-identical.
+NONCE_FIELD = "user"
+NONCE_PREFIX = "sentinel-"
+# vLLM passes ``chat_template_kwargs`` to the chat template, which ignores the
+# names it does not use (vLLM drops them before rendering), so asking every chat
+# canary not to think is safe on any model. /v1/completions has no template.
+NO_THINKING: Mapping[str, Any] = {"enable_thinking": False}
+
 
 @dataclass(frozen=True, slots=True)
 class KindDefaults:
-    """Timing a kind's canaries get unless their YAML says otherwise (DESIGN.md's table)."""
+    """Timing a kind's canaries get unless their YAML says otherwise (README, "Defaults")."""
 
     deadline: float
     interval: float
@@ -50,12 +69,35 @@ class CanaryRequest:
 
 @dataclass(frozen=True, slots=True)
 class Reply:
-    """The parts of a completion reply that validation looks at."""
+    """The parts of a completion reply that validation looks at.
+
+    ``text`` is the answer (``content``); ``reasoning`` is what a reasoning
+    parser on the server split off as thinking (vLLM's ``reasoning``, formerly
+    ``reasoning_content``). Both are generated text.
+    """
 
     text: str
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     finish_reason: str | None = None
+    reasoning: str = ""
+
+    @property
+    def reasoning_only(self) -> bool:
+        """The model generated thinking and no answer."""
+        return bool(self.reasoning) and not self.text
+
+
+@dataclass(frozen=True, slots=True)
+class ServerFacts:
+    """What the server's command line says that decides whether a kind can be validated.
+
+    Read from the vLLM API server's command line by the process watcher (and
+    by ``sentinel doctor``), never guessed from failing replies.
+    ``reasoning_parser`` is the ``--reasoning-parser`` in effect (None: none).
+    """
+
+    reasoning_parser: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,11 +118,30 @@ def nothing_generated(reply: Reply) -> Judgement | None:
     usage says zero completion tokens generated nothing whatever its text, and
     one without text proves something only when its usage counts tokens.
     """
-    if reply.completion_tokens == 0 or (not reply.text and not reply.completion_tokens):
+    generated_text = reply.text or reply.reasoning
+    if reply.completion_tokens == 0 or (not generated_text and not reply.completion_tokens):
         return Judgement(
             Reason.EMPTY,
             f"no generated tokens (finish_reason {reply.finish_reason!r}, "
             f"completion_tokens {reply.completion_tokens!r})",
+        )
+    return None
+
+
+def thought_cut_short(reply: Reply) -> Judgement | None:
+    """INCONCLUSIVE for a reply that only reasoned and hit ``max_tokens``; None otherwise.
+
+    The engine generated, but the answer the canary asked for never came: the
+    chat template ignored ``enable_thinking: false`` and the few tokens a canary
+    allows were spent thinking. Neither a failure (the server works) nor a
+    success (nothing the kind checks was shown).
+    """
+    if reply.reasoning_only and reply.finish_reason == "length":
+        return Judgement(
+            Reason.INCONCLUSIVE,
+            f"only reasoning generated ({len(reply.reasoning)} characters, completion_tokens "
+            f"{reply.completion_tokens!r}) before max_tokens (finish_reason 'length'): "
+            "the chat template did not honour enable_thinking=false",
         )
     return None
 
@@ -136,16 +197,30 @@ class CanaryKindProbe(Protocol):
         """A kind-specific reading of an error answer (None: a plain HTTP_STATUS)."""
         ...
 
+    def unvalidatable(self, spec: CanarySpec, facts: ServerFacts) -> str | None:
+        """Why ``spec`` cannot be validated on a server with these facts (None: it can).
 
-def base_body(spec: CanarySpec, *, model: str) -> dict[str, Any]:
+        A kind that returns a reason is disabled with a warning instead of
+        failing (and blocking startup) on a server where its replies prove
+        nothing. ``spec.reasoning == "keep"`` is the operator's override.
+        """
+        ...
+
+
+def base_body(spec: CanarySpec, *, model: str, nonce: str) -> dict[str, Any]:
     """The template body with the fields sentinel owns filled in.
 
     ``priority`` is always sent: vLLM honours it under ``--scheduling-policy
     priority`` and ignores it otherwise, and a canary that lost the queue to
-    real traffic could kill a healthy, busy server.
+    real traffic could kill a healthy, busy server. ``user`` carries the nonce
+    (:data:`NONCE_FIELD`); a chat body asks for no thinking (:data:`NO_THINKING`)
+    unless its template names ``enable_thinking`` itself.
     """
     body: dict[str, Any] = copy.deepcopy(dict(spec.request))
     body.setdefault("model", model)
+    body[NONCE_FIELD] = NONCE_PREFIX + nonce
+    if spec.endpoint == CHAT_ENDPOINT:
+        body["chat_template_kwargs"] = {**NO_THINKING, **body.get("chat_template_kwargs", {})}
     body["priority"] = spec.priority
     body["stream"] = spec.stream
     if spec.stream:

@@ -130,6 +130,30 @@ def choice_text(choice: Mapping[str, Any], *, chat: bool, delta: bool) -> str:
     return value
 
 
+# Where a reasoning parser puts thinking: ``reasoning`` in vLLM 0.32 (and every
+# release since the rename), ``reasoning_content`` before it (older servers and
+# proxies still send it).
+REASONING_FIELDS = ("reasoning", "reasoning_content")
+
+
+def choice_reasoning(choice: Mapping[str, Any], *, chat: bool, delta: bool) -> str:
+    """The reasoning text of a chat choice (or stream delta); "" when there is none."""
+    if not chat:
+        return ""
+    message = choice.get("delta" if delta else "message")
+    if not isinstance(message, dict):
+        return ""
+    for field in REASONING_FIELDS:
+        value = message.get(field)
+        if value is None:
+            continue
+        if not isinstance(value, str):
+            raise CanaryFailure(Reason.BAD_BODY, f"{field} is not a string")
+        if value:
+            return value
+    return ""
+
+
 def parse_reply(payload: Any, *, chat: bool) -> Reply:
     if not isinstance(payload, dict):
         raise CanaryFailure(Reason.BAD_BODY, "reply is not a JSON object")
@@ -144,4 +168,5 @@ def parse_reply(payload: Any, *, chat: bool) -> Reply:
         prompt_tokens=int_or_none(usage.get("prompt_tokens")),
         completion_tokens=int_or_none(usage.get("completion_tokens")),
         finish_reason=str(finish) if finish is not None else None,
+        reasoning=choice_reasoning(choices[0], chat=chat, delta=False),
     )

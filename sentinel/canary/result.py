@@ -26,6 +26,9 @@ class Reason(StrEnum):
     SCHEMA = "schema"  # a structured reply that does not validate against the schema sent
     IMAGE_NOT_CONSUMED = "image_not_consumed"  # prompt tokens show the image was dropped
     UNSUPPORTED = "unsupported"  # the model rejects this kind (e.g. 400 for images)
+    # Neither failed nor passed: the model only reasoned (thinking text, no answer)
+    # and was cut at max_tokens, or reasoning hid the path under test. Proves nothing.
+    INCONCLUSIVE = "inconclusive"
     PROTOCOL = "protocol"  # any other transport error
 
 
@@ -56,6 +59,16 @@ class CanaryResult:
     # ``X-data-parallel-rank``); None: unaimed, the server's balancer chose.
     # An aimed canary left unanswered is evidence against that engine only.
     engine: int | None = None
+    # A late answer is an answer. ``awaiting_late``: this TIMEOUT result was
+    # recorded at the deadline, but the request was left running and sentinel
+    # still awaits it in the background (at most one such canary per kind, for
+    # ``late_wait`` seconds past the send); a second result with ``late`` will
+    # follow. ``late``: that second result, with the same ``name``, ``kind``,
+    # ``engine`` and ``started``, ``duration`` up to the late answer, judged on
+    # the reply as usual (TIMEOUT when ``late_wait`` ran out too: it never
+    # answered); it replaces the timed-out one in the ledger's history.
+    late: bool = False
+    awaiting_late: bool = False
 
     @property
     def ok(self) -> bool:

@@ -10,6 +10,8 @@ request or stream and, when it passes, closes the connection so vLLM aborts
 the request instead of finishing work nobody waits for. Cancellation of the
 caller's task propagates (after the connection is closed).
 
+With a late wait the exchange may outlive its deadline: :mod:`sentinel.canary.late`.
+
 A canary may be aimed at one data-parallel engine: vLLM's OpenAI server pins
 a request carrying ``X-data-parallel-rank: N`` to engine N (its balancer
 would otherwise steer every new request away from a stuck engine). The
@@ -34,9 +36,11 @@ import structlog
 from httpx_sse._decoders import SSEDecoder, SSELineDecoder
 
 from sentinel.canary.kinds import KINDS
+from sentinel.canary.late import Adopter, outlive
 from sentinel.canary.protocol import CHAT_ENDPOINT, CanaryKindProbe, CanaryRequest, Reply
 from sentinel.canary.replies import (
     CanaryFailure,
+    choice_reasoning,
     choice_text,
     classify,
     decode_json,
@@ -83,10 +87,13 @@ class ModelResolutionError(Exception):
 class _Progress:
     """What one exchange learned so far, kept when it fails part way."""
 
+    started: float  # the send, on the runner's clock
+    engine: int | None  # the data-parallel engine it is aimed at (None: unaimed)
     responded: bool = False  # response headers arrived
     http_status: int | None = None
     ttft: float | None = None
     tokens: int = 0  # streamed pieces of generated text received so far
+    reply: Reply | None = None  # the whole reply, once it arrived
 
 
 def new_nonce() -> str:
@@ -130,7 +137,7 @@ class CanaryRunner:
 
     async def resolve_model(self, *, deadline: float | None = None) -> str:
         """The first model id ``/v1/models`` lists; raises :class:`ModelResolutionError`."""
-        progress = _Progress()
+        progress = _Progress(self._clock(), None)
         try:
             async with asyncio.timeout(DEFAULT_DEADLINE if deadline is None else deadline):
                 payload = await self._get_json(MODELS_PATH, progress)
@@ -147,24 +154,54 @@ class CanaryRunner:
         return model_id
 
     async def run(
-        self, spec: CanarySpec, *, model: str, deadline: float, engine: int | None = None
+        self,
+        spec: CanarySpec,
+        *,
+        model: str,
+        deadline: float,
+        engine: int | None = None,
+        late_wait: float = 0.0,
+        adopt_late: Adopter | None = None,
     ) -> CanaryResult:
         """Send one canary and judge it. Never raises for a failed probe.
 
         ``engine``: the data-parallel engine to aim it at (None: let the
-        server choose; the header is then not sent at all).
+        server choose; the header is then not sent at all). ``late_wait``
+        (seconds past the send, longer than ``deadline``) with ``adopt_late``:
+        at the deadline the request is offered to ``adopt_late`` as a
+        :class:`~sentinel.canary.late.LateCanary` instead of being closed; the
+        TIMEOUT result returned then says ``awaiting_late`` when it was taken.
+        """
+        progress = _Progress(self._clock(), engine)
+        sent_at = asyncio.get_running_loop().time()
+        if adopt_late is None or late_wait <= deadline:
+            return await self._attempt(spec, model, progress, sent_at + deadline)
+        return await outlive(
+            self._attempt(spec, model, progress, sent_at + late_wait, late_wait),
+            name=f"canary-attempt:{spec.name}",
+            deadline=deadline,
+            late_wait=late_wait,
+            timed_out=lambda: self._timed_out(spec, progress),
+            adopt=adopt_late,
+        )
+
+    async def _attempt(
+        self, spec: CanarySpec, model: str, progress: _Progress, until: float, late_wait: float = 0
+    ) -> CanaryResult:
+        """The exchange and its judgement, bounded at ``until`` (loop time); never raises.
+
+        ``late_wait``: the bound is a late wait's, named so when it passes.
+        Cancellation propagates, after the connection is closed.
         """
         probe = KINDS[spec.kind]
-        started = self._clock()
-        progress = _Progress()
-        reply: Reply | None = None
-        headers = self._headers
-        if engine is not None:
-            headers = {**headers, DP_RANK_HEADER: str(engine)}
+        started, headers = progress.started, self._headers
+        if progress.engine is not None:
+            headers = {**headers, DP_RANK_HEADER: str(progress.engine)}
         try:
             sent = probe.build(spec, model=model, nonce=self._nonce())
-            async with asyncio.timeout(deadline):
+            async with asyncio.timeout_at(until):
                 reply = await self._exchange(spec, probe, sent.body, progress, started, headers)
+                progress.reply = reply
                 duration = self._clock() - started
                 baseline = await self._baseline(sent, model)
             judgement = probe.judge(sent, reply, baseline_prompt_tokens=baseline)
@@ -172,15 +209,28 @@ class CanaryRunner:
         except Exception as exc:
             duration = self._clock() - started
             reason, detail = classify(exc, responded=progress.responded)
+            if isinstance(exc, TimeoutError) and late_wait:
+                detail = f"no answer within late_wait ({late_wait:g} s past the send)"
             if isinstance(exc, CanaryFailure) and exc.http_status is not None:
                 progress.http_status = exc.http_status
             if reason is Reason.PROTOCOL and classify_transport(exc) is None:
                 log.warning("canary_unexpected_error", canary=spec.name, error=detail)
+        return self._result(spec, progress, duration, reason, detail)
+
+    def _timed_out(self, spec: CanarySpec, progress: _Progress) -> CanaryResult:
+        """The TIMEOUT result of a canary at its deadline, with what it had learned by then."""
+        reason, detail = classify(TimeoutError(), responded=progress.responded)
+        return self._result(spec, progress, self._clock() - progress.started, reason, detail)
+
+    def _result(
+        self, spec: CanarySpec, progress: _Progress, duration: float, reason: Reason, detail: str
+    ) -> CanaryResult:
+        reply = progress.reply
         return CanaryResult(
             name=spec.name,
             kind=spec.kind,
             reason=reason,
-            started=started,
+            started=progress.started,
             duration=duration,
             detail=self._scrub(detail),
             ttft=progress.ttft,
@@ -189,7 +239,7 @@ class CanaryRunner:
             completion_tokens=reply.completion_tokens if reply else None,
             stream=spec.stream,
             tokens_received=progress.tokens if spec.stream else None,
-            engine=engine,
+            engine=progress.engine,
         )
 
     async def _baseline(self, sent: CanaryRequest, model: str) -> int | None:
@@ -199,7 +249,7 @@ class CanaryRunner:
         cached = self._baselines.get(key)
         if cached is not None:
             return cached
-        progress = _Progress()
+        progress = _Progress(self._clock(), None)
         try:
             payload = await self._post_json(CHAT_ENDPOINT, sent.baseline_body, progress)
             reply = parse_reply(payload, chat=True)
@@ -240,6 +290,7 @@ class CanaryRunner:
         self, response: httpx.Response, progress: _Progress, started: float, *, chat: bool
     ) -> Reply:
         text: list[str] = []
+        reasoning: list[str] = []  # thinking a reasoning parser split off: generated too
         usage: Mapping[str, Any] = {}
         finish_reason: str | None = None
         async for event in self._events(response):
@@ -249,6 +300,7 @@ class CanaryRunner:
                     prompt_tokens=int_or_none(usage.get("prompt_tokens")),
                     completion_tokens=int_or_none(usage.get("completion_tokens")),
                     finish_reason=finish_reason,
+                    reasoning="".join(reasoning),
                 )
             if not event.data:
                 continue
@@ -266,11 +318,13 @@ class CanaryRunner:
                 if not isinstance(choice, dict):
                     raise CanaryFailure(Reason.BAD_BODY, "stream choice is not an object")
                 piece = choice_text(choice, chat=chat, delta=True)
-                if piece:
+                thought = choice_reasoning(choice, chat=chat, delta=True)
+                if piece or thought:
                     if progress.ttft is None:
                         progress.ttft = self._clock() - started
                     progress.tokens += 1
                     text.append(piece)
+                    reasoning.append(thought)
                 if choice.get("finish_reason"):
                     finish_reason = str(choice["finish_reason"])
         raise CanaryFailure(Reason.BAD_BODY, "stream ended without [DONE]")

@@ -17,6 +17,11 @@ CHAT_ENDPOINT: Final = "/v1/chat/completions"
 COMPLETIONS_ENDPOINT: Final = "/v1/completions"
 Endpoint = Literal["/v1/chat/completions", "/v1/completions"]
 Policy = Literal["restart", "unready", "alert"]
+# What a canary does when the server's command line says its kind cannot be
+# validated there (see ``CanaryKindProbe.unvalidatable``): ``auto`` lets the kind
+# disable itself with a warning; ``keep`` is the operator vouching that the model
+# answers without thinking when asked, so the canary runs anyway.
+ReasoningOption = Literal["auto", "keep"]
 
 DEFAULT_PRIORITY = -100  # lower is earlier in vLLM; canaries must not queue behind real traffic
 
@@ -98,6 +103,7 @@ class CanarySpec:
     schema: Mapping[str, Any] | None = None
     image: bytes | None = field(default=None, repr=False)
     latency_slo: float | None = None
+    reasoning: ReasoningOption = "auto"
     source: str = ""  # the file it came from, for messages
 
 

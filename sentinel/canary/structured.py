@@ -6,6 +6,14 @@ for a grammar that must be compiled afresh. A top-level string enum keeps the
 canary cheap and works on random-weight models: the only valid reply is the
 nonce itself, which a model cannot produce by chance, so a valid reply also
 proves the constraint was applied.
+
+Behind a reasoning parser (``--reasoning-parser``) vLLM applies the grammar
+only after the model's reasoning ends. Every chat canary asks for no thinking
+(``enable_thinking: false``), but not every chat template honours it, so on
+such a server this kind cannot be validated: it disables itself with a warning
+(:meth:`StructuredCanary.unvalidatable`) unless its spec says ``reasoning:
+keep``. A kept canary whose reply is only reasoning is INCONCLUSIVE: the
+grammar was never exercised.
 """
 
 from __future__ import annotations
@@ -25,8 +33,10 @@ from sentinel.canary.protocol import (
     Judgement,
     KindDefaults,
     Reply,
+    ServerFacts,
     base_body,
     nothing_generated,
+    thought_cut_short,
 )
 from sentinel.canary.result import Reason
 from sentinel.canary.spec import (
@@ -75,7 +85,7 @@ class StructuredCanary:
     def build(self, spec: CanarySpec, *, model: str, nonce: str) -> CanaryRequest:
         assert spec.schema is not None, "the catalog requires a schema for structured canaries"
         schema: dict[str, Any] = fill_nonce(spec.schema, nonce)
-        body = base_body(spec, model=model)
+        body = base_body(spec, model=model, nonce=nonce)
         body["response_format"] = {
             "type": "json_schema",
             "json_schema": {"name": RESPONSE_FORMAT_NAME, "schema": schema},
@@ -86,6 +96,12 @@ class StructuredCanary:
         self, sent: CanaryRequest, reply: Reply, *, baseline_prompt_tokens: int | None
     ) -> Judgement:
         if not reply.text or reply.completion_tokens == 0:
+            if reply.reasoning_only and reply.completion_tokens != 0:
+                return thought_cut_short(reply) or Judgement(
+                    Reason.INCONCLUSIVE,
+                    f"only reasoning generated (finish_reason {reply.finish_reason!r}): "
+                    "the grammar applies to the answer after reasoning, which never came",
+                )
             return nothing_generated(reply) or Judgement(
                 Reason.EMPTY, f"no generated text (finish_reason {reply.finish_reason!r})"
             )
@@ -106,6 +122,16 @@ class StructuredCanary:
 
     def rejection(self, status: int, message: str) -> Reason | None:
         return None
+
+    def unvalidatable(self, spec: CanarySpec, facts: ServerFacts) -> str | None:
+        if facts.reasoning_parser is None or spec.reasoning == "keep":
+            return None
+        return (
+            f"vLLM runs --reasoning-parser {facts.reasoning_parser}: the schema's grammar "
+            "applies only after reasoning ends, which enable_thinking=false cannot guarantee "
+            "for every chat template; set 'reasoning: keep' in the canary's spec to run it "
+            "anyway"
+        )
 
 
 CANARY = StructuredCanary()

@@ -12,6 +12,7 @@ from sentinel.canary.protocol import (
     Judgement,
     KindDefaults,
     Reply,
+    ServerFacts,
     base_body,
     nothing_generated,
 )
@@ -29,7 +30,14 @@ class TextCanary:
 
     The prompt need not vary: the text path has no per-request cache that a
     repeated prompt could hide a hang behind (prefix caching still runs the
-    decode step, which is what a hung engine cannot do).
+    decode step, which is what a hung engine cannot do). The body still does
+    (the nonce in ``user``), so no cache in front of the server answers for it.
+
+    A reasoning model's thinking counts as generated text, stopped or cut at
+    ``max_tokens``: the text canary asks only whether the engine generates,
+    and a model that thinks whatever the template is told would otherwise
+    never pass startup. Path kinds, which validate what they asked for,
+    take a reply cut short while thinking as INCONCLUSIVE.
     """
 
     kind = TEXT
@@ -42,7 +50,7 @@ class TextCanary:
         return {}
 
     def build(self, spec: CanarySpec, *, model: str, nonce: str) -> CanaryRequest:
-        return CanaryRequest(body=base_body(spec, model=model), nonce=nonce)
+        return CanaryRequest(body=base_body(spec, model=model, nonce=nonce), nonce=nonce)
 
     def judge(
         self, sent: CanaryRequest, reply: Reply, *, baseline_prompt_tokens: int | None
@@ -51,6 +59,9 @@ class TextCanary:
 
     def rejection(self, status: int, message: str) -> Reason | None:
         return None
+
+    def unvalidatable(self, spec: CanarySpec, facts: ServerFacts) -> str | None:
+        return None  # any generated token proves the engine, thinking or not
 
 
 CANARY = TextCanary()

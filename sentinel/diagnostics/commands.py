@@ -127,11 +127,13 @@ def diagnose_main(args: argparse.Namespace) -> int:
 
 def doctor_main(args: argparse.Namespace) -> int:
     """Run every check, print the table, exit 0 (no problems) or 1."""
+    from sentinel.catalog import CatalogError, apply_overrides, load_catalog
     from sentinel.diagnostics.doctor import ProbeTimings, render_report, run_doctor
 
     try:
         settings = _settings(args)
-    except ConfigError as exc:
+        specs = apply_overrides(load_catalog(settings.probes).enabled(), settings.canaries)
+    except (ConfigError, CatalogError) as exc:
         print(f"sentinel doctor: configuration error:\n{exc}", file=sys.stderr)
         return ExitCode.USAGE
     timings = ProbeTimings(
@@ -145,6 +147,7 @@ def doctor_main(args: argparse.Namespace) -> int:
             process_match=_match(args),
             cgroup_root=args.cgroup_root,
             timings=timings,
+            specs=specs,
         )
     )
     render_report(report)

@@ -12,6 +12,10 @@ so it is tested without a pod; :func:`run_doctor` only gathers the inputs:
 - *Metrics*: sentinel's progress evidence comes from vLLM's ``/metrics``
   (``vllm:generation_tokens_total``, ``vllm:iteration_tokens_total``); without
   them hangs are confirmed on canaries alone, more slowly.
+- *Canaries*: a canary kind that cannot be validated on this server, known
+  from the API server's command line (the structured kind behind
+  ``--reasoning-parser``), disables itself with a warning when sentinel runs;
+  the doctor names it beforehand.
 - *Probe timing*: sentinel's windows and the kubelet's probe settings against
   each other (a hang must be confirmable before the kubelet gives up, and a
   sentinel restart must not look like a hang).
@@ -32,8 +36,12 @@ from prometheus_client.parser import text_string_to_metric_families
 from rich.console import Console
 from rich.table import Table
 
+from sentinel.canary.kinds import unvalidatable
+from sentinel.canary.protocol import ServerFacts
+from sentinel.canary.spec import CanaryKind, CanarySpec
+from sentinel.catalog import load_catalog
 from sentinel.diagnostics import cgroup, procs
-from sentinel.evidence.processes import ProcessRole
+from sentinel.evidence.processes import ProcessRole, reasoning_parser
 
 PROGRESS_COUNTERS = ("vllm:generation_tokens_total", "vllm:iteration_tokens_total")
 
@@ -230,6 +238,47 @@ def check_scheduling_policy(api_cmdlines: Sequence[Sequence[str]]) -> DoctorChec
     )
 
 
+def check_canary_kinds(
+    api_cmdlines: Sequence[Sequence[str]], specs: Sequence[CanarySpec]
+) -> list[DoctorCheck]:
+    """Pure: which canary kinds will disable themselves on this server, and why.
+
+    The same rule ``sentinel run`` applies (each kind's ``unvalidatable``), on
+    the same command-line facts, so the doctor names what the run will log as
+    ``canary_kind_disabled``.
+    """
+    if not api_cmdlines:
+        return [
+            DoctorCheck(
+                "canaries",
+                Severity.SKIPPED,
+                "no vLLM API server visible; cannot tell which canary kinds can be validated",
+            )
+        ]
+    found: dict[CanaryKind, str] = {}
+    parsers: set[str] = set()
+    for argv in api_cmdlines:
+        facts = ServerFacts(reasoning_parser=reasoning_parser(argv))
+        if facts.reasoning_parser is not None:
+            parsers.add(facts.reasoning_parser)
+        for kind, why in unvalidatable(specs, facts).items():
+            found.setdefault(kind, why)
+    if found:
+        return [
+            DoctorCheck("canaries", Severity.WARN, f"{kind} canaries will disable themselves", why)
+            for kind, why in found.items()
+        ]
+    kept = f"--reasoning-parser {', '.join(sorted(parsers))}; " if parsers else ""
+    return [
+        DoctorCheck(
+            "canaries",
+            Severity.OK,
+            "every enabled canary kind can be validated on this server",
+            f"{kept}kinds: {', '.join(sorted({s.kind.value for s in specs if s.enabled}))}",
+        )
+    ]
+
+
 def check_metrics(text: str | None, error: str | None = None) -> DoctorCheck:
     """Pure: does vLLM's ``/metrics`` carry the progress counters sentinel relies on?"""
     if text is None:
@@ -281,9 +330,14 @@ async def run_doctor(
     cgroup_root: Path = cgroup.DEFAULT_CGROUP_ROOT,
     timings: ProbeTimings | None = None,
     transport: httpx.AsyncBaseTransport | None = None,
+    specs: Sequence[CanarySpec] | None = None,
 ) -> DoctorReport:
-    """Gather the inputs (processes, cgroup, one /metrics scrape) and run every check."""
+    """Gather the inputs (processes, cgroup, one /metrics scrape) and run every check.
+
+    ``specs``: the canaries sentinel would run (None: the shipped catalog's).
+    """
     match = process_match or procs.ProcessMatch()
+    canaries = load_catalog().enabled() if specs is None else tuple(specs)
 
     def local() -> tuple[list[procs.ProcessRecord], cgroup.CgroupSection]:
         snaps = procs.describe(procs.discover(match))
@@ -301,6 +355,7 @@ async def run_doctor(
     checks = [
         *check_cpu(section),
         check_scheduling_policy([s.cmdline for s in api]),
+        *check_canary_kinds([s.cmdline for s in api], canaries),
         check_metrics(text, error),
         *check_probe_timings(timings or ProbeTimings()),
     ]

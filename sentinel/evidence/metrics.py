@@ -60,9 +60,17 @@ GAUGE_SAMPLES: Mapping[str, str] = MappingProxyType(
         "vllm:num_requests_running": "running",
         "vllm:num_requests_waiting": "waiting",
         "vllm:kv_cache_usage_perc": "kv_cache_usage",
+        # RL weight synchronisation holding requests while weights load.
+        "vllm:rl_weight_update_operations_in_flight": "weight_updates",
     }
 )
 COMPLETIONS_SAMPLE = "vllm:request_success_total"
+# Sleep mode, one series per ``sleep_state`` label ("awake", "weights_offloaded",
+# "discard_all"), 1 for the current one; kept as gauges ``sleep_<state>``.
+# Releases before late 2025 do not export it: absent is no evidence.
+SLEEP_SAMPLE = "vllm:engine_sleep_state"
+SLEEP_LABEL = "sleep_state"
+SLEEP_PREFIX = "sleep_"
 ENGINE_LABEL = "engine"  # the data-parallel engine index on every vLLM sample
 # Finished reasons that prove the engine produced an answer. ``abort`` is a
 # client (or sentinel) giving up, ``error`` is a failure: neither is progress.
@@ -86,9 +94,12 @@ class MetricsSample:
     counters: Mapping[str, float] = field(default_factory=dict)
     gauges: Mapping[str, float] = field(default_factory=dict)
     engines: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+    # The gauges again per ``engine`` label (a long prefill on one engine).
+    engine_gauges: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
 
 
-_WANTED = (*COUNTER_SAMPLES, *GAUGE_SAMPLES, COMPLETIONS_SAMPLE)
+_WANTED = (*COUNTER_SAMPLES, *GAUGE_SAMPLES, COMPLETIONS_SAMPLE, SLEEP_SAMPLE)
+_KEPT = frozenset(_WANTED)
 
 
 def relevant_lines(text: str) -> str:
@@ -104,7 +115,7 @@ def relevant_lines(text: str) -> str:
     for line in text.splitlines():
         if line.startswith(_WANTED):
             name = line.split("{", 1)[0].split(" ", 1)[0]
-            if name in COUNTER_SAMPLES or name in GAUGE_SAMPLES or name == COMPLETIONS_SAMPLE:
+            if name in _KEPT:
                 kept.append(line)
     return "\n".join(kept) + "\n"
 
@@ -117,6 +128,14 @@ def parse_vllm_metrics(text: str, at: float) -> MetricsSample:
     counters: dict[str, float] = {}
     gauges: dict[str, float] = {}
     engines: dict[str, dict[str, float]] = {}
+    engine_gauges: dict[str, dict[str, float]] = {}
+
+    def gauge(key: str, value: float, labels: Mapping[str, str]) -> None:
+        gauges[key] = gauges.get(key, 0.0) + value
+        engine = labels.get(ENGINE_LABEL)
+        if engine is not None:
+            own = engine_gauges.setdefault(engine, {})
+            own[key] = own.get(key, 0.0) + value
 
     def count(key: str, value: float, labels: Mapping[str, str]) -> None:
         counters[key] = counters.get(key, 0.0) + value
@@ -135,8 +154,11 @@ def parse_vllm_metrics(text: str, at: float) -> MetricsSample:
             if sample.name in COUNTER_SAMPLES:
                 count(COUNTER_SAMPLES[sample.name], value, sample.labels)
             elif sample.name in GAUGE_SAMPLES:
-                key = GAUGE_SAMPLES[sample.name]
-                gauges[key] = gauges.get(key, 0.0) + value
+                gauge(GAUGE_SAMPLES[sample.name], value, sample.labels)
+            elif sample.name == SLEEP_SAMPLE:
+                state = sample.labels.get(SLEEP_LABEL, "")
+                if state.isidentifier() and len(state) <= 32:
+                    gauge(SLEEP_PREFIX + state, value, sample.labels)
             elif sample.name == COMPLETIONS_SAMPLE:
                 # The series exists even when no request of that reason has
                 # finished yet, so presence of any reason makes the signal present.
@@ -151,6 +173,7 @@ def parse_vllm_metrics(text: str, at: float) -> MetricsSample:
         counters=MappingProxyType(counters),
         gauges=MappingProxyType(gauges),
         engines=MappingProxyType({k: MappingProxyType(v) for k, v in engines.items()}),
+        engine_gauges=MappingProxyType({k: MappingProxyType(v) for k, v in engine_gauges.items()}),
     )
 
 

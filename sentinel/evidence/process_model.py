@@ -15,6 +15,8 @@ from enum import StrEnum
 
 import psutil
 
+from sentinel.evidence.compilers import CompilerProcess
+
 
 class ProcessRole(StrEnum):
     """What a vLLM process is, told from its title or command line.
@@ -228,6 +230,44 @@ def scheduling_policy(cmdline: Sequence[str]) -> SchedulingPolicy | None:
     return None
 
 
+_REASONING_FLAGS = ("--reasoning-parser", "--structured-outputs-config.reasoning-parser")
+# vLLM 0.32 also takes the parser inside the structured-outputs config's JSON.
+_REASONING_JSON = re.compile(
+    r"--structured[-_]outputs[-_]config(?:=|\s+)'?\{[^}]*?\"reasoning[-_]parser\"\s*:\s*\"([^\"]*)\""
+)
+
+
+def reasoning_parser(cmdline: Sequence[str]) -> str | None:
+    """The reasoning parser a vLLM command line turns on, or None when it names none.
+
+    ``--reasoning-parser NAME`` (``=`` or a space, dashes or underscores, the
+    last one winning, as argparse has it), or vLLM 0.32's structured-outputs
+    config (``--structured-outputs-config.reasoning_parser NAME`` or its JSON),
+    which the flag overrides. vLLM 0.8 also wanted ``--enable-reasoning`` beside
+    the parser (0.9 deprecated it, 0.10 removed it, and alone it never named
+    one); the release is not known from a command line, so a named parser
+    counts as on either way: a kind disabled needlessly on a 0.8 server is
+    safer than one judged behind a parser. Not seen: a parser set in a
+    ``--config`` file, or one a model turns on by itself (gpt-oss).
+    """
+    tokens = [token for arg in cmdline for token in arg.split()]
+    found: dict[str, str] = {}
+    for i, token in enumerate(tokens):
+        flag, eq, value = token.partition("=")
+        flag = flag.replace("_", "-")
+        if flag not in _REASONING_FLAGS:
+            continue
+        if not eq:
+            value = tokens[i + 1] if i + 1 < len(tokens) else ""
+        value = value.strip().strip("'\"")
+        found[flag] = "" if value.startswith("-") else value  # a flag: no value given
+    named = found.get(_REASONING_FLAGS[0]) or found.get(_REASONING_FLAGS[1])
+    if named:
+        return named
+    in_json = _REASONING_JSON.findall(" ".join(cmdline))
+    return (in_json[-1] or None) if in_json else None
+
+
 @dataclass(frozen=True, slots=True)
 class ProcessInfo:
     pid: int
@@ -256,7 +296,9 @@ class ProcessSnapshot:
     API server that have since vanished, with state ``gone``. A data-parallel
     coordinator is listed apart: it carries no request, so its state alone
     is never a dead engine (the engines' progress and canaries judge them).
-    ``scheduling_policy`` is None when no process said anything about it.
+    ``scheduling_policy`` is None when no process said anything about it;
+    ``reasoning_parser`` (:func:`reasoning_parser`) is None when the command
+    line names none or no process was seen.
     """
 
     at: float
@@ -265,8 +307,11 @@ class ProcessSnapshot:
     workers: tuple[ProcessInfo, ...] = ()
     coordinators: tuple[ProcessInfo, ...] = ()  # watched and shown; never "engine down"
     scheduling_policy: SchedulingPolicy | None = None
+    reasoning_parser: str | None = None
     attribution: Attribution = Attribution.PATTERNS
     attribution_detail: str = ""  # why nothing was attributed, for ``/status``
+    # Compiler processes under the engine and workers (a long first-use compile).
+    compilers: tuple[CompilerProcess, ...] = ()
 
     @property
     def api_identity(self) -> tuple[int, float] | None:

@@ -44,6 +44,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 # The vocabulary lives in its own module; its names are importable from here too.
+from sentinel.evidence.compilers import compilers_under
 from sentinel.evidence.process_model import (
     COMM_LENGTH,
     GONE_STATES,
@@ -56,6 +57,7 @@ from sentinel.evidence.process_model import (
     ProcessState,
     SchedulingPolicy,
     process_state,
+    reasoning_parser,
     scheduling_policy,
 )
 from sentinel.evidence.process_table import (
@@ -79,6 +81,7 @@ __all__ = [
     "ProcessWatcher",
     "SchedulingPolicy",
     "process_state",
+    "reasoning_parser",
     "scheduling_policy",
 ]
 
@@ -215,18 +218,24 @@ class ProcessWatcher:
         workers += [p for p in vanished if p.role is ProcessRole.WORKER]
 
         policy: SchedulingPolicy | None = None
+        parser: str | None = None
         if api is not None:
             policy = scheduling_policy(api.cmdline) or SchedulingPolicy.FCFS
+            parser = reasoning_parser(api.cmdline)
         else:
             for engine in engines:
                 policy = policy or scheduling_policy(engine.cmdline)
+                parser = parser or reasoning_parser(engine.cmdline)
+        live = [p.pid for p in engines + workers if p.state not in GONE_STATES]
         return ProcessSnapshot(
+            compilers=compilers_under(live) if live else (),
             at=at,
             api=api,
             engines=tuple(sorted(engines, key=lambda p: p.pid)),
             workers=tuple(sorted(workers, key=lambda p: p.pid)),
             coordinators=tuple(sorted(coordinators, key=lambda p: p.pid)),
             scheduling_policy=policy,
+            reasoning_parser=parser,
             attribution=attribution,
             attribution_detail=detail,
         )

@@ -16,7 +16,7 @@ from PIL import Image
 import sentinel.canary.spec as spec_module
 from sentinel.canary import kinds
 from sentinel.canary.kinds import KINDS
-from sentinel.canary.protocol import CanaryRequest, KindDefaults, Reply
+from sentinel.canary.protocol import CanaryRequest, KindDefaults, Reply, ServerFacts
 from sentinel.canary.result import CanaryKind, Reason
 from sentinel.canary.spec import CanarySpec, SpecFieldError
 from sentinel.catalog import default_directory, load_catalog
@@ -56,6 +56,13 @@ def test_registry_lists_the_builtin_kinds_in_order_each_under_its_own_name() -> 
 )
 def test_each_kind_carries_design_defaults(kind: CanaryKind, defaults: KindDefaults) -> None:
     assert KINDS[kind].defaults == defaults
+
+
+def test_without_a_reasoning_parser_every_shipped_canary_can_be_validated() -> None:
+    for s in CATALOG.specs:
+        assert KINDS[s.kind].unvalidatable(s, ServerFacts()) is None
+    assert kinds.unvalidatable(CATALOG.specs, ServerFacts()) == {}
+    assert set(kinds.unvalidatable(CATALOG.specs, ServerFacts("qwen3"))) == {CanaryKind.STRUCTURED}
 
 
 def test_a_kind_name_cannot_be_registered_twice_and_the_control_stays() -> None:
@@ -138,6 +145,8 @@ def test_every_request_carries_priority_model_and_path_canaries_stream(
     assert body["model"] == "m"
     assert body["stream"] is streamed
     assert ("stream_options" in body) is streamed
+    assert body["user"] == "sentinel-abc12345"  # the run's nonce, past any cache
+    assert body["chat_template_kwargs"] == {"enable_thinking": False}
 
 
 def test_a_model_in_the_template_wins() -> None:
@@ -196,6 +205,7 @@ def test_multimodal_baseline_is_the_same_prompt_without_the_image() -> None:
     assert "stream_options" not in sent.baseline_body
     assert sent.baseline_body["max_tokens"] == 1
     assert sent.baseline_body["priority"] == -100
+    assert "user" not in sent.baseline_body  # cached by its body: no nonce
 
 
 def sent_for(name: str, nonce: str = "abc12345") -> CanaryRequest:
@@ -225,6 +235,20 @@ JUDGEMENTS: list[tuple[str, str, Reply, int | None, Reason]] = [
     ("structured not json", "structured", Reply(text="{\n  \n"), None, Reason.SCHEMA),
     ("structured wrong type", "structured", Reply(text="42"), None, Reason.SCHEMA),
     ("structured empty", "structured", Reply(text=""), None, Reason.EMPTY),
+    (
+        "structured only reasoning",  # the grammar applies after reasoning: never exercised
+        "structured",
+        Reply(text="", reasoning="<think>", completion_tokens=4, finish_reason="stop"),
+        None,
+        Reason.INCONCLUSIVE,
+    ),
+    (
+        "text only reasoning, cut",
+        "text",
+        Reply(text="", reasoning="<think>", completion_tokens=2, finish_reason="length"),
+        None,
+        Reason.INCONCLUSIVE,
+    ),
     ("image consumed", "multimodal", Reply(text="a", prompt_tokens=30), 14, Reason.OK),
     (
         "image consumed, special token",

@@ -123,6 +123,16 @@ async def test_a_hung_toy_path_is_confirmed_through_scheduler_and_verdict(
     ledger = Ledger(
         [(s.kind, Action(s.policy), s.latency_slo) for s in catalog.enabled()], time.monotonic()
     )
+    # The toy path worked once in this epoch: a path that never worked is a
+    # startup failure, not a hang.
+    worked = ledger.canary_sent(toykind.KIND, time.monotonic())
+    ledger.canary_done(
+        toykind.KIND,
+        worked,
+        CanaryResult("toy", toykind.KIND, Reason.OK, time.monotonic(), 0.01),
+        time.monotonic(),
+        epoch=ledger.epoch,
+    )
     registry = CollectorRegistry()
     metrics = SentinelMetrics(registry)
     async with httpx.AsyncClient(transport=httpx.MockTransport(server)) as client:
