@@ -1,4 +1,4 @@
-"""The ``sentinel`` command: run, probe, demo, check-config, diagnose, doctor.
+"""The ``sentinel`` command: run, probe, demo, check-config, diagnose, doctor, maintenance.
 
 Exit codes: 0 success (healthy), 1 unhealthy or a runtime failure, 2 a usage
 or configuration error (argparse's own convention for bad usage).
@@ -45,6 +45,11 @@ def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--api-key-file", type=Path, help="file holding the target's API key")
     parser.add_argument(
+        "--maintenance-token-file",
+        type=Path,
+        help="file holding the bearer token of /maintenance (default: the hook is off)",
+    )
+    parser.add_argument(
         "--diagnostics-dir",
         type=Path,
         help=f"incident bundles (default {defaults.diagnostics_dir})",
@@ -61,6 +66,7 @@ RUN_FLAGS = (
     "probes",
     "enforce",
     "api_key_file",
+    "maintenance_token_file",
     "diagnostics_dir",
     "model",
     "log_format",
@@ -107,6 +113,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_diagnose_arguments(sub.add_parser("diagnose", help="capture a diagnostics bundle now"))
     add_doctor_arguments(sub.add_parser("doctor", help="check the pod's setup for pitfalls"))
+    from sentinel.maintenance_cli import add_maintenance_arguments
+
+    add_maintenance_arguments(
+        sub.add_parser("maintenance", help="set, clear or show a running sentinel's maintenance")
+    )
     return parser
 
 
@@ -134,6 +145,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from sentinel.diagnostics.commands import doctor_main
 
             return doctor_main(args)
+        if command == "maintenance":
+            from sentinel.maintenance_cli import maintenance_main
+
+            return maintenance_main(args)
     except ConfigError as exc:
         # One line: a kubelet's "last state" and most log viewers show only the last line.
         problem = "; ".join(line.strip() for line in str(exc).splitlines() if line.strip())

@@ -129,7 +129,8 @@ def _check_catalog_deadlines(
     try:
         settings.check_windows({s.name: s.deadline for s in specs if s.enabled})
     except ValueError as exc:
-        where = origin.get("hang_window") or (str(config_file) if config_file else "settings")
+        key = "late_wait" if str(exc).startswith("late_wait") else "hang_window"
+        where = origin.get(key) or (str(config_file) if config_file else "settings")
         raise ConfigError(f"{where}: {exc}") from None
 
 

@@ -35,6 +35,12 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 
 from sentinel.health import HealthSnapshot, HealthState, ProbeAnswer
+from sentinel.serve.maintenance import (
+    MAINTENANCE_KEY,
+    MAINTENANCE_PATH,
+    MaintenanceHook,
+    maintenance_routes,
+)
 from sentinel.telemetry.redact import redact_document
 
 STATE_KEY = web.AppKey("sentinel_health_state", HealthState)
@@ -43,6 +49,9 @@ JSON_CONTENT_TYPE = "application/json; charset=utf-8"
 DEFAULT_SHUTDOWN_TIMEOUT = 5.0
 # Answered from the published snapshot alone; every other route reads daemon state.
 PROBE_PATHS = frozenset({"/livez", "/readyz", "/startupz", "/healthz"})
+# Served on the listener's own thread too: the probes, and /maintenance, whose
+# request body belongs to the listener's event loop (serve.maintenance).
+LISTENER_PATHS = PROBE_PATHS | {MAINTENANCE_PATH}
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 # Runs a non-probe route's handler where daemon state may be read (see probe_thread).
 Forward = Callable[[web.Request, Handler], Awaitable[web.StreamResponse]]
@@ -225,7 +234,11 @@ async def _healthz(request: web.Request) -> web.Response:
 
 async def _status(request: web.Request) -> web.Response:
     # /status quotes the target URL, process titles and reasons: it passes the one redactor.
-    return web.json_response(redact_document(status_json(request.app[STATE_KEY].snapshot())))
+    document = status_json(request.app[STATE_KEY].snapshot())
+    hook = request.app.get(MAINTENANCE_KEY)
+    if hook is not None:
+        document["maintenance"] = hook.status()
+    return web.json_response(redact_document(document))
 
 
 async def _metrics(request: web.Request) -> web.Response:
@@ -241,8 +254,12 @@ def build_app(
     *,
     extra_routes: Sequence[web.AbstractRouteDef] = (),
     middlewares: Sequence[Any] = (),
+    maintenance: MaintenanceHook | None = None,
 ) -> web.Application:
-    """The aiohttp application with sentinel's endpoints and any extra routes."""
+    """The aiohttp application with sentinel's endpoints and any extra routes.
+
+    With ``maintenance``, ``/maintenance`` is served and ``/status`` shows the window.
+    """
     app = web.Application(middlewares=list(middlewares))
     app[STATE_KEY] = state
     app[REGISTRY_KEY] = registry
@@ -257,6 +274,9 @@ def build_app(
             web.get("/metrics", _metrics),
         ]
     )
+    if maintenance is not None:
+        app[MAINTENANCE_KEY] = maintenance
+        app.add_routes(maintenance_routes())
     app.add_routes(extra_routes)
     return app
 
@@ -267,7 +287,8 @@ class HttpServer:
     ``start`` returns once the socket is bound; ``port`` is then the real
     port. ``stop`` closes the listener and waits at most ``shutdown_timeout``
     for in-flight requests. ``limits`` bound what clients may hold open.
-    ``forward``, when given, runs every route but the probes (``PROBE_PATHS``).
+    ``forward``, when given, runs every route but those of ``LISTENER_PATHS``.
+    ``maintenance`` serves ``/maintenance`` (see :func:`build_app`).
     """
 
     def __init__(
@@ -282,6 +303,7 @@ class HttpServer:
         access_log: bool = False,
         limits: ServerLimits | None = None,
         forward: Forward | None = None,
+        maintenance: MaintenanceHook | None = None,
     ) -> None:
         self._limits = limits or ServerLimits()
         self._guard: ConnectionGuard | None = None
@@ -289,7 +311,13 @@ class HttpServer:
         middlewares: list[Any] = [self._mark_served]
         if forward is not None:
             middlewares.append(self._forward_non_probes)
-        self._app = build_app(state, registry, extra_routes=extra_routes, middlewares=middlewares)
+        self._app = build_app(
+            state,
+            registry,
+            extra_routes=extra_routes,
+            middlewares=middlewares,
+            maintenance=maintenance,
+        )
         self._host = host
         self._port = port
         # Probe traffic (3 endpoints every few seconds) drowns real events in an
@@ -317,7 +345,7 @@ class HttpServer:
     async def _forward_non_probes(
         self, request: web.Request, handler: Handler
     ) -> web.StreamResponse:
-        if self._forward is None or request.path in PROBE_PATHS:
+        if self._forward is None or request.path in LISTENER_PATHS:
             return await handler(request)
         return await self._forward(request, handler)
 

@@ -13,7 +13,9 @@ event loop in its own thread:
   one assignment) and its pre-rendered bodies, touching nothing else;
 - every other route (``/status``, ``/metrics``, ``/incidents``) reads daemon
   state, which belongs to the daemon's loop, so its handler runs there
-  (:func:`asyncio.run_coroutine_threadsafe`) and only the response comes back.
+  (:func:`asyncio.run_coroutine_threadsafe`) and only the response comes back;
+  ``/maintenance`` (``LISTENER_PATHS``) stays here, since its request body
+  belongs to this loop, and the window it sets is safe to share across threads.
 
 A wedged daemon loop therefore no longer silences ``/livez`` (which would
 restart the inference server for sentinel's fault): its loops stop beating and
@@ -42,6 +44,7 @@ from sentinel.serve.http import (
     HttpServer,
     ServerLimits,
 )
+from sentinel.serve.maintenance import MaintenanceHook
 from sentinel.telemetry.logging import get_logger
 
 log = get_logger("sentinel.serve")
@@ -72,6 +75,7 @@ class ThreadedHttpServer:
         shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT,
         access_log: bool = False,
         limits: ServerLimits | None = None,
+        maintenance: MaintenanceHook | None = None,
     ) -> None:
         self._server = HttpServer(
             state,
@@ -83,6 +87,7 @@ class ThreadedHttpServer:
             access_log=access_log,
             limits=limits,
             forward=self._on_daemon_loop,
+            maintenance=maintenance,
         )
         self._daemon_loop: asyncio.AbstractEventLoop | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
