@@ -17,11 +17,12 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from sentinel.canary.result import CanaryKind, CanaryResult
 from sentinel.evidence.process_model import ProcessInfo, placed
 from sentinel.evidence.processes import ProcessSnapshot, ProcessState
+from sentinel.lifecycle import LifecycleTracker
 from sentinel.progress import STEP_COUNTER, ProgressTracker
 from sentinel.verdict import Action, EngineProgress, Evidence, KindEvidence
 
@@ -43,6 +44,10 @@ class KindRecord:
     controls: deque[CanaryResult | None] = field(default_factory=lambda: deque(maxlen=HISTORY))
     outstanding: dict[int, float] = field(default_factory=dict)  # token -> send time
     aims: dict[int, int] = field(default_factory=dict)  # token -> engine it was aimed at
+    # Tokens of timed-out canaries still awaited in the background (a late
+    # answer is an answer): recorded in ``results`` already, no longer
+    # outstanding, but still in the engine, so their progress credit stays open.
+    awaited: set[int] = field(default_factory=set)
 
     def clear(self) -> None:
         self.results.clear()
@@ -75,6 +80,12 @@ class Ledger:
         self.sends: deque[tuple[float, Mapping[str, float]]] = deque(maxlen=256)
         self.startup_passed = False
         self._token = 0
+        self.lifecycle = LifecycleTracker()
+        # Compilers under the engine: CPU seconds at the last sample, and since
+        # when one has been seen busy (a long first-use compile step).
+        self._compiler_cpu: dict[int, float] = {}
+        self.compiling_since: float | None = None
+        self.compile_detail = ""
 
     # -- epochs -------------------------------------------------------------
     def new_epoch(self, reason: str, now: float) -> None:
@@ -91,6 +102,11 @@ class Ledger:
         self.engine_down_detail = ""
         self.down_engines, self.down_ranks = (), ()
         self.startup_passed = False
+        self.lifecycle.reset()
+
+    def observe_lifecycle(self, now: float, **readings: object) -> None:
+        """A new word from one lifecycle source (see :class:`~sentinel.lifecycle.Readings`)."""
+        self.lifecycle.update(replace(self.lifecycle.readings, **readings), now)  # type: ignore[arg-type]
 
     def saw_refusal(self, now: float) -> None:
         """A refused connection: never a restart by itself; it starts the listener-down timer."""
@@ -133,14 +149,22 @@ class Ledger:
         return self._token
 
     def canary_abandoned(self, kind: CanaryKind, token: int, now: float) -> None:
-        """A canary cancelled without a result: no longer outstanding, its work still discounted."""
-        self.records[kind].aims.pop(token, None)
-        if self.records[kind].outstanding.pop(token, None) is not None:
+        """A canary cancelled without a result: no longer outstanding, its work still discounted.
+
+        Also ends the wait for a late answer that was cancelled (shutdown).
+        """
+        record = self.records[kind]
+        record.aims.pop(token, None)
+        awaited = token in record.awaited
+        record.awaited.discard(token)
+        if record.outstanding.pop(token, None) is not None or awaited:
             self.progress.canary_finished(token, None, now)
 
     def in_flight(self) -> int:
-        """Canaries outstanding right now, all kinds."""
-        return sum(len(record.outstanding) for record in self.records.values())
+        """Canaries in the engine right now, all kinds (awaited late ones included)."""
+        return sum(
+            len(record.outstanding) + len(record.awaited) for record in self.records.values()
+        )
 
     def budget_sent_between(self, start: float, end: float) -> dict[str, float]:
         """The summed work budget of canaries sent in ``(start, end]``."""
@@ -161,16 +185,53 @@ class Ledger:
         control: CanaryResult | None = None,
         epoch: int,
     ) -> None:
-        """Record a finished canary unless the server restarted while it ran."""
+        """Record a finished canary unless the server restarted while it ran.
+
+        A TIMEOUT result ``awaiting_late`` is recorded like any other, but its
+        request is still in the engine: its progress credit stays open until
+        :meth:`canary_late` (or :meth:`canary_abandoned`) ends the wait.
+        """
         record = self.records[kind]
         record.outstanding.pop(token, None)
         record.aims.pop(token, None)
         self.last_canary_activity = now
-        self.progress.canary_finished(token, result, now)
+        if result.awaiting_late:
+            record.awaited.add(token)
+        else:
+            self.progress.canary_finished(token, result, now)
         if epoch != self.epoch:
             return
         record.results.append(result)
         record.controls.append(control)
+
+    def canary_late(
+        self, kind: CanaryKind, token: int, result: CanaryResult, now: float, *, epoch: int
+    ) -> None:
+        """The late result of a canary recorded at its deadline: the wait for it is over.
+
+        Its credit closes as a finished canary's would, with this result. In
+        the history it replaces the timed-out entry of the same canary (same
+        ``started``, ``engine`` and name, still ``awaiting_late``), in place,
+        so a path kind's ``controls`` stay aligned (the control is kept). An
+        entry already gone (a new epoch, or past the history cap) is not
+        brought back.
+        """
+        record = self.records[kind]
+        record.awaited.discard(token)
+        self.last_canary_activity = now
+        self.progress.canary_finished(token, result, now)
+        if epoch != self.epoch:
+            return
+        for index in range(len(record.results) - 1, -1, -1):
+            entry = record.results[index]
+            if (
+                entry.awaiting_late
+                and entry.started == result.started
+                and entry.engine == result.engine
+                and entry.name == result.name
+            ):
+                record.results[index] = result
+                return
 
     def disable(self, kind: CanaryKind, reason: str) -> None:
         record = self.records[kind]
@@ -207,6 +268,7 @@ class Ledger:
             (p.pid, p.create_time): p for p in (*snapshot.engine_processes, *snapshot.coordinators)
         }
         previous, self.processes = self.processes, snapshot
+        self._follow_compilers(snapshot, now)
         before = None if previous is None else previous.api_identity
         after = snapshot.api_identity
         # An attributed API server is kept while that very process lives (even
@@ -230,6 +292,21 @@ class Ledger:
             self.engine_down_since = None
             self.engine_down_detail = ""
             self.down_engines, self.down_ranks = (), ()
+
+    def _follow_compilers(self, snapshot: ProcessSnapshot, now: float) -> None:
+        """A compiler under the engine whose CPU time grew since the last sample is busy."""
+        cpu = {c.pid: c.cpu_seconds for c in snapshot.compilers}
+        busy = [
+            c
+            for c in snapshot.compilers
+            if c.cpu_seconds > self._compiler_cpu.get(c.pid, cpu[c.pid])
+        ]
+        self._compiler_cpu = cpu
+        if busy:
+            self.compiling_since = now if self.compiling_since is None else self.compiling_since
+            self.compile_detail = ", ".join(c.describe() for c in busy[:4])
+        elif not snapshot.compilers:
+            self.compiling_since, self.compile_detail = None, ""
 
     def evidence(
         self,
@@ -263,6 +340,7 @@ class Ledger:
             last_progress_at=self.progress.last_progress_at,
             decode_available=fresh and self.progress.decode_available,
             last_decode_at=self.progress.last_decode_at,
+            last_prefill_at=self.progress.last_prefill_at if fresh else None,
             steps_available=fresh and STEP_COUNTER in self.progress.signals,
             last_step_at=self.progress.last_step_at,
             sampled_at=sample_at,
@@ -277,6 +355,9 @@ class Ledger:
             engines=self._engine_progress() if fresh else (),
             refused_since=self.refused_since,
             api_alive=self.api_alive(),
+            lifecycle=self.lifecycle.current,
+            compiling_since=self.compiling_since,
+            compile_detail=self.compile_detail,
             unobserved=unobserved,
         )
 
@@ -297,6 +378,7 @@ class Ledger:
                 track.last_progress_at,
                 decode_available=track.decode_available,
                 last_decode_at=track.last_decode_at,
+                last_prefill_at=track.prefill.last_at,
             )
             for engine, track in sorted(engines.items())
         )

@@ -24,26 +24,14 @@ has stuck real requests in ``running``; the prefill or first token of a
 canary sent to it is charged to the canary and cannot keep it alive. Once a
 canary finished, its credit becomes the work its usage reports.
 
-Decode is the progress new arrivals cannot fake. A server whose decode is
-stuck still prefills every new request and may hand each its first token, so
-with other clients arriving its prompt, generation and engine-step counters
-never stay flat. Where the server counts first tokens (the count of vLLM's
-``vllm:time_to_first_token_seconds`` histogram), the tracker derives
-``decode_tokens`` (generated tokens minus first tokens) and follows *decode
-progress* (decoded tokens or successful completions beyond sentinel's own)
-apart from the rest; the engine-hang rule then asks for that. Without the
-count, decode is no evidence and the broader progress keeps vouching.
-
-Under data parallelism vLLM labels every sample with its ``engine``; each
-engine's work counters are followed as well as their sum (:class:`EngineTrack`),
-so one engine whose work is flat while another's moves can be told from a
-whole-server hang. The same two rules hold per engine: sentinel's canaries
-are discounted on the engine they were aimed at (an unaimed one on any
-engine, since which served it is unknown; see :mod:`sentinel.canary.credit`),
-and where the engine counts its first tokens only its decode progress
-vouches for it. So an aimed canary's prefill or first token on a stuck
-engine, and new arrivals prefilled by an engine whose decode is stuck, never
-count as that engine's progress.
+Decode is the progress new arrivals cannot fake: where the server counts
+first tokens (vLLM's ``vllm:time_to_first_token_seconds`` count) the tracker
+derives ``decode_tokens`` and follows *decode progress* apart from the rest.
+Under data parallelism each engine's counters (its ``engine`` label) are
+followed as well as their sum (:class:`EngineTrack`), with the same two
+rules per engine. A prompt prefilled in chunks moves no counter at all; its
+KV-cache highs are followed by :mod:`sentinel.prefill`. The reasoning behind
+each rule is in ``docs/design.md`` ("Verdict semantics").
 """
 
 from __future__ import annotations
@@ -54,6 +42,7 @@ from dataclasses import dataclass, field
 from sentinel.canary.credit import Credit, discount
 from sentinel.canary.result import CanaryResult
 from sentinel.evidence.metrics import MetricsSample
+from sentinel.prefill import PrefillWatch
 
 RAW_COUNTERS = ("generation_tokens", "prompt_tokens", "engine_tokens", "completions")
 """The exposed counters that are progress; all of them go down together on a restart."""
@@ -91,6 +80,7 @@ class EngineTrack:
     last_delta: dict[str, float] = field(default_factory=dict)  # as counted
     last_own: dict[str, float] = field(default_factory=dict)  # of that, sentinel's canaries
     totals: dict[str, float] = field(default_factory=dict)  # as counted, this epoch
+    prefill: PrefillWatch = field(default_factory=PrefillWatch)  # its KV-cache highs
 
     @property
     def decode_available(self) -> bool:
@@ -168,6 +158,12 @@ class ProgressTracker:
         self.last_update = ProgressUpdate()
         self.totals: dict[str, SignalReport] = {}  # summed over the epoch
         self.engines: dict[str, EngineTrack] = {}  # per ``engine`` label, this epoch
+        self.prefill = PrefillWatch()  # KV-cache highs: a prompt prefilled in chunks
+
+    @property
+    def last_prefill_at(self) -> float | None:
+        """The last sample in which a prompt being prefilled set a new KV-cache high."""
+        return self.prefill.last_at
 
     def reset(self) -> None:
         """Forget the samples (a new server epoch); canaries in flight keep their credit."""
@@ -182,6 +178,7 @@ class ProgressTracker:
         self.last_update = ProgressUpdate()
         self.totals = {}
         self.engines = {}
+        self.prefill.reset()
 
     @property
     def available(self) -> bool:
@@ -295,6 +292,12 @@ class ProgressTracker:
             self.last_decode_at = sample.at
         if real_completions > 0:
             self.last_real_completion_at = sample.at
+        canaries = sum(1 for c in self._credits.values() if c.finished is None)
+        self.prefill.observe(sample.gauges, sample.at, canaries=canaries, progressed=bool(changed))
+        for engine, track in self.engines.items():
+            gauges = sample.engine_gauges.get(engine, {})
+            moved = track.last_progress_at == sample.at
+            track.prefill.observe(gauges, sample.at, canaries=canaries, progressed=moved)
         for key, report in reports.items():
             total = self.totals.get(key, SignalReport())
             self.totals[key] = SignalReport(

@@ -98,7 +98,8 @@ def test_the_same_server_with_kv_frozen_is_an_engine_hang() -> None:
         return base(now, last_prefill_at=min(now, 12.0))  # highs stop at 12 s: hung
 
     red = first_red(run(120.0, at))
-    assert red is not None and red <= 45.0
+    assert red is not None
+    assert red <= 45.0
 
 
 def test_prefill_watch_counts_highs_not_churn_nor_admissions() -> None:
@@ -196,7 +197,8 @@ def test_no_hang_while_asleep_or_paused_and_readiness_names_it(phase: Phase) -> 
 def test_a_hang_right_after_wake_up_is_red_within_45s() -> None:
     seen = run(400.0, stalled(Phase.ASLEEP, 5.0, 300.0))
     red = first_red(seen)
-    assert red is not None and 300.0 < red <= 345.0
+    assert red is not None
+    assert 300.0 < red <= 345.0
 
 
 def test_after_resume_every_kind_passes_again_before_ready() -> None:
@@ -209,7 +211,8 @@ def test_after_resume_every_kind_passes_again_before_ready() -> None:
     state = replace(VerdictState(), epoch=0, startup_passed=True)
     _, verdict = evaluate(state, ev, Policy(), 60.0)
     assert verdict.liveness.ok
-    assert not verdict.readiness.ok and "structured" in verdict.readiness.reason
+    assert not verdict.readiness.ok
+    assert "structured" in verdict.readiness.reason
     kinds[STRUCTURED] = KindEvidence(STRUCTURED, results=(ok(10.0), ok(56.0)))
     _, verdict = evaluate(state, replace(ev, kinds=kinds), Policy(), 60.0)
     assert verdict.readiness.ok
@@ -231,7 +234,8 @@ def test_dead_engine_while_asleep_is_still_dead() -> None:
         return replace(stalled(Phase.ASLEEP, 5.0, None)(now), engine_down_since=20.0)
 
     red = first_red(run(60.0, at))
-    assert red is not None and red <= 30.0
+    assert red is not None
+    assert red <= 30.0
 
 
 # --- a long compile step ----------------------------------------------------------
@@ -243,12 +247,14 @@ def test_a_busy_compiler_under_the_engine_holds_within_the_grace() -> None:
 
     assert first_red(run(200.0, at, Policy(compile_grace=300.0))) is None
     red = first_red(run(200.0, at, Policy(compile_grace=60.0)))
-    assert red is not None and 71.0 <= red <= 75.0
+    assert red is not None
+    assert 71.0 <= red <= 75.0
 
 
 def test_a_spinning_engine_without_a_compiler_is_judged_as_today() -> None:
     red = first_red(run(120.0, base))
-    assert red is not None and red <= 45.0
+    assert red is not None
+    assert red <= 45.0
 
 
 def test_compilers_found_under_the_engine_through_proc_children(tmp_path: Path) -> None:
@@ -292,4 +298,5 @@ def test_lifecycle_tracker_remembers_since_and_resume() -> None:
     assert tracker.update(Readings(is_paused=True), 10.0).since == 10.0
     assert tracker.update(Readings(is_paused=True), 20.0).since == 10.0
     awake = tracker.update(Readings(is_paused=False), 30.0)
-    assert awake.phase is Phase.AWAKE and awake.resumed_at == 30.0
+    assert awake.phase is Phase.AWAKE
+    assert awake.resumed_at == 30.0

@@ -61,7 +61,7 @@ SCHEMAS = REPO / "tests" / "schemas"
 CATALOG = REPO / "sentinel" / "probes"
 KUBERNETES_VERSION = "1.30"
 
-# DESIGN.md, "Interfaces": what the kubelet may ask sentinel.
+# docs/design.md, "Interfaces": what the kubelet may ask sentinel.
 HTTP_PATHS = {"liveness": "/livez", "readiness": "/readyz", "startup": "/startupz"}
 GRPC_SERVICES = {"liveness": "liveness", "readiness": "readiness", "startup": "startup"}
 PROBE_FIELDS = {
@@ -77,7 +77,7 @@ CLIENT_CALLS = {
     "create_namespaced_event": ("", "events", "create"),
     "read_namespaced_pod": ("", "pods", "get"),
 }
-# The budget DESIGN.md promises.
+# The budget docs/design.md promises.
 MAX_HANG_TO_KILL = 60.0
 TOLERATED_SENTINEL_OUTAGE = 15.0
 
@@ -588,7 +588,7 @@ def test_hang_to_kill_stays_under_a_minute() -> None:
     budget = manifest_budget()
     print("worst-case hang to SIGKILL:", budget.steps())
     assert budget.total <= MAX_HANG_TO_KILL
-    assert manifest_budget(busy=False).detected <= 25.0  # DESIGN.md: idle server, about 25 s
+    assert manifest_budget(busy=False).detected <= 25.0  # docs/design.md: idle server, about 25 s
     # A SIGTERM-ignoring vLLM must not get the pod's long drain grace on a liveness kill.
     deployment = find(base_objects(), "Deployment")
     assert budget.grace < pod_spec(deployment)["terminationGracePeriodSeconds"]
@@ -704,7 +704,7 @@ def test_every_expression_parses_and_uses_contract_metrics() -> None:
     unknown = {
         name: sorted(where) for name, where in referenced.items() if name not in contract_series()
     }
-    assert not unknown, f"not in DESIGN.md's metric contract: {unknown}"
+    assert not unknown, f"not in docs/design.md's metric contract: {unknown}"
 
 
 def test_every_contract_metric_is_on_the_dashboard() -> None:
