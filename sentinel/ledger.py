@@ -20,10 +20,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
 from sentinel.canary.result import CanaryKind, CanaryResult
+from sentinel.evidence.compilers import CompileWatch
+from sentinel.evidence.metrics import MetricsSample
 from sentinel.evidence.process_model import ProcessInfo, placed
 from sentinel.evidence.processes import ProcessSnapshot, ProcessState
 from sentinel.lifecycle import LifecycleTracker
-from sentinel.progress import STEP_COUNTER, ProgressTracker
+from sentinel.path_traffic import PathTraffic
+from sentinel.progress import RECENT, STEP_COUNTER, ProgressTracker
 from sentinel.verdict import Action, EngineProgress, Evidence, KindEvidence
 
 _DOWN = (ProcessState.STOPPED, ProcessState.ZOMBIE, ProcessState.GONE)
@@ -81,11 +84,11 @@ class Ledger:
         self.startup_passed = False
         self._token = 0
         self.lifecycle = LifecycleTracker()
+        self.traffic = PathTraffic()  # real traffic on each path (its kind's counter)
+        self._traffic_seen = float("-inf")  # the sample before the last one observed
         # Compilers under the engine: CPU seconds at the last sample, and since
         # when one has been seen busy (a long first-use compile step).
-        self._compiler_cpu: dict[int, float] = {}
-        self.compiling_since: float | None = None
-        self.compile_detail = ""
+        self.compiling = CompileWatch()
 
     # -- epochs -------------------------------------------------------------
     def new_epoch(self, reason: str, now: float) -> None:
@@ -103,6 +106,22 @@ class Ledger:
         self.down_engines, self.down_ranks = (), ()
         self.startup_passed = False
         self.lifecycle.reset()
+        self.traffic.reset()
+
+    def observe_traffic(self, sample: MetricsSample) -> None:
+        """Real path traffic in ``sample``, beyond sentinel's canaries that could have moved it.
+
+        A canary of the kind counts when it was outstanding or finished since
+        the previous sample (less the time ``/metrics`` may lag its reply).
+        """
+        since, self._traffic_seen = self._traffic_seen - RECENT, sample.at
+        own = {
+            kind: len(record.outstanding)
+            + len(record.awaited)
+            + sum(1 for r in record.results if r.finished > since)
+            for kind, record in self.records.items()
+        }
+        self.traffic.observe(sample.counters, sample.at, own)
 
     def observe_lifecycle(self, now: float, **readings: object) -> None:
         """A new word from one lifecycle source (see :class:`~sentinel.lifecycle.Readings`)."""
@@ -268,7 +287,7 @@ class Ledger:
             (p.pid, p.create_time): p for p in (*snapshot.engine_processes, *snapshot.coordinators)
         }
         previous, self.processes = self.processes, snapshot
-        self._follow_compilers(snapshot, now)
+        self.compiling.observe(snapshot.compilers, now)
         before = None if previous is None else previous.api_identity
         after = snapshot.api_identity
         # An attributed API server is kept while that very process lives (even
@@ -292,21 +311,6 @@ class Ledger:
             self.engine_down_since = None
             self.engine_down_detail = ""
             self.down_engines, self.down_ranks = (), ()
-
-    def _follow_compilers(self, snapshot: ProcessSnapshot, now: float) -> None:
-        """A compiler under the engine whose CPU time grew since the last sample is busy."""
-        cpu = {c.pid: c.cpu_seconds for c in snapshot.compilers}
-        busy = [
-            c
-            for c in snapshot.compilers
-            if c.cpu_seconds > self._compiler_cpu.get(c.pid, cpu[c.pid])
-        ]
-        self._compiler_cpu = cpu
-        if busy:
-            self.compiling_since = now if self.compiling_since is None else self.compiling_since
-            self.compile_detail = ", ".join(c.describe() for c in busy[:4])
-        elif not snapshot.compilers:
-            self.compiling_since, self.compile_detail = None, ""
 
     def evidence(
         self,
@@ -333,6 +337,7 @@ class Ledger:
                     outstanding_engines=tuple(record.aims.get(t) for t in record.outstanding),
                     controls=tuple(record.controls),
                     latency_slo=record.latency_slo,
+                    traffic_at=self.traffic.last_at.get(kind),
                 )
                 for kind, record in self.records.items()
             },
@@ -356,8 +361,8 @@ class Ledger:
             refused_since=self.refused_since,
             api_alive=self.api_alive(),
             lifecycle=self.lifecycle.current,
-            compiling_since=self.compiling_since,
-            compile_detail=self.compile_detail,
+            compiling_since=self.compiling.since,
+            compile_detail=self.compiling.detail,
             unobserved=unobserved,
         )
 

@@ -247,6 +247,7 @@ class Observers:
             )
             previous_at = sample.at
             ledger.observe_lifecycle(self.clock(), gauges=sample.gauges)
+            ledger.observe_traffic(sample)
             if update.restarted:
                 ledger.new_epoch("a vLLM counter went down", self.clock())
 

@@ -24,6 +24,10 @@ shares, its canaries are the heaviest (an image, a grammar), and an engine
 that stops serving is the text canaries' to catch. An engine whose aimed
 canary is refused as a bad request (a label that is not a rank the server
 takes) gets unaimed canaries for the rest of the server epoch.
+
+A late answer is an answer: with ``late_wait`` set, the first canary of a
+kind that misses its deadline is still recorded (and retried) at once, but
+awaited in the background too (:mod:`sentinel.late`).
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from dataclasses import replace
 from sentinel.canary.result import CanaryKind, CanaryResult, Reason
 from sentinel.canary.runner import CanaryRunner, ModelResolutionError
 from sentinel.catalog import CanarySpec
+from sentinel.late import LateAnswers
 from sentinel.ledger import Ledger
 from sentinel.progress import canary_budget
 from sentinel.telemetry.logging import get_logger
@@ -72,6 +77,7 @@ class Scheduler:
         on_result: ResultHook | None = None,
         on_error: ErrorHook | None = None,
         rng: random.Random | None = None,
+        late_wait: float = 0.0,
     ) -> None:
         self.specs = tuple(s for s in specs if s.enabled)
         self.runner = runner
@@ -93,6 +99,10 @@ class Scheduler:
         self._unaimable: set[int] = set()  # engines whose aimed canary was refused, this epoch
         self._aim_epoch = ledger.epoch
         self._aimed_at: tuple[int, ...] = ()  # the engines last announced in the log
+        # Timed-out canaries still awaited, up to late_wait seconds past the send (0: none).
+        self.late = LateAnswers(
+            ledger, late_wait=late_wait, clock=clock, observe=self._observe, failed=self._failed
+        )
 
     async def run(self) -> None:
         """One loop per enabled spec until cancelled.
@@ -100,10 +110,17 @@ class Scheduler:
         A step that raises is recorded and its loop carries on
         (:meth:`_loop`), so one kind's bug never cancels the other kinds'
         canaries in flight; only a loop dying outside a step ends them all.
+        Late canaries are awaited by tasks of the same group: leaving it
+        (cancelled) cancels them too, which closes their connections.
         """
-        async with asyncio.TaskGroup() as group:
-            for spec in self.specs:
-                group.create_task(self._loop(spec), name=f"canary:{spec.name}")
+        try:
+            async with asyncio.TaskGroup() as group:
+                self.late.group = group
+                for spec in self.specs:
+                    group.create_task(self._loop(spec), name=f"canary:{spec.name}")
+        finally:
+            self.late.group = None
+            await self.late.close()
 
     @staticmethod
     def _max_gap(spec: CanarySpec) -> float:
@@ -184,12 +201,14 @@ class Scheduler:
         token = ledger.canary_sent(spec.kind, self.clock(), self._budget(spec), engine=engine)
         try:
             result, control = await asyncio.gather(
-                self.runner.run(spec, model=model, deadline=spec.deadline, engine=engine),
+                self._run(spec, model, epoch, engine, token),
                 self._send_recorded(control_spec, model, epoch, engine),
             )
-        finally:
-            ledger.canary_abandoned(spec.kind, token, self.clock())
+        except BaseException:
+            self._abandon(spec.kind, token)
+            raise
         ledger.canary_done(spec.kind, token, result, self.clock(), control=control, epoch=epoch)
+        self.late.recorded(spec.kind, token)
         self._observe(result)
         return result
 
@@ -281,15 +300,36 @@ class Scheduler:
         ledger = self.ledger
         token = ledger.canary_sent(spec.kind, self.clock(), self._budget(spec), engine=engine)
         try:
-            result = await self.runner.run(spec, model=model, deadline=spec.deadline, engine=engine)
-        finally:
+            result = await self._run(spec, model, epoch, engine, token)
+        except BaseException:
             # Cancelled mid-flight: forget the canary rather than leave it outstanding.
-            ledger.canary_abandoned(spec.kind, token, self.clock())
+            self._abandon(spec.kind, token)
+            raise
         if engine is not None and self._refused_aim(engine, result):
+            ledger.canary_abandoned(spec.kind, token, self.clock())
             return await self._send_recorded(spec, model, epoch)  # the same canary, unaimed
         ledger.canary_done(spec.kind, token, result, self.clock(), epoch=epoch)
+        self.late.recorded(spec.kind, token)
         self._observe(result)
         return result
+
+    async def _run(
+        self, spec: CanarySpec, model: str, epoch: int, engine: int | None, token: int
+    ) -> CanaryResult:
+        """One canary through the runner; past its deadline it may be awaited late."""
+        return await self.runner.run(
+            spec,
+            model=model,
+            deadline=spec.deadline,
+            engine=engine,
+            late_wait=self.late.late_wait,
+            adopt_late=self.late.adopter(spec, token, epoch),
+        )
+
+    def _abandon(self, kind: CanaryKind, token: int) -> None:
+        """A step ended without recording the canary: forget it, and stop awaiting it late."""
+        self.ledger.canary_abandoned(kind, token, self.clock())
+        self.late.abandon(kind, token)
 
     def _budget(self, spec: CanarySpec) -> dict[str, float]:
         """The most work one canary of ``spec`` can cause, per work counter.

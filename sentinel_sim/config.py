@@ -4,19 +4,39 @@ Defaults are chosen so tests run fast while the numbers stay plausible for a
 small model: 100 decode tokens/s per sequence (a 10 ms engine step), 16
 concurrent sequences (vLLM's CPU default is lower, GPU default 256), and a KV
 cache large enough (65,536 tokens) that preemption only happens when a test
-configures it small.
+configures it small. A step schedules at most ``max_num_batched_tokens``
+(8192) tokens, so a prompt longer than that prefills in chunks, each chunk
+lasting ``chunk / prefill_tps`` seconds (see :mod:`sentinel_sim.scheduler`).
+
+``--dev-mode`` (or ``VLLM_SERVER_DEV_MODE=1`` in the environment, as vLLM
+reads it) registers vLLM's development routes: ``/sleep``, ``/wake_up``,
+``/is_sleeping``, ``/pause``, ``/resume``, ``/is_paused`` and the RL
+weight-update routes. ``--reasoning-parser NAME`` makes chat replies think
+first (see :mod:`sentinel_sim.model`).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from sentinel_sim.faults import FaultError, FaultSpec
+from sentinel_sim.faults import Fault, FaultError, FaultSpec
+from sentinel_sim.scheduler import DEFAULT_MAX_NUM_BATCHED_TOKENS
 
 DEFAULT_MODEL = "sim-model"
+DEV_MODE_ENV = "VLLM_SERVER_DEV_MODE"
+REASONING_FIELDS = ("reasoning", "reasoning_content")
+
+
+def dev_mode_from_env() -> bool:
+    """vLLM's reading of ``VLLM_SERVER_DEV_MODE``: an integer, non-zero means on."""
+    try:
+        return bool(int(os.environ.get(DEV_MODE_ENV, "0")))
+    except ValueError:
+        return False
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,7 +53,8 @@ class SimConfig:
     block_size: int = 16
     max_model_len: int = 4096
     decode_tps: float = 100.0  # tokens per second per running sequence
-    prefill_tps: float = 20000.0  # prompt tokens per second per request
+    prefill_tps: float = 20000.0  # prompt tokens per second: a chunk of N lasts N / prefill_tps
+    max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS  # token budget per step
     scheduling_policy: str = "fcfs"
     text_only: bool = False
     reply_tokens: int = 16  # natural length of an unconstrained reply, before end-of-sequence
@@ -42,6 +63,10 @@ class SimConfig:
     ready_file: str | None = None
     data_parallel_size: int = 1  # engine children, VLLM::EngineCore_DP<i>, least loaded first
     tensor_parallel_size: int = 1  # worker children per engine, VLLM::Worker_TP<i>
+    dev_mode: bool = False  # vLLM's VLLM_SERVER_DEV_MODE routes (sleep, pause, weights)
+    reasoning_parser: str | None = None  # chat replies think first (any parser name)
+    reasoning_tokens: int = 64  # how many tokens the thinking lasts
+    reasoning_field: str = "reasoning"  # 0.32's field; "reasoning_content" before it
     faults: tuple[FaultSpec, ...] = field(default_factory=tuple)
 
     def engine_json(self) -> dict[str, Any]:
@@ -76,6 +101,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--prefill-tps", type=float, default=d.prefill_tps, help="prefill tokens/s per request"
     )
     parser.add_argument(
+        "--max-num-batched-tokens",
+        type=int,
+        default=d.max_num_batched_tokens,
+        help="token budget of one engine step (longer prompts prefill in chunks)",
+    )
+    parser.add_argument(
         "--scheduling-policy", choices=("fcfs", "priority"), default=d.scheduling_policy
     )
     parser.add_argument(
@@ -92,6 +123,23 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=d.tensor_parallel_size,
         help="worker children per engine (a stopped one stalls its engine)",
+    )
+    parser.add_argument(
+        "--dev-mode",
+        action="store_true",
+        help=f"register vLLM's dev routes (also: {DEV_MODE_ENV}=1 in the environment)",
+    )
+    parser.add_argument(
+        "--reasoning-parser", default=None, metavar="NAME", help="chat replies think first"
+    )
+    parser.add_argument(
+        "--reasoning-tokens", type=int, default=d.reasoning_tokens, help="thinking length"
+    )
+    parser.add_argument(
+        "--reasoning-field",
+        choices=REASONING_FIELDS,
+        default=d.reasoning_field,
+        help="the message field of the thinking (reasoning_content: vLLM before 0.11)",
     )
     parser.add_argument("--ready-file", default=None, help="write the ready JSON line here too")
     parser.add_argument(
@@ -115,6 +163,13 @@ def parse_args(argv: Sequence[str] | None = None) -> SimConfig:
         parser.error("max-num-seqs >= 1, kv-cache-tokens >= block-size and decode-tps > 0")
     if ns.data_parallel_size < 1 or ns.tensor_parallel_size < 1:
         parser.error("data-parallel-size and tensor-parallel-size must be >= 1")
+    if ns.max_num_batched_tokens < 1 or ns.prefill_tps <= 0 or ns.reasoning_tokens < 0:
+        parser.error("max-num-batched-tokens >= 1, prefill-tps > 0 and reasoning-tokens >= 0")
+    for spec in faults:
+        try:
+            check_fault_fits(spec, ns.kv_cache_tokens)
+        except FaultError as exc:
+            parser.error(str(exc))
     return SimConfig(
         host=ns.host,
         port=ns.port,
@@ -127,6 +182,7 @@ def parse_args(argv: Sequence[str] | None = None) -> SimConfig:
         max_model_len=ns.max_model_len,
         decode_tps=ns.decode_tps,
         prefill_tps=ns.prefill_tps,
+        max_num_batched_tokens=ns.max_num_batched_tokens,
         scheduling_policy=ns.scheduling_policy,
         text_only=ns.text_only,
         reply_tokens=ns.reply_tokens,
@@ -135,5 +191,21 @@ def parse_args(argv: Sequence[str] | None = None) -> SimConfig:
         ready_file=ns.ready_file,
         data_parallel_size=ns.data_parallel_size,
         tensor_parallel_size=ns.tensor_parallel_size,
+        dev_mode=ns.dev_mode or dev_mode_from_env(),
+        reasoning_parser=ns.reasoning_parser,
+        reasoning_tokens=ns.reasoning_tokens,
+        reasoning_field=ns.reasoning_field,
         faults=faults,
     )
+
+
+def check_fault_fits(spec: FaultSpec, kv_cache_tokens: int) -> None:
+    """Refuse a ``long_prefill`` whose request could never fit in the KV cache."""
+    if spec.fault is not Fault.LONG_PREFILL:
+        return
+    needed = int(spec.params["tokens"]) + int(spec.params["max_tokens"])
+    if needed > kv_cache_tokens:
+        raise FaultError(
+            f"long_prefill needs {needed} tokens of KV cache (tokens + max_tokens); "
+            f"the simulator has {kv_cache_tokens}: start it with --kv-cache-tokens >= {needed}"
+        )

@@ -5,9 +5,14 @@ Fault names are the strings of :class:`sentinel_sim.faults.Fault`:
 (param ``after``), ``slow_decode`` (param ``factor``), ``error_5xx`` (params
 ``rate`` 0..1, default 1, and ``status``), ``garbage`` (param ``mode``:
 ``invalid_json`` | ``schema_break``), ``blackhole``, ``exit`` (params
-``delay``, ``code``). Every fault takes an optional ``duration`` in seconds;
-faults acting inside the engine take ``engine`` (a data-parallel index) to
-hit one engine only.
+``delay``, ``code``), the hang shapes (``stuck_running``, ``waiting_churn``,
+``preemption_churn``, ``prefill_no_decode``, ``stall_after_first``), the
+broken shapes (``reset_all``, ``empty_200``, ``listener_closed``,
+``metrics_lapse``, ``metrics_401``) and the legitimate stalls
+(``long_prefill``, ``sleep``, ``pause``, ``weight_update``, ``compile_step``,
+``slow_image``; their parameters are in :mod:`sentinel_sim.faults`). Every
+fault takes an optional ``duration`` in seconds; faults acting inside the
+engine take ``engine`` (a data-parallel index) to hit one engine only.
 
 Example::
 

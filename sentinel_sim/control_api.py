@@ -53,9 +53,9 @@ def build_control_app(server: SimServer) -> web.Application:
             if not isinstance(params, Mapping):
                 raise FaultError("params must be an object")
             spec = FaultSpec.build(request.match_info["name"], params, body.get("duration"))
+            entry = server.set_fault(spec)
         except (ValueError, TypeError) as exc:
             return _error(400, str(exc))
-        entry = server.set_fault(spec)
         return web.json_response(entry.describe(time.monotonic()))
 
     async def clear_fault(request: web.Request) -> web.Response:

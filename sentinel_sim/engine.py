@@ -18,7 +18,11 @@ engine, which takes in no abort, keeps its requests counted.
 
 The loop steps every ``1 / decode_tps`` seconds (times ``factor``, or
 ``token_s`` outright, under ``slow_decode``) while there is work, and blocks on
-its socket when idle.
+its socket when idle. A step that prefills N prompt tokens lasts
+``N / prefill_tps`` seconds when that is longer: its outputs and stats are
+published when that time is over, and the messages that arrive meanwhile are
+taken in (requests queue, aborts apply), while engine queries wait for the
+step's end, as vLLM answers utility calls between steps.
 
 The busy-looking hang shapes live here too. ``stuck_running`` and the churn
 faults seed real requests (not the caller's, as a hung production server has
@@ -26,7 +30,16 @@ its clients' requests stuck), take one step so they are running with a token
 each, then block like ``engine_hang``; while blocked, ``waiting_churn`` keeps
 publishing a changing waiting gauge and ``preemption_churn`` a growing
 preemption counter, and nothing else. ``stall_after_first`` seeds the same
-stuck requests and lets every request have exactly one token.
+stuck requests and lets every request have exactly one token. ``engine_hang``
+with ``spin`` keeps the loop burning CPU while hung.
+
+The legitimate stalls (see :mod:`sentinel_sim.faults`): ``long_prefill``
+seeds one real request with a long prompt; ``pause`` and ``sleep`` pause the
+scheduler (``keep``: no step at all; ``wait``: running requests drain, no
+admission; ``abort``: every request aborted first), publishing nothing while
+paused so the gauges keep the last step's values; ``weight_update`` blocks
+the loop like a collective RPC; ``compile_step`` makes the next step last
+``seconds`` with a stand-in compiler child (:mod:`sentinel_sim.compiler`).
 """
 
 from __future__ import annotations
@@ -45,19 +58,43 @@ from typing import Any
 import setproctitle
 
 from sentinel_sim import ipc
-from sentinel_sim.faults import HUNG_FAULTS, STUCK_FAULTS, ActiveFault, Fault, FaultTable
-from sentinel_sim.scheduler import EngineRequest, Scheduler
+from sentinel_sim.compiler import start_compiler
+from sentinel_sim.faults import (
+    HUNG_FAULTS,
+    PAUSING_FAULTS,
+    STUCK_FAULTS,
+    ActiveFault,
+    Fault,
+    FaultTable,
+)
+from sentinel_sim.scheduler import (
+    DEFAULT_MAX_NUM_BATCHED_TOKENS,
+    EngineRequest,
+    EngineStats,
+    Scheduler,
+    StepPlan,
+)
 from sentinel_sim.workers import TensorGroup
 
 PROCESS_TITLE = "VLLM::EngineCore"
 # A seeded stuck request: a modest prompt and reply, so it finishes soon once the hang ends.
 _STUCK_PROMPT_TOKENS = 48
 _STUCK_MAX_TOKENS = 32
+_SPIN_SLICE_S = 0.05  # a spinning engine looks at its socket this often
+DEFAULT_WEIGHT_VERSION = "default"  # vLLM's EngineCore._weight_version before any update
 
 
 def engine_title(index: int, data_parallel_size: int) -> str:
     """vLLM's title for an engine: ``_DP<i>`` only when there are several."""
     return f"{PROCESS_TITLE}_DP{index}" if data_parallel_size > 1 else PROCESS_TITLE
+
+
+def _spin_until(deadline: float) -> None:
+    """Burn CPU until ``deadline`` (monotonic): a busy engine thread, not a sleeping one."""
+    x = 0
+    while time.monotonic() < deadline:
+        for _ in range(2000):
+            x = (x * 1103515245 + 12345) & 0xFFFFFFFF
 
 
 class Engine:
@@ -71,18 +108,29 @@ class Engine:
         self.decoder = ipc.FrameDecoder()
         self.faults = FaultTable()
         self.period = 1.0 / float(config["decode_tps"])
+        self.prefill_tps = float(config["prefill_tps"])
         self.scheduler = Scheduler(
             max_num_seqs=int(config["max_num_seqs"]),
             kv_cache_tokens=int(config["kv_cache_tokens"]),
             block_size=int(config["block_size"]),
             policy=str(config["scheduling_policy"]),
-            prefill_tps=float(config["prefill_tps"]),
+            prefill_tps=self.prefill_tps,
+            max_num_batched_tokens=int(
+                config.get("max_num_batched_tokens", DEFAULT_MAX_NUM_BATCHED_TOKENS)
+            ),
         )
         self.pending: list[tuple[Any, ...]] = []  # work received while the engine hangs
         self.running = True
         self.gauges_dirty = False
+        self.weight_version = DEFAULT_WEIGHT_VERSION
         self._next_stuck_rid = -1  # seeded requests use negative ids, unknown to the API side
         self._churn_tick = 0
+        self._plan: StepPlan | None = None  # a step whose forward pass is still running
+        self._publish_at = 0.0
+        self._deferred_calls: list[tuple[Any, ...]] = []  # queries that wait for the step's end
+        self._drain_waiters: list[int] = []  # "drained" queries, answered when nothing runs
+        self._long_prefill: tuple[ActiveFault, int] | None = None  # (fault, seeded rid)
+        self._compiled: ActiveFault | None = None  # the compile_step fault already served
 
     # -- messages ------------------------------------------------------------
 
@@ -106,13 +154,21 @@ class Engine:
         if kind == "fault":
             _, name, params, until = message
             fault = Fault(name)
-            self.faults.put(ActiveFault(fault, params, until))
+            entry = ActiveFault(fault, params, until)
+            self.faults.put(entry)
             if fault in STUCK_FAULTS and self._hung() in (None, self.faults.get(fault)):
                 self._seed_stuck(int(params["requests"]))
+            if fault is Fault.LONG_PREFILL:
+                self._seed_long_prefill(entry)
+            if fault in PAUSING_FAULTS and self._pause_mode(entry) == "abort":
+                self._abort_all()
         elif kind == "clear":
             self.faults.clear(None if message[1] is None else Fault(message[1]))
+            self._check_long_prefill()
         elif kind == "shutdown":
             self.running = False
+        elif kind == "utility" and self._plan is not None:
+            self._deferred_calls.append(message)
         elif self._hung() is not None:
             self.pending.append(message)
         else:
@@ -131,6 +187,36 @@ class Engine:
                 self.scheduler.abort(rid)
             self.gauges_dirty = True
             self._publish(("aborted", list(message[1])))
+            self._check_drained()
+        elif kind == "utility":
+            _, call_id, name, arg = message
+            self._utility(int(call_id), str(name), arg)
+
+    def _utility(self, call_id: int, name: str, arg: Any) -> None:
+        """Answer an engine query, as vLLM's EngineCore answers utility calls between steps."""
+        result: Any = None
+        if name in ("is_paused", "is_sleeping"):
+            # vLLM 0.32: is_sleeping() is is_scheduler_paused() or the executor asleep,
+            # and a sleep always pauses the scheduler first.
+            result = self._pause_state() is not None
+        elif name == "weight_version":
+            result = self.weight_version
+        elif name == "set_weight_version":
+            self.weight_version = str(arg)
+        elif name == "rpc":
+            time.sleep(max(0.0, float(arg or 0.0)))  # a collective RPC: the loop is blocked
+        elif name == "drained":
+            if self.scheduler.running:
+                self._drain_waiters.append(call_id)
+                return
+            result = True
+        self._publish(("utility", call_id, result))
+
+    def _check_drained(self) -> None:
+        if self._drain_waiters and not self.scheduler.running:
+            waiters, self._drain_waiters = self._drain_waiters, []
+            for call_id in waiters:
+                self._publish(("utility", call_id, True))
 
     def _hung(self) -> ActiveFault | None:
         """The fault that blocks the engine loop, if any is in force."""
@@ -139,6 +225,59 @@ class Engine:
             if entry is not None:
                 return entry
         return None
+
+    # -- pause and sleep -----------------------------------------------------
+
+    @staticmethod
+    def _pause_mode(entry: ActiveFault) -> str:
+        return str(entry.params["mode"] if entry.fault is Fault.PAUSE else entry.params["pause"])
+
+    def _pause_state(self) -> str | None:
+        """vLLM's scheduler pause state: "all" (keep), "new" (wait, abort) or None."""
+        modes = [
+            self._pause_mode(entry)
+            for fault in PAUSING_FAULTS
+            if (entry := self.faults.get(fault)) is not None
+        ]
+        if "keep" in modes:
+            return "all"
+        return "new" if modes else None
+
+    def _has_work(self) -> bool:
+        state = self._pause_state()
+        if state == "all":
+            return False
+        if state == "new":
+            return bool(self.scheduler.running)  # running requests drain; nothing is admitted
+        return self.scheduler.has_work
+
+    def _abort_all(self) -> None:
+        """A pause (or sleep) in abort mode: every request ends with reason "abort"."""
+        self._check_long_prefill()
+        outputs, finished = self.scheduler.abort_all(time.monotonic())
+        if outputs:
+            stats = EngineStats(
+                running=0,
+                waiting=0,
+                waiting_deferred=0,
+                kv_usage=0.0,
+                prompt_tokens=0,
+                generation_tokens=0,
+                preemptions=0,
+                iteration_tokens=0,
+                ttfts=(),
+                itls=(),
+                finished=tuple(finished),
+                scheduler=False,
+            )
+            self._publish(("step", outputs, stats))
+        self._check_drained()
+
+    # -- seeded requests -----------------------------------------------------
+
+    def _new_seeded_rid(self) -> int:
+        rid, self._next_stuck_rid = self._next_stuck_rid, self._next_stuck_rid - 1
+        return rid
 
     def _seed_stuck(self, count: int) -> None:
         """Admit ``count`` real requests and give each its first token, before the hang bites.
@@ -149,13 +288,66 @@ class Engine:
         if count <= 0:
             return
         now = time.monotonic()
+        if self._plan is not None:  # finish the step in flight before the seeding step
+            plan, self._plan = self._plan, None
+            self._finish(plan, now)
         for _ in range(count):
-            rid, self._next_stuck_rid = self._next_stuck_rid, self._next_stuck_rid - 1
             self.scheduler.add(
-                EngineRequest(rid, _STUCK_PROMPT_TOKENS, _STUCK_MAX_TOKENS, None, 0, now)
+                EngineRequest(
+                    self._new_seeded_rid(), _STUCK_PROMPT_TOKENS, _STUCK_MAX_TOKENS, None, 0, now
+                )
             )
         self.gauges_dirty = True
         self._step(now)
+        if self._plan is not None:
+            plan, self._plan = self._plan, None
+            self._finish(plan, time.monotonic())
+
+    def _seed_long_prefill(self, entry: ActiveFault) -> None:
+        """One real request with a long prompt (a client's document, not a canary)."""
+        self._end_long_prefill()
+        rid = self._new_seeded_rid()
+        params = entry.params
+        self.scheduler.add(
+            EngineRequest(
+                rid,
+                int(params["tokens"]),
+                int(params["max_tokens"]),
+                None,
+                int(params["priority"]),
+                time.monotonic(),
+            )
+        )
+        self._long_prefill = (entry, rid)
+        self.gauges_dirty = True
+
+    def _end_long_prefill(self) -> None:
+        if self._long_prefill is not None:
+            _, rid = self._long_prefill
+            self._long_prefill = None
+            if self.scheduler.abort(rid):
+                self.gauges_dirty = True
+                self._check_drained()
+
+    def _check_long_prefill(self) -> None:
+        """Forget a finished long prefill; abort one whose fault was cleared or ran out."""
+        if self._long_prefill is None:
+            return
+        entry, rid = self._long_prefill
+        if rid not in self.scheduler.requests:
+            self._long_prefill = None
+        elif self.faults.get(Fault.LONG_PREFILL) is not entry:
+            self._end_long_prefill()
+
+    def _long_prefill_param(self, name: str) -> float:
+        """A ``long_prefill`` override (0: none) while its request is still prefilling."""
+        if self._long_prefill is None:
+            return 0.0
+        entry, rid = self._long_prefill
+        request = self.scheduler.requests.get(rid)
+        if request is None or request.generated > 0:
+            return 0.0
+        return float(entry.params[name])
 
     def _publish(self, message: tuple[Any, ...]) -> None:
         try:
@@ -169,9 +361,16 @@ class Engine:
         """A hung engine: no steps, no stats; only a clear or the deadline ends it.
 
         Under the churn faults the loop wakes every ``period`` to publish the
-        one thing that still moves (the waiting gauge, or preemptions).
+        one thing that still moves (the waiting gauge, or preemptions). Under
+        ``engine_hang`` with ``spin`` it burns CPU, looking at its socket only
+        between slices, as an engine stuck in a busy-wait does.
         """
         now = time.monotonic()
+        if hang.fault is Fault.ENGINE_HANG and hang.params.get("spin"):
+            end = now + _SPIN_SLICE_S
+            _spin_until(end if hang.until is None else min(end, hang.until))
+            self._receive(0)
+            return
         timeout = None if hang.until is None else max(0.0, hang.until - now)
         churn = hang.fault in (Fault.WAITING_CHURN, Fault.PREEMPTION_CHURN)
         if churn:
@@ -191,6 +390,17 @@ class Engine:
         next_step = 0.0
         was_busy = False
         while self.running:
+            if self._plan is not None:  # a long step's forward pass
+                now = time.monotonic()
+                if now < self._publish_at:
+                    self._receive(self._publish_at - now)
+                    continue
+                plan, self._plan = self._plan, None
+                self._finish(plan, now)
+                calls, self._deferred_calls = self._deferred_calls, []
+                for call in calls:
+                    self._handle(call)
+                continue
             hang = self._hung()
             if hang is not None:
                 self._blocked_in_engine_hang(hang)
@@ -200,13 +410,15 @@ class Engine:
                 pending, self.pending = self.pending, []
                 for message in pending:
                     self._apply(message)
+            self._check_long_prefill()
             now = time.monotonic()
-            busy = self.scheduler.has_work
+            busy = self._has_work()
             if busy and not was_busy:
                 next_step = now + self._period()
             was_busy = busy
             if not busy:
-                if self.gauges_dirty:
+                # A paused scheduler publishes nothing: the gauges keep the last step's values.
+                if self.gauges_dirty and self._pause_state() is None:
                     self._publish(("step", [], self.scheduler.idle_stats()))
                     self.gauges_dirty = False
                 self._receive(self._idle_timeout(now))
@@ -214,8 +426,8 @@ class Engine:
             if now < next_step:
                 self._receive(next_step - now)
                 continue
-            self._step(now)
-            next_step = max(next_step + self._period(), now)
+            started, seconds = self._step(now)
+            next_step = max(next_step + seconds, started)
 
     def _idle_timeout(self, now: float) -> float | None:
         expiry = self.faults.next_expiry()
@@ -235,25 +447,64 @@ class Engine:
             after = 1 if after is None else min(after, 1)
         return after
 
-    def _step(self, now: float) -> None:
+    def _compile(self) -> None:
+        """``compile_step``: this step blocks for ``seconds`` (once per fault set)."""
+        entry = self.faults.get(Fault.COMPILE_STEP)
+        if entry is None or entry is self._compiled:
+            return
+        self._compiled = entry
+        deadline = time.monotonic() + float(entry.params["seconds"])
+        compiler = str(entry.params["compiler"])
+        if compiler == "none":  # in-process (NVRTC): the engine thread itself is busy
+            _spin_until(deadline)
+            return
+        child = start_compiler(compiler)
+        try:
+            time.sleep(max(0.0, deadline - time.monotonic()))  # waiting on the child
+        finally:
+            child.stop()
+
+    def _step(self, now: float) -> tuple[float, float]:
+        """Schedule one step; returns (when it started, how long its forward pass lasts)."""
         if self.group is not None and not self.group.collective(
             self.sock, lambda: self._receive(0), lambda: self.running
         ):
             self.running = False  # a worker died (or we stop): this engine is done, as in vLLM
-            return
-        result = self.scheduler.step(
+            return now, self._period()
+        if self.faults.get(Fault.COMPILE_STEP) not in (None, self._compiled):
+            self._compile()
+            now = time.monotonic()
+        chunk = int(self._long_prefill_param("chunk"))
+        plan = self.scheduler.schedule(
             now,
-            period=self._period(),
             stall_after=self._stall_after(),
             defer_structured=self.faults.get(Fault.STRUCTURED_HANG) is not None,
             no_decode=self.faults.get(Fault.PREFILL_NO_DECODE) is not None,
+            admit=self._pause_state() is None,
+            budget=chunk if chunk > 0 else None,
         )
+        rate = self._long_prefill_param("prefill_tps")
+        period = self._period()
+        seconds = self.scheduler.step_seconds(plan, period, rate if rate > 0 else None)
+        if seconds > period:
+            # A long forward pass: outputs and stats come out when it ends.
+            self._plan = plan
+            self._publish_at = now + seconds - period
+        else:
+            self._finish(plan, now)
+        return now, seconds
+
+    def _finish(self, plan: StepPlan, now: float) -> None:
+        """The forward pass is over: sample tokens and publish the step."""
+        result = self.scheduler.execute(plan, now)
         stats = result.stats
-        changed = bool(result.outputs) or self.gauges_dirty
+        changed = bool(result.outputs) or self.gauges_dirty or result.scheduled_tokens > 0
         changed = changed or (stats is not None and stats.iteration_tokens > 0)
         if stats is not None and (changed or stats.preemptions):
             self._publish(("step", result.outputs, stats))
             self.gauges_dirty = False
+        self._check_drained()
+        self._check_long_prefill()
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:

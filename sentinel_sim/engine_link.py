@@ -10,6 +10,11 @@ It also keeps what vLLM's data-parallel balancer knows of the engine: the
 requests handed to it that it has not yet reported finished or aborted (a
 hung engine reports none, so they stay counted), and its last published
 ``running + waiting``.
+
+Engine queries (vLLM's utility calls: ``is_paused``, ``is_sleeping``, the
+weight version, a weight-transfer RPC) go through :meth:`EngineLink.call`;
+the engine answers them between steps, so an engine whose loop is blocked
+answers none until it is free again, as on vLLM.
 """
 
 from __future__ import annotations
@@ -47,6 +52,8 @@ class EngineLink:
         self.closed = False  # the server is dead: nothing more is written
         self.in_flight: set[int] = set()  # handed to the engine, not yet reported done
         self.queued = 0  # running + waiting in the engine's last published stats
+        self._calls: dict[int, asyncio.Future[Any]] = {}
+        self._next_call = 0
 
     async def start(self, config: SimConfig) -> None:
         parent, child = socket.socketpair()
@@ -78,9 +85,24 @@ class EngineLink:
         await self._ready
 
     def failed(self, error: BaseException) -> None:
-        """The server died while this engine was starting."""
+        """The server died (while this engine was starting, or later): fail what waits on it."""
         if not self._ready.done():
             self._ready.set_exception(error)
+        calls, self._calls = self._calls, {}
+        for future in calls.values():
+            if not future.done():
+                future.set_exception(error)
+
+    def call(self, name: str, arg: Any = None) -> asyncio.Future[Any]:
+        """Ask the engine ``name`` (a utility call); the future resolves with its answer."""
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        if self.closed:
+            future.set_exception(ConnectionError("the engine is gone"))
+            return future
+        self._next_call += 1
+        self._calls[self._next_call] = future
+        self.send(("utility", self._next_call, name, arg))
+        return future
 
     async def _read(self, reader: asyncio.StreamReader) -> None:
         try:
@@ -89,13 +111,18 @@ class EngineLink:
                 message = ipc.decode(await reader.readexactly(ipc.frame_length(header)))
                 if message[0] == "step":
                     stats: EngineStats = message[2]
-                    self.queued = stats.running + stats.waiting
+                    if stats.scheduler:
+                        self.queued = stats.running + stats.waiting
                     for rid, _, finish in message[1]:
                         if finish is not None:
                             self.in_flight.discard(rid)
                     self._on_step(self.index, message[1], stats)
                 elif message[0] == "aborted":
                     self.in_flight.difference_update(message[1])
+                elif message[0] == "utility":
+                    future = self._calls.pop(int(message[1]), None)
+                    if future is not None and not future.done():
+                        future.set_result(message[2])
                 elif message[0] == "ready" and not self._ready.done():
                     self.worker_pids = list(message[2]) if len(message) > 2 else []
                     self._ready.set_result(None)

@@ -2,8 +2,10 @@
 
 Owns the aiohttp middleware of the OpenAI port for ``blackhole`` (accepted,
 never read), ``reset_all`` (each generation request's connection torn down
-before any response, with a TCP reset) and ``metrics_lapse`` (``/metrics``
-never answers while everything else is served), and the ``listener_closed``
+before any response, with a TCP reset), ``metrics_lapse`` (``/metrics``
+never answers while everything else is served) and ``metrics_401``
+(``/metrics`` answers 401 with ``WWW-Authenticate``, as an authenticating
+proxy in front of it would), and the ``listener_closed``
 action: the listening socket and every open connection close for good, while
 the process, its engine and the control port live on, so clients get
 "connection refused" as from a server whose accept loop died.
@@ -57,6 +59,12 @@ def fault_middleware(server: SimServer) -> Middleware:
             _reset(request)
             return web.Response(status=500)  # never written: the transport is gone
         if request.path == "/metrics":
+            if server.faults.get(Fault.METRICS_401) is not None:
+                return web.Response(
+                    status=401,
+                    text="401: Unauthorized",
+                    headers={"WWW-Authenticate": 'Basic realm="metrics"'},
+                )
             await server.metrics_gate.wait()  # metrics_lapse: the scrape hangs
         return await handler(request)
 

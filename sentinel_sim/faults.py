@@ -6,6 +6,63 @@ authoritative :class:`FaultTable`; faults that act inside the engine are
 forwarded to it with their absolute deadline (``time.monotonic`` is one clock
 for every process on the machine), so the engine can expire them on its own
 even while the API process is busy.
+
+The legitimate-stall states (vLLM 0.32 doing what it was asked, while every
+request waits; a health checker must not call them hangs):
+
+``long_prefill`` (``tokens`` 60000, ``chunk`` 0, ``prefill_tps`` 0,
+``max_tokens`` 16, ``priority`` 0)
+    The engine seeds one real (non-canary) request with a ``tokens``-long
+    prompt. It prefills chunk by chunk, each step taking the whole token
+    budget (``chunk`` if set, else ``--max-num-batched-tokens``) and lasting
+    ``chunk / prefill_tps`` seconds (``prefill_tps`` if set, else
+    ``--prefill-tps``), so every waiting request, priority canaries included,
+    waits until its first token; then it decodes ``max_tokens`` and finishes.
+    Only gauges move meanwhile: running >= 1, waiting = the queued requests,
+    ``vllm:kv_cache_usage_perc`` up one chunk per step. ``tokens`` plus
+    ``max_tokens`` must fit in ``--kv-cache-tokens`` (the control port refuses
+    the fault otherwise; the default 65536 takes the default 60000). A stall of
+    100 s: ``tokens=200000,prefill_tps=2000`` on a simulator started with
+    ``--kv-cache-tokens 262144`` (25 chunks of 8192, about 4 s each). Clearing the
+    fault (or its duration running out) aborts the request if it is still in
+    flight; its natural end does not clear the fault.
+``sleep`` (``level`` 0|1|2, default 1; ``mode`` queue|503, default queue;
+``pause`` abort|wait|keep, default abort)
+    Sleep mode, as ``POST /sleep?level=N&mode=...``: the scheduler is paused
+    first (``pause``: vLLM's ``mode``), then ``vllm:engine_sleep_state`` reads
+    ``awake`` 0 and ``weights_offloaded`` 1 (level 1) or ``discard_all`` 1
+    (level 2; level 0 sets none). No step runs, so the scheduler gauges keep
+    their last values; generation requests wait unscheduled until wake-up
+    (``mode=queue``, vLLM 0.32) or get 503 at once (``mode=503``, what vLLM's
+    older sleep-mode documentation describes); ``/health`` answers 200.
+``pause`` (``mode`` keep|wait|abort, default keep)
+    The scheduler is paused, as ``POST /pause``: ``keep`` freezes running and
+    waiting requests and queues new ones; ``wait`` lets running requests finish
+    and queues the rest; ``abort`` aborts every request in the engine (their
+    clients get ``finish_reason`` ``abort``). No step runs (under ``wait``, once
+    the running ones are done), the gauges describe the last finished step,
+    ``/is_paused`` and ``/is_sleeping`` both say true, the sleep gauge says awake.
+``weight_update`` (``operation`` start|update|finish|..., default update;
+``version``)
+    The engine is inside a weight-transfer RPC: its loop runs no step (as a
+    collective RPC blocks vLLM's engine core), requests and engine queries
+    (``/is_paused``, ``/weight_info``) wait, and
+    ``vllm:rl_weight_update_operations_in_flight{operation=...}`` reads 1.
+    When it ends the gauge reads 0 and, with ``version``, ``/weight_info``
+    reports that version.
+``compile_step`` (``seconds`` 5, ``compiler`` ptxas|nvcc|cc1plus|ninja|none)
+    The engine's next step lasts ``seconds``: its loop blocks (no stats, no
+    message taken in) while a child process named like the compiler (psutil
+    ``name()`` and ``cmdline()[0]``) burns CPU; the child is reaped when the
+    step ends. ``compiler=none`` compiles in-process (NVRTC-like): no child,
+    the engine itself burns CPU, which looks exactly like ``engine_hang`` with
+    ``spin=true`` while it lasts.
+``slow_image`` (``seconds`` 2)
+    Each image request spends ``seconds`` in the API process's single-worker
+    preprocessing queue, behind earlier image requests, then completes
+    normally; text requests are unaffected.
+``metrics_401``
+    ``/metrics`` answers 401 with ``WWW-Authenticate``; serving goes on.
 """
 
 from __future__ import annotations
@@ -40,11 +97,25 @@ class Fault(StrEnum):
     EMPTY_200 = "empty_200"  # HTTP 200 with zero generated tokens, engine untouched
     LISTENER_CLOSED = "listener_closed"  # the API port closes for good; the process lives
     METRICS_LAPSE = "metrics_lapse"  # /metrics never answers; serving goes on
+    METRICS_401 = "metrics_401"  # /metrics answers 401 (a proxy wanting credentials)
+    # Legitimate stalls: vLLM 0.32 states in which requests wait while nothing is broken.
+    LONG_PREFILL = "long_prefill"  # a real request with a `tokens`-long prompt prefills
+    SLEEP = "sleep"  # sleep mode `level` 0|1|2; requests queue (or 503 under mode=503)
+    PAUSE = "pause"  # the scheduler is paused (`mode` keep|wait|abort), as by POST /pause
+    WEIGHT_UPDATE = "weight_update"  # the engine is inside an RL weight-update RPC
+    COMPILE_STEP = "compile_step"  # one step lasts `seconds` while a compiler child runs
+    SLOW_IMAGE = "slow_image"  # each image request waits `seconds` in the preprocessing queue
 
 
 #: Faults during which the engine takes no step at all (its loop is blocked).
 HUNG_FAULTS = frozenset(
-    {Fault.ENGINE_HANG, Fault.STUCK_RUNNING, Fault.WAITING_CHURN, Fault.PREEMPTION_CHURN}
+    {
+        Fault.ENGINE_HANG,
+        Fault.STUCK_RUNNING,
+        Fault.WAITING_CHURN,
+        Fault.PREEMPTION_CHURN,
+        Fault.WEIGHT_UPDATE,
+    }
 )
 
 #: Faults that leave real (non-canary) requests stuck in ``running``, seeded by the engine.
@@ -59,9 +130,24 @@ ENGINE_FAULTS = HUNG_FAULTS | {
     Fault.SLOW_DECODE,
     Fault.PREFILL_NO_DECODE,
     Fault.STALL_AFTER_FIRST,
+    Fault.LONG_PREFILL,
+    Fault.SLEEP,
+    Fault.PAUSE,
+    Fault.COMPILE_STEP,
 }
 
+#: Faults that pause the scheduler, as vLLM's ``pause_scheduler`` does (sleep pauses first).
+PAUSING_FAULTS = frozenset({Fault.PAUSE, Fault.SLEEP})
+
 GARBAGE_MODES = ("invalid_json", "schema_break")
+#: vLLM's ``PauseMode``: what a pause (or a sleep) does with the requests in flight.
+PAUSE_MODES = ("abort", "wait", "keep")
+#: How the simulator answers generation requests while asleep (``sleep`` fault, ``mode``).
+SLEEP_ANSWERS = ("queue", "503")
+#: The RL weight-transfer operations of vLLM's ``rl_weight_update_operations_in_flight``.
+WEIGHT_OPERATIONS = ("init", "shutdown", "start", "start_draft", "update", "finish")
+#: Names a ``compile_step`` child can take (``none``: an in-process compiler such as NVRTC).
+COMPILERS = ("ptxas", "nvcc", "cc1plus", "ninja", "none")
 
 
 class FaultError(ValueError):
@@ -102,6 +188,56 @@ def _mode(value: Any) -> str:
     return text
 
 
+def _choice(name: str, choices: tuple[str, ...]) -> Callable[[Any], str]:
+    def check(value: Any) -> str:
+        text = str(value)
+        if text not in choices:
+            raise FaultError(f"{name} must be one of {', '.join(choices)}, got {value!r}")
+        return text
+
+    return check
+
+
+def _bool(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off"):
+        return False
+    raise FaultError(f"must be a boolean, got {value!r}")
+
+
+def _level(value: Any) -> int:
+    number = int(value)
+    if number not in (0, 1, 2):
+        raise FaultError(f"level must be 0, 1 or 2, got {value!r}")
+    return number
+
+
+def _at_least_one(name: str) -> Callable[[Any], int]:
+    def check(value: Any) -> int:
+        number = int(value)
+        if number < 1:
+            raise FaultError(f"{name} must be >= 1, got {value!r}")
+        return number
+
+    return check
+
+
+def _optional_positive(name: str) -> Callable[[Any], float]:
+    """0 means "not set" (the simulator's own setting applies)."""
+
+    def check(value: Any) -> float:
+        number = float(value)
+        if number < 0:
+            raise FaultError(f"{name} must be >= 0, got {value!r}")
+        return number
+
+    return check
+
+
 def _status(value: Any) -> int:
     number = int(value)
     if not 500 <= number <= 599:
@@ -118,7 +254,8 @@ def _count(value: Any) -> int:
 
 # name -> {param: (coerce, default)}
 _PARAMS: dict[Fault, dict[str, tuple[Callable[[Any], Any], Any]]] = {
-    Fault.ENGINE_HANG: {},
+    # spin: the hung loop burns CPU (a busy-waiting engine), instead of blocking idle.
+    Fault.ENGINE_HANG: {"spin": (_bool, False)},
     Fault.STRUCTURED_HANG: {},
     Fault.MULTIMODAL_HANG: {},
     Fault.STREAM_STALL: {"after": (_count, 1)},
@@ -140,6 +277,32 @@ _PARAMS: dict[Fault, dict[str, tuple[Callable[[Any], Any], Any]]] = {
     Fault.EMPTY_200: {},
     Fault.LISTENER_CLOSED: {},
     Fault.METRICS_LAPSE: {},
+    Fault.METRICS_401: {},
+    # tokens: the prompt; chunk (0: the --max-num-batched-tokens budget) and prefill_tps
+    # (0: --prefill-tps) set the step budget and prefill pace while it prefills.
+    Fault.LONG_PREFILL: {
+        "tokens": (_at_least_one("tokens"), 60000),
+        "chunk": (_count, 0),
+        "prefill_tps": (_optional_positive("prefill_tps"), 0.0),
+        "max_tokens": (_at_least_one("max_tokens"), 16),
+        "priority": (int, 0),
+    },
+    Fault.SLEEP: {
+        "level": (_level, 1),
+        "mode": (_choice("mode", SLEEP_ANSWERS), "queue"),
+        "pause": (_choice("pause", PAUSE_MODES), "abort"),
+    },
+    Fault.PAUSE: {"mode": (_choice("mode", PAUSE_MODES), "keep")},
+    # version: the weight version /weight_info reports once the update is over.
+    Fault.WEIGHT_UPDATE: {
+        "operation": (_choice("operation", WEIGHT_OPERATIONS), "update"),
+        "version": (str, None),
+    },
+    Fault.COMPILE_STEP: {
+        "seconds": (_positive("seconds"), 5.0),
+        "compiler": (_choice("compiler", COMPILERS), "ptxas"),
+    },
+    Fault.SLOW_IMAGE: {"seconds": (_non_negative("seconds"), 2.0)},
 }
 
 

@@ -12,6 +12,7 @@ Messages, API -> engine::
     ("abort", [rid, ...])
     ("fault", name, params, until)        # until: monotonic deadline or None
     ("clear", name_or_None)
+    ("utility", call_id, name, arg)       # an engine query, answered between steps
     ("shutdown",)
 
 Engine -> API::
@@ -19,6 +20,7 @@ Engine -> API::
     ("ready", pid)
     ("step", [(rid, generated_total, finish_reason_or_None), ...], EngineStats)
     ("aborted", [rid, ...])               # the aborts taken in (a hung engine takes none)
+    ("utility", call_id, result)
 """
 
 from __future__ import annotations

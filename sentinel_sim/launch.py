@@ -30,7 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
@@ -69,8 +69,13 @@ class SimProcess:
     ``prefill_tps``, ``scheduling_policy`` (``fcfs`` | ``priority``),
     ``text_only``, ``reply_tokens``, ``max_model_len``, ``startup_delay``,
     ``dead_exit_delay``, ``data_parallel_size`` (engine children),
-    ``tensor_parallel_size`` (worker children per engine), and ``faults``
-    (``NAME[:k=v,...]`` strings active from the start). ``extra_args`` are appended verbatim.
+    ``tensor_parallel_size`` (worker children per engine),
+    ``max_num_batched_tokens`` (the per-step token budget), ``dev_mode``
+    (vLLM's dev routes: sleep, pause, weight updates), ``reasoning_parser``,
+    ``reasoning_tokens`` and ``reasoning_field`` (chat replies think first),
+    and ``faults`` (``NAME[:k=v,...]`` strings active from the start).
+    ``extra_args`` are appended verbatim; ``env`` is added to the simulator's
+    environment (e.g. ``{"VLLM_SERVER_DEV_MODE": "1"}``, as vLLM reads it).
     """
 
     def __init__(
@@ -89,8 +94,14 @@ class SimProcess:
         dead_exit_delay: float | None = None,
         data_parallel_size: int | None = None,
         tensor_parallel_size: int | None = None,
+        max_num_batched_tokens: int | None = None,
+        dev_mode: bool = False,
+        reasoning_parser: str | None = None,
+        reasoning_tokens: int | None = None,
+        reasoning_field: str | None = None,
         faults: Sequence[str] = (),
         extra_args: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
         host: str = "127.0.0.1",
         startup_timeout: float = 30.0,
         log_path: str | os.PathLike[str] | None = None,
@@ -109,16 +120,23 @@ class SimProcess:
             "--dead-exit-delay": dead_exit_delay,
             "--data-parallel-size": data_parallel_size,
             "--tensor-parallel-size": tensor_parallel_size,
+            "--max-num-batched-tokens": max_num_batched_tokens,
+            "--reasoning-parser": reasoning_parser,
+            "--reasoning-tokens": reasoning_tokens,
+            "--reasoning-field": reasoning_field,
         }
         for flag, value in options.items():
             if value is not None:
                 args += [flag, str(value)]
         if text_only:
             args.append("--text-only")
+        if dev_mode:
+            args.append("--dev-mode")
         for fault in faults:
             args += ["--fault", fault]
         args += list(extra_args)
         self.args: list[str] = args
+        self.env: dict[str, str] = dict(env or {})
         self.host = host
         self.startup_timeout = startup_timeout
         self._log_path = Path(log_path) if log_path is not None else None
@@ -216,6 +234,7 @@ class SimProcess:
             stdout=subprocess.PIPE,
             stderr=self._log_file,
             start_new_session=True,
+            env={**os.environ, **self.env} if self.env else None,
         )
         try:
             self.ready = self._wait_ready()

@@ -8,7 +8,18 @@ labels ``model_name`` and ``engine`` (``"0"``, and ``"0"`` to ``"N-1"`` under
 ``deferred``). Because only :meth:`VllmMetrics.record` changes them, and it
 runs only when the engine publishes a step, a stopped or hung engine leaves
 ``/metrics`` answering with frozen values, as on real vLLM. Client aborts are
-not finished requests: they never reach ``request_success``.
+not finished requests: they never reach ``request_success``; requests the
+engine itself aborts (a pause or sleep in ``abort`` mode) are, with
+``finished_reason="abort"``, and leave the scheduler gauges as they were.
+
+Two families live outside the engine's steps, set by the API process as
+vLLM's front end sets them: ``vllm:engine_sleep_state`` (labels
+``model_name``, ``engine``, ``sleep_state`` = ``awake`` | ``weights_offloaded``
+| ``discard_all``; awake 1 until a sleep) and, from the first weight-transfer
+operation on, ``vllm:rl_weight_update_operations_in_flight`` (gauge) and
+``vllm:rl_weight_update_operation_duration_seconds`` (histogram), labelled by
+``operation`` only, as vLLM 0.32's ``entrypoints/rl/online/metrics.py``
+creates them lazily in the default registry.
 """
 
 from __future__ import annotations
@@ -34,6 +45,8 @@ _REQUEST_BUCKETS = (
     0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0,
     40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0,
 )  # fmt: skip
+_WEIGHT_OPERATION_BUCKETS = (0.01, 0.1, 1, 10, 30, 60, 120, 300, 600)
+SLEEP_STATES = ("awake", "weights_offloaded", "discard_all")
 _ITERATION_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 
 
@@ -159,6 +172,24 @@ class _Families:
             "vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.",
             LABELS, registry=r,
         )  # fmt: skip
+        # Counted in the API process once an image's preprocessing finished
+        # (vLLM's renderer updates its cache stats after the processor ran).
+        self.mm_queries = Counter(
+            "vllm:mm_cache_queries", "Multi-modal cache queries, in terms of number of items.",
+            LABELS, registry=r,
+        )  # fmt: skip
+        self.mm_hits = Counter(
+            "vllm:mm_cache_hits", "Multi-modal cache hits, in terms of number of items.",
+            LABELS, registry=r,
+        )  # fmt: skip
+        self.sleep_state = Gauge(
+            "vllm:engine_sleep_state",
+            "Engine sleep state; awake = 0 means engine is sleeping; awake = 1 means engine "
+            "is awake; weights_offloaded = 1 means sleep level 1; discard_all = 1 means "
+            "sleep level 2.",
+            (*LABELS, "sleep_state"),
+            registry=r,
+        )
         self.cache_config = Gauge(
             "vllm:cache_config_info",
             "Information of the LLMEngine CacheConfig",
@@ -195,14 +226,30 @@ class EngineSeries:
         self.request_max_tokens = f.request_max_tokens.labels(*values)
         f.prefix_queries.labels(*values)
         f.prefix_hits.labels(*values)
+        self.mm_queries = f.mm_queries.labels(*values)
+        f.mm_hits.labels(*values)
         f.cache_config.labels("16", str(index), str(kv_cache_tokens)).set(1)
+        self.sleep_state = {state: f.sleep_state.labels(*values, state) for state in SLEEP_STATES}
+        self.record_sleep_state(0, 0)
+
+    def record_sleep_state(self, sleep: int, level: int) -> None:
+        """vLLM's ``record_sleep_state``: awake 1, or 0 with the level's state set to 1."""
+        awake, offloaded, discarded = 1, 0, 0
+        if sleep:
+            awake = 0
+            offloaded = 1 if level == 1 else 0
+            discarded = 1 if level == 2 else 0
+        self.sleep_state["discard_all"].set(discarded)
+        self.sleep_state["weights_offloaded"].set(offloaded)
+        self.sleep_state["awake"].set(awake)
 
     def record(self, stats: EngineStats, had_outputs: bool) -> None:
-        self.running.set(stats.running)
-        self.waiting.set(stats.waiting)
-        self.waiting_capacity.set(stats.waiting - stats.waiting_deferred)
-        self.waiting_deferred.set(stats.waiting_deferred)
-        self.kv_usage.set(stats.kv_usage)
+        if stats.scheduler:
+            self.running.set(stats.running)
+            self.waiting.set(stats.waiting)
+            self.waiting_capacity.set(stats.waiting - stats.waiting_deferred)
+            self.waiting_deferred.set(stats.waiting_deferred)
+            self.kv_usage.set(stats.kv_usage)
         if stats.preemptions:
             self.preemptions.inc(stats.preemptions)
         if not had_outputs and not stats.iteration_tokens:
@@ -239,9 +286,47 @@ class VllmMetrics:
         self.engines = [
             EngineSeries(families, model_name, index, kv_cache_tokens) for index in range(engines)
         ]
+        self._weight_in_flight: Gauge | None = None
+        self._weight_duration: Histogram | None = None
 
     def record(self, stats: EngineStats, had_outputs: bool, engine: int = 0) -> None:
         self.engines[engine].record(stats, had_outputs)
+
+    def images_preprocessed(self, count: int) -> None:
+        """Images through preprocessing: vLLM records them against the first engine."""
+        self.engines[0].mm_queries.inc(count)
+
+    def record_sleep_state(self, sleep: int, level: int, engine: int | None = None) -> None:
+        """Set the sleep gauge of one engine, or of every engine (vLLM sets them all)."""
+        for index, series in enumerate(self.engines):
+            if engine is None or index == engine:
+                series.record_sleep_state(sleep, level)
+
+    def _weight_families(self) -> tuple[Gauge, Histogram]:
+        """Created on first use, as vLLM creates them at the first weight operation."""
+        if self._weight_in_flight is None or self._weight_duration is None:
+            self._weight_duration = Histogram(
+                "vllm:rl_weight_update_operation_duration_seconds",
+                "Duration of one weight-transfer operation.",
+                ("operation",),
+                buckets=_WEIGHT_OPERATION_BUCKETS,
+                registry=self.registry,
+            )
+            self._weight_in_flight = Gauge(
+                "vllm:rl_weight_update_operations_in_flight",
+                "Weight-transfer operations currently awaited.",
+                ("operation",),
+                registry=self.registry,
+            )
+        return self._weight_in_flight, self._weight_duration
+
+    def weight_operation_started(self, operation: str) -> None:
+        self._weight_families()[0].labels(operation).inc()
+
+    def weight_operation_ended(self, operation: str, seconds: float) -> None:
+        in_flight, duration = self._weight_families()
+        in_flight.labels(operation).dec()
+        duration.labels(operation).observe(seconds)
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

@@ -10,7 +10,11 @@ Token counts follow simple, stable rules so tests can reason about them:
   what makes preprocessing a place where a hang can live.
 
 Replies are planned in the API process (as vLLM detokenizes there) and
-released token by token as the engine reports progress.
+released token by token as the engine reports progress. Under
+``--reasoning-parser`` a chat reply first thinks for ``thinking`` tokens
+(reasoning text, which vLLM's parser moves out of ``content``), then answers;
+a structured-output constraint shapes only the answer, as vLLM applies the
+grammar once reasoning has ended.
 """
 
 from __future__ import annotations
@@ -72,31 +76,55 @@ def image_tokens(url: str) -> int:
     return 1 + math.ceil(width / IMAGE_PATCH) * math.ceil(height / IMAGE_PATCH)
 
 
+_THOUGHTS = (
+    "Okay", ",", " let", " me", " think", " about", " what", " the", " user", " asked",
+    " before", " I", " answer", ".",
+)  # fmt: skip
+
+
 @dataclass(frozen=True, slots=True)
 class Reply:
-    """The tokens a request will produce: a fixed text, or an endless word stream."""
+    """The tokens a request will produce: optional thinking, then a fixed text or word stream."""
 
     fixed: tuple[str, ...] | None  # structured replies: exactly these tokens, then EOS
     offset: int = 0  # where in the word cycle an unconstrained reply starts
+    thinking: int = 0  # leading reasoning tokens (a reasoning parser moves them out of content)
 
-    def text(self, start: int, end: int) -> str:
+    def _answer(self, start: int, end: int) -> str:
         if self.fixed is not None:
             return "".join(self.fixed[start:end])
         return "".join(
             (" " if i else "") + _WORDS[(self.offset + i) % len(_WORDS)] for i in range(start, end)
         )
 
+    def _thought(self, start: int, end: int) -> str:
+        return "".join(_THOUGHTS[i % len(_THOUGHTS)] for i in range(start, end))
+
+    def split(self, start: int, end: int) -> tuple[str | None, str | None]:
+        """Tokens ``start..end`` as (reasoning, content); None where that part has no token."""
+        think_end = min(end, self.thinking)
+        reasoning = self._thought(start, think_end) if start < think_end else None
+        answer_start = max(start, self.thinking) - self.thinking
+        answer_end = end - self.thinking
+        content = self._answer(answer_start, answer_end) if answer_end > answer_start else None
+        return reasoning, content
+
+    def text(self, start: int, end: int) -> str:
+        """Tokens ``start..end`` as plain text, thinking included (no parser separates it)."""
+        reasoning, content = self.split(start, end)
+        return (reasoning or "") + (content or "")
+
     @property
     def natural_length(self) -> int | None:
-        return None if self.fixed is None else len(self.fixed)
+        return None if self.fixed is None else self.thinking + len(self.fixed)
 
 
-def unconstrained_reply(prompt_text: str) -> Reply:
-    return Reply(None, zlib.crc32(prompt_text.encode()) % len(_WORDS))
+def unconstrained_reply(prompt_text: str, thinking: int = 0) -> Reply:
+    return Reply(None, zlib.crc32(prompt_text.encode()) % len(_WORDS), thinking)
 
 
-def fixed_reply(text: str) -> Reply:
-    return Reply(tuple(split_tokens(text)))
+def fixed_reply(text: str, thinking: int = 0) -> Reply:
+    return Reply(tuple(split_tokens(text)), thinking=thinking)
 
 
 def model_card(model: str, created: int, max_model_len: int) -> dict[str, Any]:

@@ -1,11 +1,18 @@
 """The OpenAI-compatible port, shaped like vLLM 0.32's: only what vLLM serves, nothing more.
 
 Routes: ``POST /v1/chat/completions``, ``POST /v1/completions``,
-``GET /v1/models``, ``GET /health``, ``GET /metrics``. Error bodies use vLLM's
+``GET /v1/models``, ``GET /health``, ``GET /metrics``, and in dev mode vLLM's
+development routes (:mod:`sentinel_sim.dev_api`). Error bodies use vLLM's
 ``ErrorResponse``: ``{"error": {"message", "type", "param", "code"}}`` with
 ``code`` the HTTP status. Streaming answers are server-sent events, one
 ``data: {json}`` chunk per engine step, ending with ``data: [DONE]``; usage
 appears in the stream only when ``stream_options.include_usage`` is set.
+
+Under ``--reasoning-parser`` a chat reply's thinking goes to
+``message.reasoning`` (``delta.reasoning`` when streamed; the field is
+``reasoning_content`` under ``--reasoning-field reasoning_content``, as before
+vLLM 0.11) with ``content`` null until the answer starts; a request with
+``chat_template_kwargs: {"enable_thinking": false}`` does not think.
 
 A client that disconnects cancels its handler (aiohttp ``handler_cancellation``)
 and the request is aborted in the engine, as vLLM does.
@@ -24,6 +31,7 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from sentinel_sim.dev_api import add_dev_routes
 from sentinel_sim.fault_gates import fault_middleware
 from sentinel_sim.faults import Fault
 from sentinel_sim.model import (
@@ -51,9 +59,15 @@ from sentinel_sim.structured import ConstraintError, constraint_of
 SSE_HEADERS = {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache"}
 
 
-def _preprocess_images(urls: list[str], gate: threading.Event) -> int:
-    """Runs on the single preprocessing thread; ``multimodal_hang`` holds it at the gate."""
+def _preprocess_images(urls: list[str], gate: threading.Event, delay: float) -> int:
+    """Runs on the single preprocessing thread; ``multimodal_hang`` holds it at the gate.
+
+    ``delay`` (the ``slow_image`` fault) is time spent preprocessing: on this one
+    thread, so each image request waits behind the earlier ones.
+    """
     gate.wait()
+    if delay > 0:
+        time.sleep(delay)
     return sum(image_tokens(url) for url in urls)
 
 
@@ -98,7 +112,7 @@ class OpenAIApi:
             elif prepared.ignore_eos:
                 eos_at = None
             else:
-                eos_at = max(self.config.reply_tokens, prepared.min_tokens, 1)
+                eos_at = max(reply.thinking + self.config.reply_tokens, prepared.min_tokens, 1)
             if self.server.faults.get(Fault.EMPTY_200) is not None:
                 # A broken front end: 200, zero tokens, and the engine never sees it.
                 pending = Pending(0, reply, prepared.prompt_tokens)
@@ -151,6 +165,8 @@ class OpenAIApi:
             raise RequestError(status, "Injected server error (error_5xx fault).")
         if self.server.dead:
             raise RequestError(500, "EngineCore encountered an issue.")
+        if self.server.sleep_refuses():
+            raise RequestError(503, "The model is sleeping. Wake it up with POST /wake_up.")
         if chat:
             text, prompt_tokens, images = chat_prompt(body)
         else:
@@ -164,10 +180,15 @@ class OpenAIApi:
             loop = asyncio.get_running_loop()
             try:
                 prompt_tokens += await loop.run_in_executor(
-                    self.server.mm_executor, _preprocess_images, images, self.server.mm_gate
+                    self.server.mm_executor,
+                    _preprocess_images,
+                    images,
+                    self.server.mm_gate,
+                    self.server.image_delay(),
                 )
             except ImageError as exc:
                 raise RequestError(400, f"Failed to load image: {exc}") from None
+            self.server.metrics.images_preprocessed(len(images))
         try:
             constraint = constraint_of(body)
         except ConstraintError as exc:
@@ -207,6 +228,11 @@ class OpenAIApi:
             priority = 0  # accepted and silently ignored, as vLLM does
         options = body.get("stream_options")
         options = options if isinstance(options, Mapping) else {}
+        thinking = 0
+        if chat and self.config.reasoning_parser:
+            kwargs = body.get("chat_template_kwargs")
+            disabled = isinstance(kwargs, Mapping) and kwargs.get("enable_thinking") is False
+            thinking = 0 if disabled else self.config.reasoning_tokens
         return Prepared(
             prompt_text=text,
             prompt_tokens=prompt_tokens,
@@ -220,15 +246,24 @@ class OpenAIApi:
             include_usage=bool(options.get("include_usage", False)),
             continuous_usage=bool(options.get("continuous_usage_stats", False)),
             engine=data_parallel_rank(request.headers, self.config.data_parallel_size),
+            thinking=thinking,
         )
 
     def _plan(self, prepared: Prepared) -> Reply:
         constraint = prepared.constraint
+        thinking = prepared.thinking
         if constraint is None:
-            return unconstrained_reply(prepared.prompt_text)
+            return unconstrained_reply(prepared.prompt_text, thinking)
+        # The grammar applies once reasoning has ended: the thinking is free text.
         if self.server.garbage_mode() == "schema_break":
-            return fixed_reply(constraint.broken_reply())
-        return fixed_reply(constraint.reply())
+            return fixed_reply(constraint.broken_reply(), thinking)
+        return fixed_reply(constraint.reply(), thinking)
+
+    def _message_parts(self, pending: Pending, start: int) -> tuple[str | None, str | None]:
+        """(reasoning, content) of tokens ``start..generated`` as vLLM's parser splits them."""
+        if not self.config.reasoning_parser:
+            return None, pending.reply.text(start, pending.generated)
+        return pending.reply.split(start, pending.generated)
 
     @staticmethod
     def _usage(pending: Pending) -> dict[str, Any]:
@@ -248,6 +283,7 @@ class OpenAIApi:
         except EngineDead as exc:
             return error_response(500, str(exc))
         text = pending.reply.text(0, pending.generated)
+        reasoning, content = self._message_parts(pending, 0)
         if self.server.garbage_mode() == "invalid_json":
             broken = '{"id": "chatcmpl-garbage", "object": "chat.completion", "choices": [{"mess'
             return web.Response(text=broken, content_type="application/json")
@@ -263,13 +299,12 @@ class OpenAIApi:
                         "index": 0,
                         "message": {
                             "role": "assistant",
-                            "content": text,
+                            "content": content,
                             "refusal": None,
                             "annotations": None,
                             "audio": None,
                             "function_call": None,
-                            "tool_calls": [],
-                            "reasoning_content": None,
+                            self.config.reasoning_field: reasoning,
                         },
                         "logprobs": None,
                         "finish_reason": pending.finish,
@@ -347,13 +382,19 @@ class OpenAIApi:
         try:
             while True:
                 if pending.generated > sent or pending.finish is not None:
-                    text = pending.reply.text(sent, pending.generated)
-                    sent = pending.generated
                     choice: dict[str, Any]
                     if chat:
-                        choice = {"index": 0, "delta": {"content": text}, "logprobs": None}
+                        reasoning, content = self._message_parts(pending, sent)
+                        delta: dict[str, Any] = {}
+                        if reasoning is not None:
+                            delta[self.config.reasoning_field] = reasoning
+                        if content is not None or reasoning is None:
+                            delta["content"] = content or ""
+                        choice = {"index": 0, "delta": delta, "logprobs": None}
                     else:
+                        text = pending.reply.text(sent, pending.generated)
                         choice = {"index": 0, "text": text, "logprobs": None}
+                    sent = pending.generated
                     choice["finish_reason"] = pending.finish
                     if pending.finish is not None or not chat:
                         choice["stop_reason"] = None
@@ -384,4 +425,6 @@ def build_openai_app(server: SimServer) -> web.Application:
     app.router.add_get("/v1/models", api.models)
     app.router.add_get("/health", api.health)
     app.router.add_get("/metrics", api.metrics)
+    if server.config.dev_mode:
+        add_dev_routes(app, server)
     return app

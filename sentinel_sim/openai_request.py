@@ -77,6 +77,7 @@ class Prepared:
     include_usage: bool
     continuous_usage: bool
     engine: int | None = None  # the data-parallel engine it is pinned to (None: balanced)
+    thinking: int = 0  # reasoning tokens before the answer (--reasoning-parser)
 
 
 def chat_prompt(body: Mapping[str, Any]) -> tuple[str, int, list[str]]:

@@ -1,20 +1,38 @@
 """The engine's scheduler, with vLLM 0.32's semantics, as a pure step function.
 
-One :meth:`Scheduler.step` is one engine iteration at time ``now``:
+One engine iteration is :meth:`Scheduler.schedule` (at the step's start)
+followed by :meth:`Scheduler.execute` (when the simulated forward pass ends);
+:meth:`Scheduler.step` does both at one instant. Like vLLM V1 the scheduler
+hands out a budget of ``max_num_batched_tokens`` tokens per step:
 
-1. Running requests first, in admission order. Each one whose prefill is done
-   needs KV-cache room for one more token. When the cache is full a running
-   request is preempted: under ``priority`` the one with the worst
-   ``(priority, arrival)``; under ``fcfs`` the most recently admitted. The
-   victim loses its KV blocks, keeps its output so far, and goes back to the
-   waiting queue (it is recomputed on readmission). This is the only way a
-   running request is ever displaced: priority never preempts by itself.
-2. If nothing was preempted in this step, waiting requests are admitted while
-   fewer than ``max_num_seqs`` run and their prompt fits in the cache. Under
-   ``priority`` the waiting queue is ordered by ``(priority, arrival)``, lower
-   first; under ``fcfs`` by arrival, and the priority field is ignored.
-   Structured-output requests whose grammar is "still compiling" (the
-   ``structured_hang`` fault) stay waiting with reason ``deferred``.
+1. Running requests first, in admission order. A request has ``computed``
+   tokens in the KV cache out of its known tokens (prompt plus output so far);
+   it is scheduled ``min(known - computed, budget left)`` tokens. A decoding
+   request needs exactly one; one still prefilling takes a chunk of its
+   prompt, as large as the budget allows (chunked prefill). KV blocks are
+   allocated for the scheduled tokens only, so a long prompt fills the cache
+   chunk by chunk. When the cache is full a running request is preempted:
+   under ``priority`` the one with the worst ``(priority, arrival)``; under
+   ``fcfs`` the most recently admitted. The victim loses its KV blocks and
+   its scheduled tokens, keeps its output so far, and goes back to the front
+   of the waiting queue (its prompt and output are recomputed on readmission).
+   This is the only way a running request is ever displaced: priority never
+   preempts by itself.
+2. If nothing was preempted in this step and ``admit`` is set (not paused),
+   waiting requests are admitted while fewer than ``max_num_seqs`` run, budget
+   remains and their first chunk fits in the cache. Under ``priority`` the
+   waiting queue is ordered by ``(priority, arrival)``, lower first; under
+   ``fcfs`` by arrival, and the priority field is ignored. An admitted
+   request's first chunk uses what is left of the budget. Structured-output
+   requests whose grammar is "still compiling" (the ``structured_hang``
+   fault) stay waiting with reason ``deferred``.
+
+A request whose scheduled tokens reach the end of its known tokens samples one
+token in :meth:`Scheduler.execute`: that is its first token after a prefill,
+or the next one while decoding. A step that only advanced a prefill produces
+no output and moves no counter (vLLM counts prompt tokens, iteration tokens,
+generation tokens and time to first token only from outputs), yet its
+:class:`EngineStats` carry the scheduler gauges (running, waiting, KV usage).
 
 Nothing here reads a clock or touches a socket, so the semantics are tested
 directly (see ``tests/loopback/test_sim_scheduler.py``).
@@ -27,6 +45,8 @@ import math
 from collections import deque
 from dataclasses import dataclass, field
 from typing import NamedTuple
+
+DEFAULT_MAX_NUM_BATCHED_TOKENS = 8192
 
 
 @dataclass(slots=True)
@@ -42,12 +62,23 @@ class EngineRequest:
     structured: bool = False
     generated: int = 0
     blocks: int = 0
-    prefill_done_at: float = 0.0
+    computed: int = 0  # tokens whose KV is in the cache (prompt first, then output)
     first_scheduled: float | None = None
     first_token_at: float | None = None
     last_token_at: float | None = None
     prompt_counted: bool = False
     is_running: bool = False
+    withheld: bool = False  # prefilled, but its next token is held back (stall faults)
+
+    @property
+    def known_tokens(self) -> int:
+        """Prompt plus output so far: what the KV cache must hold to sample the next token."""
+        return self.prompt_tokens + self.generated
+
+    @property
+    def prefilling(self) -> bool:
+        """More than one token to compute before the next sample: a (re)computed prompt."""
+        return self.known_tokens - self.computed > 1 or self.generated == 0
 
     def sort_key(self) -> tuple[int, float, int]:
         return (self.priority, self.arrival, self.rid)
@@ -59,7 +90,7 @@ class EngineRequest:
 class Finished(NamedTuple):
     """What vLLM records for a finished request (``request_success`` and latency histograms)."""
 
-    reason: str  # "stop" | "length"
+    reason: str  # "stop" | "length" | "abort" (aborted by the engine: pause, sleep)
     e2e: float
     queued: float
     prefill: float
@@ -71,7 +102,12 @@ class Finished(NamedTuple):
 
 
 class EngineStats(NamedTuple):
-    """One iteration's scheduler and iteration stats, published to the API process."""
+    """One iteration's scheduler and iteration stats, published to the API process.
+
+    ``scheduler`` False marks outputs sent outside a step (requests the
+    engine aborted on a pause): they carry no scheduler gauges, which keep
+    the last step's values, as vLLM's abort outputs carry no scheduler stats.
+    """
 
     running: int
     waiting: int
@@ -84,12 +120,32 @@ class EngineStats(NamedTuple):
     ttfts: tuple[float, ...]
     itls: tuple[float, ...]
     finished: tuple[Finished, ...]
+    scheduler: bool = True
+
+
+@dataclass(slots=True)
+class StepPlan:
+    """What :meth:`Scheduler.schedule` decided: tokens per request, before the forward pass."""
+
+    now: float
+    scheduled: dict[int, int] = field(default_factory=dict)  # rid -> tokens this step
+    prefill_tokens: int = 0  # scheduled tokens of requests still prefilling
+    preemptions: int = 0
+    deferred: int = 0
+    no_decode: bool = False
+    stall_after: int | None = None
+
+    @property
+    def total_tokens(self) -> int:
+        return sum(self.scheduled.values())
 
 
 @dataclass(slots=True)
 class StepResult:
     outputs: list[tuple[int, int, str | None]] = field(default_factory=list)
     stats: EngineStats | None = None
+    scheduled_tokens: int = 0
+    prefill_tokens: int = 0
 
 
 class Scheduler:
@@ -103,14 +159,18 @@ class Scheduler:
         block_size: int,
         policy: str,
         prefill_tps: float,
+        max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS,
     ) -> None:
         if policy not in ("fcfs", "priority"):
             raise ValueError(f"unknown scheduling policy {policy!r}")
+        if max_num_batched_tokens < 1:
+            raise ValueError("max_num_batched_tokens must be >= 1")
         self.max_num_seqs = max_num_seqs
         self.block_size = block_size
         self.total_blocks = max(1, kv_cache_tokens // block_size)
         self.policy = policy
-        self.prefill_tps = prefill_tps
+        self.prefill_tps = prefill_tps  # the engine's pace for prefill chunks (tokens/s)
+        self.max_num_batched_tokens = max_num_batched_tokens
         self.running: list[EngineRequest] = []
         self._fcfs: deque[EngineRequest] = deque()
         self._heap: list[EngineRequest] = []
@@ -153,6 +213,21 @@ class Scheduler:
             heapq.heapify(self._heap)
         return True
 
+    def abort_all(self, now: float) -> tuple[list[tuple[int, int, str | None]], list[Finished]]:
+        """The engine aborts every request it holds (a pause or sleep in ``abort`` mode).
+
+        Returns each one's final output ``(rid, generated, "abort")`` and its
+        :class:`Finished` record: unlike a client's abort, vLLM reports these
+        as finished with reason ``abort``.
+        """
+        outputs: list[tuple[int, int, str | None]] = []
+        finished: list[Finished] = []
+        for request in [*self.running, *self.waiting()]:
+            self.abort(request.rid)
+            outputs.append((request.rid, request.generated, "abort"))
+            finished.append(self._finished(request, "abort", now))
+        return outputs, finished
+
     @property
     def has_work(self) -> bool:
         return bool(self.running) or self.num_waiting > 0
@@ -169,6 +244,8 @@ class Scheduler:
     def _unrun(self, request: EngineRequest) -> None:
         """Take a request off the running set (the list is compacted at the end of a step)."""
         request.is_running = False
+        request.computed = 0  # its KV is gone: recomputed on readmission
+        request.withheld = False
         self._free(request)
 
     def kv_usage(self) -> float:
@@ -186,102 +263,161 @@ class Scheduler:
         self,
         now: float,
         *,
-        period: float,
+        period: float = 0.0,
         stall_after: int | None = None,
         defer_structured: bool = False,
         no_decode: bool = False,
+        admit: bool = True,
+        budget: int | None = None,
     ) -> StepResult:
-        """Advance one iteration; ``stall_after`` withholds tokens past that many (stream stall).
+        """Schedule and execute one iteration at ``now`` (see :meth:`schedule`).
 
-        ``no_decode`` (the ``prefill_no_decode`` fault) prefills prompts (their
-        tokens are counted, as in a prefill-only step) and decodes nothing.
+        ``period`` is accepted for callers of the older signature and unused:
+        how long a step lasts is the engine's business (:meth:`step_seconds`).
         """
-        result = StepResult()
-        prompt_tokens = 0
-        generation_tokens = 0
-        preemptions = 0
-        ttfts: list[float] = []
-        itls: list[float] = []
-        finished: list[Finished] = []
+        del period
+        plan = self.schedule(
+            now,
+            stall_after=stall_after,
+            defer_structured=defer_structured,
+            no_decode=no_decode,
+            admit=admit,
+            budget=budget,
+        )
+        return self.execute(plan, now)
+
+    def step_seconds(
+        self, plan: StepPlan, period: float, prefill_tps: float | None = None
+    ) -> float:
+        """How long the step's forward pass lasts: a decode period, or its prefill chunks' time."""
+        rate = self.prefill_tps if prefill_tps is None else prefill_tps
+        return max(period, plan.prefill_tokens / rate if rate > 0 else period)
+
+    def schedule(
+        self,
+        now: float,
+        *,
+        stall_after: int | None = None,
+        defer_structured: bool = False,
+        no_decode: bool = False,
+        admit: bool = True,
+        budget: int | None = None,
+    ) -> StepPlan:
+        """Decide this step's tokens per request and allocate their KV blocks.
+
+        ``stall_after`` withholds tokens past that many (stream stall);
+        ``no_decode`` (the ``prefill_no_decode`` fault) prefills prompts and
+        samples nothing; ``admit`` False (a pause that lets running requests
+        drain) admits no waiting request; ``budget`` overrides
+        ``max_num_batched_tokens`` for this step.
+        """
+        plan = StepPlan(now=now, no_decode=no_decode, stall_after=stall_after)
+        left = self.max_num_batched_tokens if budget is None else budget
 
         # 1. running requests, in admission order
         for request in list(self.running):
-            if not request.is_running or now < request.prefill_done_at:
-                continue
-            if no_decode:
-                prompt_tokens += self._count_prompt(request)
-                continue
-            if stall_after is not None and request.generated >= stall_after:
-                continue
-            needed = (
-                self._blocks_for(request.prompt_tokens + request.generated + 1) - request.blocks
-            )
+            if left <= 0:
+                break
+            if not request.is_running:
+                continue  # preempted earlier in this step
+            want = request.known_tokens - request.computed
+            held = no_decode or (stall_after is not None and request.generated >= stall_after)
+            if want <= 0 or (held and want <= 1 and (request.withheld or request.generated)):
+                continue  # decoding, or its first token withheld: nothing to compute
+            request.withheld = False
+            tokens = min(want, left)
+            needed = self._blocks_for(request.computed + tokens) - request.blocks
             while needed > self.free_blocks:
                 victim = self._victim()
-                self._unrun(victim)
-                self._push_waiting(victim, front=True)  # output kept, KV recomputed later
-                preemptions += 1
+                left += self._preempt(victim, plan)
                 if victim is request:
                     break
             if not request.is_running:
                 continue
             self.free_blocks -= needed
             request.blocks += needed
-            generated, prompt, _ = self._advance(request, now, result, finished, ttfts, itls)
-            generation_tokens += generated
-            prompt_tokens += prompt
-
+            plan.scheduled[request.rid] = tokens
+            if request.prefilling:
+                plan.prefill_tokens += tokens
+            left -= tokens
         self.running = [r for r in self.running if r.is_running]
 
         # 2. admissions, only when this step preempted nothing
         deferred: list[EngineRequest] = []
-        active = len(self.running)
-        if preemptions == 0:
-            while active < self.max_num_seqs and self.num_waiting:
+        if plan.preemptions == 0 and admit:
+            while left > 0 and len(self.running) < self.max_num_seqs and self.num_waiting:
                 request = self._peek_waiting()
                 if defer_structured and request.structured:
                     deferred.append(self._pop_waiting())
                     continue
-                needed = self._blocks_for(request.prompt_tokens + request.generated + 1)
+                tokens = min(request.known_tokens, left)
+                needed = self._blocks_for(tokens)
                 if needed > self.free_blocks:
                     break
                 self._pop_waiting()
                 self.free_blocks -= needed
                 request.blocks = needed
+                request.computed = 0
                 request.is_running = True
-                active += 1
                 if request.first_scheduled is None:
                     request.first_scheduled = now
-                recompute = request.prompt_tokens + request.generated
-                prefill = recompute / self.prefill_tps
                 self.running.append(request)
-                if prefill > period:
-                    request.prefill_done_at = now + prefill
-                    continue
-                request.prefill_done_at = now
-                if no_decode:
-                    prompt_tokens += self._count_prompt(request)
-                    continue
-                if stall_after is not None and request.generated >= stall_after:
-                    continue
-                generated, prompt, done = self._advance(request, now, result, finished, ttfts, itls)
-                generation_tokens += generated
-                prompt_tokens += prompt
-                if done:
-                    active -= 1
-        self.running = [r for r in self.running if r.is_running]
+                plan.scheduled[request.rid] = tokens
+                plan.prefill_tokens += tokens
+                left -= tokens
         for request in deferred:
             self._push_waiting(request, front=False)
-        num_deferred = sum(1 for r in self.waiting() if r.structured) if defer_structured else 0
+        if defer_structured:
+            plan.deferred = sum(1 for r in self.waiting() if r.structured)
+        return plan
+
+    def _preempt(self, victim: EngineRequest, plan: StepPlan) -> int:
+        """Preempt ``victim``; returns the budget its scheduled tokens give back."""
+        tokens = plan.scheduled.pop(victim.rid, 0)
+        if tokens and victim.prefilling:
+            plan.prefill_tokens -= tokens  # its chunk is given back with its blocks
+        self._unrun(victim)
+        self._push_waiting(victim, front=True)  # output kept, KV recomputed later
+        plan.preemptions += 1
+        return tokens
+
+    def execute(self, plan: StepPlan, now: float) -> StepResult:
+        """The forward pass ends at ``now``: advance each scheduled request, sample tokens."""
+        result = StepResult(scheduled_tokens=plan.total_tokens, prefill_tokens=plan.prefill_tokens)
+        prompt_tokens = 0
+        generation_tokens = 0
+        ttfts: list[float] = []
+        itls: list[float] = []
+        finished: list[Finished] = []
+        for rid, tokens in plan.scheduled.items():
+            request = self.requests.get(rid)
+            if request is None or not request.is_running:
+                continue  # aborted while the step ran: its output is dropped
+            request.computed += tokens
+            if request.computed < request.known_tokens:
+                continue  # a prefill chunk: no output, no counter moves
+            held = plan.no_decode or (
+                plan.stall_after is not None and request.generated >= plan.stall_after
+            )
+            if held:
+                request.computed -= 1  # the sample is withheld; the last token waits
+                request.withheld = True
+                if plan.no_decode:
+                    prompt_tokens += self._count_prompt(request)
+                continue
+            generated, prompt, _ = self._advance(request, now, result, finished, ttfts, itls)
+            generation_tokens += generated
+            prompt_tokens += prompt
+        self.running = [r for r in self.running if r.is_running]
 
         result.stats = EngineStats(
             running=len(self.running),
             waiting=self.num_waiting,
-            waiting_deferred=num_deferred,
+            waiting_deferred=plan.deferred,
             kv_usage=self.kv_usage(),
             prompt_tokens=prompt_tokens,
             generation_tokens=generation_tokens,
-            preemptions=preemptions,
+            preemptions=plan.preemptions,
             iteration_tokens=prompt_tokens + generation_tokens,
             ttfts=tuple(ttfts),
             itls=tuple(itls),
@@ -306,12 +442,9 @@ class Scheduler:
         ttfts: list[float],
         itls: list[float],
     ) -> tuple[int, int, bool]:
-        """One decode step of a running request: (tokens emitted, prompt tokens counted, done)."""
+        """Sample one token of a running request: (tokens emitted, prompt tokens counted, done)."""
         generated = self._emit(request, now, ttfts, itls)
-        prompt = 0
-        if not request.prompt_counted:
-            request.prompt_counted = True
-            prompt = request.prompt_tokens
+        prompt = self._count_prompt(request)
         done = self._finish_reason(request)
         result.outputs.append((request.rid, request.generated, done))
         if done is not None:

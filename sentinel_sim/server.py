@@ -14,11 +14,12 @@ import random
 import signal
 import sys
 import threading
+import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from sentinel_sim.config import SimConfig
+from sentinel_sim.config import SimConfig, check_fault_fits
 from sentinel_sim.engine_link import EngineLink
 from sentinel_sim.faults import ENGINE_FAULTS, ActiveFault, Fault, FaultSpec, FaultTable
 from sentinel_sim.metrics import VllmMetrics
@@ -97,6 +98,8 @@ class SimServer:
         self._balance_start = 0  # where the next least-loaded scan starts (ties rotate)
         self._expiry_handles: dict[Fault, asyncio.TimerHandle] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        # The weight_update fault being shown as an operation in flight, and since when.
+        self._weight_fault: tuple[ActiveFault, float] | None = None
 
     # -- engine links ------------------------------------------------------
 
@@ -199,6 +202,8 @@ class SimServer:
     # -- faults --------------------------------------------------------------
 
     def set_fault(self, spec: FaultSpec) -> ActiveFault:
+        """Switch a fault on; a ``long_prefill`` that cannot fit raises :class:`FaultError`."""
+        check_fault_fits(spec, self.config.kv_cache_tokens)
         entry = self.faults.set(spec)
         old = self._expiry_handles.pop(spec.fault, None)
         if old is not None:
@@ -234,6 +239,8 @@ class SimServer:
         self._apply_gates()
 
     def _apply_gates(self) -> None:
+        self._show_sleep_state()
+        self._show_weight_update()
         if self.faults.get(Fault.MULTIMODAL_HANG) is None:
             self.mm_gate.set()
         else:
@@ -246,6 +253,82 @@ class SimServer:
                 gate.set()
             else:
                 gate.clear()
+
+    def _show_sleep_state(self) -> None:
+        """``vllm:engine_sleep_state``, set by the front end as vLLM's AsyncLLM.sleep does."""
+        self.metrics.record_sleep_state(0, 0)
+        entry = self.faults.get(Fault.SLEEP)
+        if entry is not None:
+            self.metrics.record_sleep_state(
+                1, int(entry.params["level"]), entry.params.get("engine")
+            )
+
+    def _show_weight_update(self) -> None:
+        """The ``weight_update`` fault as one weight-transfer operation in flight."""
+        entry = self.faults.get(Fault.WEIGHT_UPDATE)
+        shown = self._weight_fault
+        if shown is not None and shown[0] is entry:
+            return
+        if shown is not None:
+            old, started = shown
+            self._weight_fault = None
+            self.metrics.weight_operation_ended(
+                str(old.params["operation"]), time.monotonic() - started
+            )
+            version = old.params.get("version")
+            if version is not None:
+                self._fire("set_weight_version", str(version), old.params.get("engine"))
+        if entry is not None:
+            self._weight_fault = (entry, time.monotonic())
+            self.metrics.weight_operation_started(str(entry.params["operation"]))
+
+    # -- engine queries (vLLM's utility calls) --------------------------------
+
+    def _links_for(self, engine: int | None) -> list[EngineLink]:
+        return [link for link in self.links if engine is None or link.index == engine]
+
+    def _fire(self, name: str, arg: Any = None, engine: int | None = None) -> None:
+        """An engine query whose answer nobody awaits."""
+        if self.dead:
+            return
+        for link in self._links_for(engine):
+            future = link.call(name, arg)
+            future.add_done_callback(lambda f: f.cancelled() or f.exception())
+
+    async def engine_query(
+        self, name: str, arg: Any = None, engine: int | None = None
+    ) -> list[Any]:
+        """Ask every engine (or one) and wait for the answers; an engine in a blocked loop
+        answers only once it is free, as vLLM's utility calls wait for the engine core."""
+        if self.dead:
+            raise EngineDead("EngineCore encountered an issue.")
+        try:
+            return list(
+                await asyncio.gather(*(link.call(name, arg) for link in self._links_for(engine)))
+            )
+        except (ConnectionError, EngineDead) as exc:
+            raise EngineDead("EngineCore encountered an issue.") from exc
+
+    async def weight_operation(self, operation: str, seconds: float = 0.0) -> None:
+        """One RL weight-transfer RPC, counted in flight while the engines run it."""
+        self.metrics.weight_operation_started(operation)
+        started = time.monotonic()
+        try:
+            await self.engine_query("rpc", seconds)
+        finally:
+            self.metrics.weight_operation_ended(operation, time.monotonic() - started)
+
+    # -- API-side fault readings ---------------------------------------------
+
+    def sleep_refuses(self) -> bool:
+        """``sleep`` with ``mode=503``: generation is refused at once while asleep."""
+        entry = self.faults.get(Fault.SLEEP)
+        return entry is not None and entry.params["mode"] == "503"
+
+    def image_delay(self) -> float:
+        """``slow_image``: seconds each image request spends in preprocessing."""
+        entry = self.faults.get(Fault.SLOW_IMAGE)
+        return 0.0 if entry is None else float(entry.params["seconds"])
 
     def should_fail_5xx(self) -> int | None:
         entry = self.faults.get(Fault.ERROR_5XX)

@@ -56,6 +56,11 @@ def path_kinds() -> tuple[CanaryKind, ...]:
     return tuple(kind for kind, probe in _REGISTRY.items() if probe.path)
 
 
+def traffic_counters() -> dict[CanaryKind, str]:
+    """The kinds whose real traffic the server counts, each with its counter."""
+    return {kind: c for kind, probe in _REGISTRY.items() if (c := probe.traffic_counter)}
+
+
 def unvalidatable(specs: Iterable[CanarySpec], facts: ServerFacts) -> dict[CanaryKind, str]:
     """The kinds that cannot be validated on a server with ``facts``, each with why.
 

@@ -94,6 +94,7 @@ class MultimodalCanary:
 
     kind = MULTIMODAL
     path = True
+    traffic_counter: str | None = "mm_queries"  # images preprocessed: vllm:mm_cache_queries
     defaults = KindDefaults(deadline=10.0, interval=10.0)
     spec_fields = frozenset({"image"})
     endpoints = frozenset({CHAT_ENDPOINT})

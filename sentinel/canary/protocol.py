@@ -162,6 +162,18 @@ class CanaryKindProbe(Protocol):
         ...
 
     @property
+    def traffic_counter(self) -> str | None:
+        """The sampled counter that real traffic on this path moves (None: the server has none).
+
+        Read from the target's ``/metrics`` (a key of
+        :data:`sentinel.evidence.metrics.COUNTER_SAMPLES`); each canary of the
+        kind moves it by one. Real requests on the path moving it beyond
+        sentinel's own canaries vouch for the path, as idle gating does for
+        text: a canary queued behind them is slow, not hung.
+        """
+        ...
+
+    @property
     def defaults(self) -> KindDefaults: ...
 
     @property

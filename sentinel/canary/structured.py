@@ -62,6 +62,7 @@ class StructuredCanary:
 
     kind = STRUCTURED
     path = True
+    traffic_counter: str | None = None  # vLLM counts no structured-output completions
     defaults = KindDefaults(deadline=10.0, interval=10.0)
     spec_fields = frozenset({"schema"})
     endpoints = frozenset({CHAT_ENDPOINT, COMPLETIONS_ENDPOINT})

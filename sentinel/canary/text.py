@@ -42,6 +42,7 @@ class TextCanary:
 
     kind = TEXT
     path = False  # the text canary is the control every path kind is judged against
+    traffic_counter: str | None = None
     defaults = KindDefaults(deadline=8.0, interval=5.0, jitter=0.1)
     spec_fields: frozenset[str] = frozenset()
     endpoints = frozenset({CHAT_ENDPOINT, COMPLETIONS_ENDPOINT})

@@ -20,8 +20,8 @@ readable by a non-root sidecar.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 COMPILERS = frozenset(
@@ -118,3 +118,22 @@ def compilers_under(roots: Iterable[int], proc: Path = PROC) -> tuple[CompilerPr
             break
         level = following
     return tuple(found)
+
+
+@dataclass(slots=True)
+class CompileWatch:
+    """Since when a compiler under the engine has been seen using CPU (None: none is)."""
+
+    since: float | None = None
+    detail: str = ""
+    _cpu: dict[int, float] = field(default_factory=dict)
+
+    def observe(self, compilers: Sequence[CompilerProcess], now: float) -> None:
+        """A compiler whose CPU time grew since the last sample is busy; one gone ends it."""
+        before, self._cpu = self._cpu, {c.pid: c.cpu_seconds for c in compilers}
+        busy = [c for c in compilers if c.cpu_seconds > before.get(c.pid, c.cpu_seconds)]
+        if busy:
+            self.since = now if self.since is None else self.since
+            self.detail = ", ".join(c.describe() for c in busy[:4])
+        elif not compilers:
+            self.since, self.detail = None, ""

@@ -53,6 +53,9 @@ COUNTER_SAMPLES: Mapping[str, str] = MappingProxyType(
         # One observation per request that got its first token (prefill
         # done), so generated tokens minus this count are the tokens decoded.
         "vllm:time_to_first_token_seconds_count": "first_tokens",
+        # Images through preprocessing (counted once the processor ran): the
+        # multimodal path's own traffic. Never progress of the engine.
+        "vllm:mm_cache_queries_total": "mm_queries",
     }
 )
 GAUGE_SAMPLES: Mapping[str, str] = MappingProxyType(

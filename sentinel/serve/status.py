@@ -130,8 +130,8 @@ def status_document(
             # Work that moves no counter: a prompt prefilled in chunks (KV-cache
             # highs) and a compiler busy under the engine (a long compile step).
             "prefill_age": age(ledger.progress.last_prefill_at),
-            "compiling_for": age(ledger.compiling_since),
-            "compiling": ledger.compile_detail or None,
+            "compiling_for": age(ledger.compiling.since),
+            "compiling": ledger.compiling.detail or None,
             "last_scrape_error": last_scrape_error or None,
             # Why the last /health poll gave no evidence, and what each loop
             # survived (loop name -> errors, last, ago): failed reads and

@@ -116,6 +116,9 @@ class KindEvidence:
     # ``results``; None when no control was sent).
     controls: tuple[CanaryResult | None, ...] = ()
     latency_slo: float | None = None
+    # When real (not sentinel's) traffic on this path last got through, where
+    # the server counts it (:mod:`sentinel.path_traffic`); None: unknown.
+    traffic_at: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

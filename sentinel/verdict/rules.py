@@ -281,7 +281,8 @@ def path_hang(k: KindEvidence, floor: float, policy: Policy, now: float) -> Hang
     worked on this server is a startup failure). A timed-out canary still
     awaited for its late answer is a miss only once it has waited the hang
     window: a slow path (images preprocessed one at a time behind real image
-    load) answers late, and a late answer is an answer.
+    load) answers late, and a late answer is an answer. Nor is a canary sent
+    before real traffic on the path last got through (``traffic_at``).
     """
     pairs = [(r, c) for r, c in zip(k.results, k.controls, strict=False) if r.started >= floor]
     if not any(r.ok for r, _ in pairs):
@@ -289,6 +290,8 @@ def path_hang(k: KindEvidence, floor: float, policy: Policy, now: float) -> Hang
     last = pairs[-policy.path_misses :]
     if len(last) < policy.path_misses:
         return None
+    if k.traffic_at is not None and any(r.started < k.traffic_at for r, _ in last):
+        return None  # real requests on the path got through after these were sent
     waited = [
         not getattr(r, "awaiting_late", False) or now - r.started >= policy.hang_window
         for r, _ in last

@@ -243,11 +243,11 @@ JUDGEMENTS: list[tuple[str, str, Reply, int | None, Reason]] = [
         Reason.INCONCLUSIVE,
     ),
     (
-        "text only reasoning, cut",
+        "text only reasoning, cut: the engine generated",
         "text",
         Reply(text="", reasoning="<think>", completion_tokens=2, finish_reason="length"),
         None,
-        Reason.INCONCLUSIVE,
+        Reason.OK,
     ),
     ("image consumed", "multimodal", Reply(text="a", prompt_tokens=30), 14, Reason.OK),
     (

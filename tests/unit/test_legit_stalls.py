@@ -17,6 +17,7 @@ from sentinel.canary.result import CanaryKind, CanaryResult, Reason
 from sentinel.evidence.compilers import compilers_under
 from sentinel.evidence.metrics import parse_vllm_metrics
 from sentinel.lifecycle import LifecycleTracker, Readings, phase_of
+from sentinel.path_traffic import PathTraffic
 from sentinel.prefill import PrefillWatch
 from sentinel.verdict import (
     Evidence,
@@ -300,3 +301,55 @@ def test_lifecycle_tracker_remembers_since_and_resume() -> None:
     awake = tracker.update(Readings(is_paused=False), 30.0)
     assert awake.phase is Phase.AWAKE
     assert awake.resumed_at == 30.0
+
+
+# --- a path judged by its own traffic ----------------------------------------------
+
+
+def test_real_image_traffic_beyond_own_canaries_vouches_for_the_path() -> None:
+    traffic = PathTraffic()
+    mm = CanaryKind.MULTIMODAL
+    traffic.observe({"mm_queries": 10.0}, 0.0, {})
+    traffic.observe({"mm_queries": 11.0}, 2.0, {mm: 1})  # only sentinel's own canary
+    assert mm not in traffic.last_at
+    traffic.observe({"mm_queries": 14.0}, 4.0, {mm: 1})  # two real images got through
+    assert traffic.last_at[mm] == 4.0
+
+
+def _path_misses(traffic_at: float | None) -> Evidence:
+    mm = CanaryKind.MULTIMODAL
+    controls = [ok(100.0), ok(110.0), ok(120.0)]
+    results = (
+        CanaryResult("mm", mm, Reason.OK, 90.0, 0.5),
+        CanaryResult("mm", mm, Reason.TIMEOUT, 100.0, 10.0),
+        CanaryResult("mm", mm, Reason.TIMEOUT, 110.0, 10.0),
+    )
+    return Evidence(
+        kinds={
+            TEXT: KindEvidence(TEXT, results=(ok(90.0), *controls)),
+            mm: KindEvidence(
+                mm,
+                results=results,
+                controls=(None, controls[0], controls[1]),
+                traffic_at=traffic_at,
+            ),
+        },
+        progress_available=True,
+        last_progress_at=125.0,
+    )
+
+
+@pytest.mark.parametrize(
+    ("traffic_at", "hung"),
+    [
+        pytest.param(None, True, id="no-path-counter"),
+        pytest.param(80.0, True, id="real-images-stopped-before-the-misses"),
+        pytest.param(112.0, False, id="real-images-got-through-after-they-were-sent"),
+    ],
+)
+def test_a_path_with_real_traffic_getting_through_is_slow_not_hung(
+    traffic_at: float | None, hung: bool
+) -> None:
+    state = replace(VerdictState(), epoch=0, startup_passed=True)
+    _, verdict = evaluate(state, _path_misses(traffic_at), Policy(), 125.0)
+    assert (HangKind(CanaryKind.MULTIMODAL.value) in [h.kind for h in verdict.hangs]) is hung
