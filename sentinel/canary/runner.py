@@ -282,7 +282,9 @@ class CanaryRunner:
             if not response.is_success:
                 raw = await self._read_capped(response)
                 raise status_failure(response.status_code, raw, probe)
-            if not spec.stream:
+            # A server that answers a streamed request with one JSON body (it
+            # does not stream, or a proxy buffered it) still answered: judge it.
+            if not spec.stream or _is_json(response):
                 return parse_reply(decode_json(await self._read_capped(response)), chat=chat)
             return await self._read_stream(response, progress, started, chat=chat)
 
@@ -388,3 +390,8 @@ class CanaryRunner:
         if self._api_key:
             detail = detail.replace(self._api_key, "***")
         return detail[:MAX_DETAIL]
+
+
+def _is_json(response: httpx.Response) -> bool:
+    content_type = response.headers.get("content-type", "").partition(";")[0].strip().lower()
+    return content_type == "application/json"

@@ -293,7 +293,7 @@ def path_hang(k: KindEvidence, floor: float, policy: Policy, now: float) -> Hang
     if k.traffic_at is not None and any(r.started < k.traffic_at for r, _ in last):
         return None  # real requests on the path got through after these were sent
     waited = [
-        not getattr(r, "awaiting_late", False) or now - r.started >= policy.hang_window
+        not r.awaiting_late or now - r.started >= policy.hang_window
         for r, _ in last
     ]
     if all(waited) and all(path_missed(r, c) for r, c in last):
