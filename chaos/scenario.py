@@ -46,13 +46,76 @@ FaultKind = Literal[
     "empty_200",
     "listener_closed",
     "metrics_lapse",
+    # legitimate stalls (docs/design.md "Work is more than tokens", "Lifecycle states
+    # are not hangs", "A long engine step", "Late answers"): a working server whose
+    # requests wait; the simulator's faults of the same names
+    "long_prefill",
+    "sleep",
+    "pause",  # also on a real vLLM: POST /pause?mode=... (VLLM_SERVER_DEV_MODE=1), /resume
+    "weight_update",
+    "compile_step",
+    "slow_image",
+    "metrics_401",
 ]
 LoadKind = Literal["text", "structured", "multimodal"]
 PLUGIN_FAULTS = frozenset(
     {"engine_hang", "structured_hang", "multimodal_hang", "stream_stall", "slow_decode"}
 )
+#: Faults a real vLLM takes over HTTP (its dev-mode routes), not through the plugin.
+HTTP_FAULTS = frozenset({"pause"})
+#: Faults only the simulator can inject.
+SIM_ONLY_FAULTS = frozenset(
+    {
+        "stuck_running",
+        "waiting_churn",
+        "preemption_churn",
+        "prefill_no_decode",
+        "stall_after_first",
+        "reset_all",
+        "error_5xx",
+        "empty_200",
+        "listener_closed",
+        "metrics_lapse",
+        "long_prefill",
+        "sleep",
+        "weight_update",
+        "compile_step",
+        "slow_image",
+        "metrics_401",
+    }
+)
+#: The legitimate stalls: a working server holds its requests (prefill, lifecycle,
+#: compile, slow preprocessing) or hides its metrics; restarting it is always wrong.
+LEGITIMATE_STALLS = frozenset(
+    {
+        "long_prefill",
+        "sleep",
+        "pause",
+        "weight_update",
+        "compile_step",
+        "slow_image",
+        "metrics_401",
+    }
+)
 #: Faults after which the server is degraded but alive: any kill during them is false.
-HARMLESS_FAULTS = frozenset({"none", "slow_decode", "metrics_lapse"})
+HARMLESS_FAULTS = frozenset({"none", "slow_decode", "metrics_lapse"}) | LEGITIMATE_STALLS
+#: ``SimProcess`` options the runner sets itself (ports, log, policy, slots, environment).
+SIM_RUNNER_OPTIONS = frozenset(
+    {
+        "scheduling_policy",
+        "max_num_seqs",
+        "extra_args",
+        "env",
+        "host",
+        "log_path",
+        "startup_timeout",
+        "faults",
+    }
+)
+#: ``weight_update`` on the simulator: the harness pauses the scheduler first with
+#: this mode (keep, wait or abort) when given, as RL frameworks pause before they
+#: load weights; the simulator's own fault takes the other parameters.
+WEIGHT_UPDATE_PAUSE = "pause"
 
 
 class ScenarioError(ValueError):
@@ -75,7 +138,22 @@ class TargetSpec(_Strict):
     sim_options: dict[str, int | float | str | bool] = Field(default_factory=dict)
     #: real vLLM only: extra server flags, verbatim
     extra_args: list[str] = Field(default_factory=list)
+    #: added to the server's environment (``VLLM_SERVER_DEV_MODE: "1"`` for /pause)
+    environment: dict[str, str] = Field(default_factory=dict)
     start_timeout: float = Field(default=300.0, gt=0)
+
+    @model_validator(mode="after")
+    def _options(self) -> TargetSpec:
+        if self.kind == "vllm" and self.sim_options:
+            raise ValueError("sim_options: only for the simulator")
+        if self.kind == "sim" and self.extra_args:
+            raise ValueError("extra_args: only for a real vLLM (the simulator takes sim_options)")
+        if self.sim_options:
+            known = _sim_option_names()
+            for key in sorted(self.sim_options):
+                if key in SIM_RUNNER_OPTIONS or key not in known:
+                    raise ValueError(f"sim_options: {key!r} is not a simulator option")
+        return self
 
     def server_key(self) -> tuple[Any, ...]:
         """Scenarios whose targets have equal keys can share one running server."""
@@ -86,7 +164,17 @@ class TargetSpec(_Strict):
             self.max_num_seqs,
             tuple(sorted(self.sim_options.items())),
             tuple(self.extra_args),
+            tuple(sorted(self.environment.items())),
         )
+
+
+def _sim_option_names() -> frozenset[str]:
+    """The keyword options of ``SimProcess`` (the simulator's flags), read from its signature."""
+    import inspect
+
+    from sentinel_sim.launch import SimProcess
+
+    return frozenset(inspect.signature(SimProcess.__init__).parameters) - {"self"}
 
 
 def _text_only() -> dict[LoadKind, float]:
@@ -233,6 +321,18 @@ class Scenario(_Strict):
             raise ValueError("fault.process: the simulator has no worker process (use engine)")
         if self.fault.kind == "none" and self.load is None:
             raise ValueError("load: a scenario without a fault needs a load")
+        if self.target.kind == "vllm" and self.fault.kind in SIM_ONLY_FAULTS:
+            raise ValueError(f"fault.kind: {self.fault.kind} is a simulator fault (target sim)")
+        if self.target.kind == "vllm" and self.fault.kind == "pause":
+            unknown = sorted(set(self.fault.params) - {"mode"})
+            if unknown:
+                raise ValueError(f"fault.params: pause takes mode only, not {', '.join(unknown)}")
+            mode = self.fault.params.get("mode", "keep")
+            if mode not in ("keep", "wait", "abort"):
+                raise ValueError(f"fault.params.mode: keep, wait or abort, not {mode!r}")
+        pause = self.fault.params.get(WEIGHT_UPDATE_PAUSE)
+        if self.fault.kind == "weight_update" and pause not in (None, "keep", "wait", "abort"):
+            raise ValueError(f"fault.params.pause: keep, wait or abort, not {pause!r}")
         return self
 
     @property

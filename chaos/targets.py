@@ -2,9 +2,11 @@
 
 Each target keeps one port for its whole life, so a restarted server is the same
 target to sentinel, and applies a scenario's fault in its own way (a signal to
-the engine process, the simulator's control port, or the real vLLM's fault
-plugin). The heavy pieces import lazily: a sim-only run never loads the real
-vLLM's environment code.
+the engine process, the simulator's control port, the real vLLM's fault
+plugin, or, for ``pause``, the real vLLM's own ``POST /pause`` and ``/resume``,
+which it registers with ``VLLM_SERVER_DEV_MODE=1`` in the target's
+environment). The heavy pieces import lazily: a sim-only run never loads the
+real vLLM's environment code.
 """
 
 from __future__ import annotations
@@ -20,7 +22,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 import httpx
 
 from chaos.ports import free_port
-from chaos.scenario import Scenario, TargetSpec
+from chaos.scenario import WEIGHT_UPDATE_PAUSE, Scenario, TargetSpec
+
+#: seconds a dev-mode route (``/pause``, ``/resume``) may take to answer
+DEV_ROUTE_TIMEOUT = 60.0
 
 if TYPE_CHECKING:
     from chaos.vllm_engine.server import VllmServer
@@ -62,6 +67,7 @@ class SimTarget:
             scheduling_policy=self.spec.scheduling_policy,
             extra_args=["--port", str(self.port)],
             log_path=self.workdir / "sim.log",
+            env=self.spec.environment or None,
             **options,
         )
 
@@ -107,8 +113,14 @@ class SimTarget:
             os.kill(sim.engine_pid, signal.SIGKILL)
             return f"SIGKILL VLLM::EngineCore pid {sim.engine_pid}"
         params: dict[str, Any] = dict(fault.params)  # a fault's own knobs, never a duration
+        done = ""
+        if fault.kind == "weight_update" and WEIGHT_UPDATE_PAUSE in params:
+            # as RL frameworks do: pause the scheduler, then load the weights
+            mode = params.pop(WEIGHT_UPDATE_PAUSE)
+            await asyncio.to_thread(sim.control.set_fault, "pause", mode=mode)
+            done = f"fault pause {{'mode': {mode!r}}}, then "
         await asyncio.to_thread(sim.control.set_fault, fault.kind, **params)
-        return f"fault {fault.kind} {fault.params or ''}".strip()
+        return f"{done}fault {fault.kind} {params or ''}".strip()
 
     async def clear(self, scenario: Scenario) -> str:
         sim = self._running()
@@ -129,6 +141,7 @@ class VllmTarget:
         # absolute: vLLM runs in its log's folder and must find the same fault directory
         self.workdir = workdir.resolve()
         self.server: VllmServer | None = None
+        self._paused = False  # a /pause of ours not yet resumed
 
     def _build(self) -> VllmServer:
         from chaos.vllm_engine import env as engine_env
@@ -154,6 +167,7 @@ class VllmTarget:
             log_path=self.workdir / "vllm.log",
             scheduling_policy=self.spec.scheduling_policy,
             extra_args=extra,
+            environment=self.spec.environment,
         )
 
     def _built(self) -> VllmServer:
@@ -188,6 +202,11 @@ class VllmTarget:
         server = self._built()
         server.faults.clear_all()
         await asyncio.to_thread(server.resume_all)
+        if self._paused:
+            try:
+                await self._post("/resume")
+            except (httpx.HTTPError, RuntimeError):
+                return False
 
         def one() -> bool:
             with httpx.Client(base_url=self.base_url) as client:
@@ -200,8 +219,24 @@ class VllmTarget:
 
         return WORKER_TITLE if scenario.fault.process == "worker" else ENGINE_TITLE
 
+    async def _post(self, path: str) -> str:
+        """A dev-mode route of the server (``VLLM_SERVER_DEV_MODE=1``); its answer's body."""
+        # /pause?mode=wait answers once the running requests are done
+        async with httpx.AsyncClient(base_url=self.base_url, timeout=DEV_ROUTE_TIMEOUT) as client:
+            response = await client.post(path)
+        if response.status_code != 200:
+            raise RuntimeError(f"POST {path}: {response.status_code} {response.text[:200]}")
+        if path == "/resume":
+            self._paused = False
+        return response.text.strip()
+
     async def inject(self, scenario: Scenario) -> str:
         server, fault = self._built(), scenario.fault
+        if fault.kind == "pause":
+            mode = str(fault.params.get("mode", "keep"))
+            self._paused = True
+            answer = await self._post(f"/pause?mode={mode}")
+            return f"POST /pause?mode={mode}: {answer}"
         if fault.kind in ("sigstop", "sigkill"):
             signum = signal.SIGSTOP if fault.kind == "sigstop" else signal.SIGKILL
             title = self._title(scenario)
@@ -213,6 +248,8 @@ class VllmTarget:
 
     async def clear(self, scenario: Scenario) -> str:
         server = self._built()
+        if scenario.fault.kind == "pause":
+            return f"POST /resume: {await self._post('/resume')}"
         if scenario.fault.kind == "sigstop":
             title = self._title(scenario)
             server.signal(title, signal.SIGCONT)

@@ -36,6 +36,7 @@ class ToyCanary:
 
     kind = KIND
     path = True
+    traffic_counter: str | None = None
     defaults = KindDefaults(deadline=3.0, interval=7.0, jitter=0.0)
     spec_fields: frozenset[str] = frozenset()
     endpoints = frozenset({CHAT_ENDPOINT})

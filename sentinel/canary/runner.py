@@ -393,5 +393,5 @@ class CanaryRunner:
 
 
 def _is_json(response: httpx.Response) -> bool:
-    content_type = response.headers.get("content-type", "").partition(";")[0].strip().lower()
-    return content_type == "application/json"
+    content_type: str = response.headers.get("content-type", "")
+    return content_type.partition(";")[0].strip().lower() == "application/json"

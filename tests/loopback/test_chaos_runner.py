@@ -58,6 +58,14 @@ def _with(path: str, value: Any) -> dict[str, Any]:
         ("sentinel.listen", "127.0.0.1:1", "sentinel.listen"),
         ("blackbox", {"interval": 5, "scrape_timeout": 20}, "blackbox.scrape_timeout"),
         ("blackbox.failure_threshold", 0, "blackbox.failure_threshold"),
+        ("target.sim_options", {"kv_cache_token": 4096}, "target.sim_options"),
+        ("target.sim_options", {"max_num_seqs": 4}, "target.sim_options"),  # the runner's
+        ("target.extra_args", ["--max-num-batched-tokens", "64"], "target.extra_args"),
+        (
+            "fault",
+            {"kind": "weight_update", "duration": 2, "params": {"pause": "soon"}},
+            "fault.params.pause",
+        ),
     ],
 )
 def test_schema_errors_name_the_file_and_the_key(path: str, value: Any, key: str) -> None:
@@ -66,6 +74,101 @@ def test_schema_errors_name_the_file_and_the_key(path: str, value: Any, key: str
     message = str(caught.value)
     assert message.startswith("scenarios/x.yaml: ")
     assert f": {key}" in message, message
+
+
+@pytest.mark.parametrize(
+    ("fault", "key"),
+    [
+        ({"kind": "long_prefill", "duration": 5}, "fault.kind"),  # simulator only
+        ({"kind": "metrics_401", "duration": 5}, "fault.kind"),
+        ({"kind": "pause", "duration": 5, "params": {"mode": "later"}}, "fault.params.mode"),
+        ({"kind": "pause", "duration": 5, "params": {"level": 1}}, "fault.params"),
+    ],
+)
+def test_vllm_targets_take_only_the_faults_they_can(fault: dict[str, Any], key: str) -> None:
+    data = {**VALID, "target": {"kind": "vllm"}, "fault": {"start": 1, **fault}}
+    with pytest.raises(ScenarioError) as caught:
+        parse_scenario(data, "scenarios/x.yaml")
+    assert f": {key}:" in str(caught.value), caught.value
+    if fault["kind"] == "pause":  # a real vLLM pauses through its own dev-mode route
+        data["fault"] = {"kind": "pause", "start": 1, "duration": 5, "params": {"mode": "keep"}}
+        data["target"] = {"kind": "vllm", "environment": {"VLLM_SERVER_DEV_MODE": "1"}}
+        assert parse_scenario(data, "inline").target.environment == {"VLLM_SERVER_DEV_MODE": "1"}
+
+
+def test_sim_options_are_the_simulators_and_key_the_server() -> None:
+    base = {**VALID, "fault": {"kind": "sleep", "duration": 5, "params": {"level": 1}}}
+    asleep = parse_scenario(
+        {**base, "target": {"kind": "sim", "sim_options": {"dev_mode": True}}}, "inline"
+    )
+    plain = parse_scenario({**base, "target": {"kind": "sim"}}, "inline")
+    env = parse_scenario(
+        {**base, "target": {"kind": "sim", "environment": {"VLLM_SERVER_DEV_MODE": "1"}}},
+        "inline",
+    )
+    keys = {s.target.server_key() for s in (asleep, plain, env)}
+    assert len(keys) == 3  # none of them can share the others' server
+
+
+@pytest.mark.parametrize(
+    "kind",
+    [
+        "long_prefill",
+        "sleep",
+        "pause",
+        "weight_update",
+        "compile_step",
+        "slow_image",
+        "metrics_401",
+    ],
+)
+def test_every_kill_during_a_legitimate_stall_is_false(kind: str) -> None:
+    record = _hang_record()
+    scenario = parse_scenario(
+        {
+            **VALID,
+            "fault": {"kind": kind, "start": 5, "duration": 10},
+            "expect": {"no_liveness_failure": True},
+        },
+        "inline",
+    )
+    assert not scenario.fault.harmful
+    record.scenario = scenario
+    summary = summarize(record)
+    assert summary.sentinel.kills.detection_s is None
+    assert summary.sentinel.kills.false_kills == 2
+    assert (summary.blackbox.kills.detection_s, summary.blackbox.kills.false_kills) == (None, 2)
+    assert not summary.passed
+    assert [c.detail for c in summary.checks] == ["9 red samples, 2 would-be kills"]
+
+
+async def test_sim_weight_update_pauses_first_as_rl_frameworks_do(tmp_path: Path) -> None:
+    scenario = parse_scenario(
+        {
+            **VALID,
+            "target": {"kind": "sim", "sim_options": {"dev_mode": True}},
+            "fault": {
+                "kind": "weight_update",
+                "duration": 5,
+                "params": {"operation": "update", "version": "v2", "pause": "keep"},
+            },
+        },
+        "inline",
+    )
+    target = SimTarget(scenario.target, tmp_path / "sim")
+    try:
+        await target.start()
+        assert target.sim is not None
+        said = await target.inject(scenario)
+        assert said.startswith("fault pause {'mode': 'keep'}, then fault weight_update")
+        faults = {f["name"]: f["params"] for f in target.sim.control.faults()}
+        assert faults["pause"]["mode"] == "keep"
+        assert faults["weight_update"]["version"] == "v2"
+        assert "pause" not in faults["weight_update"]
+        await target.clear(scenario)
+        assert target.sim.control.faults() == []
+    finally:
+        await target.stop()
 
 
 def test_schema_error_from_a_file(tmp_path: Path) -> None:
