@@ -24,10 +24,11 @@ from sentinel.evidence.compilers import CompileWatch
 from sentinel.evidence.metrics import MetricsSample
 from sentinel.evidence.process_model import ProcessInfo, placed
 from sentinel.evidence.processes import ProcessSnapshot, ProcessState
+from sentinel.freeze import freeze
 from sentinel.lifecycle import LifecycleTracker
 from sentinel.path_traffic import PathTraffic
-from sentinel.progress import RECENT, STEP_COUNTER, ProgressTracker
-from sentinel.verdict import Action, EngineProgress, Evidence, KindEvidence
+from sentinel.progress import RECENT, ProgressTracker
+from sentinel.verdict import Action, Evidence
 
 _DOWN = (ProcessState.STOPPED, ProcessState.ZOMBIE, ProcessState.GONE)
 
@@ -85,6 +86,8 @@ class Ledger:
         self._token = 0
         self.lifecycle = LifecycleTracker()
         self.traffic = PathTraffic()  # real traffic on each path (its kind's counter)
+        self.waiting_since: float | None = None  # real requests waiting since (starvation)
+        self.waiting_real = 0.0
         self._traffic_seen = float("-inf")  # the sample before the last one observed
         # Compilers under the engine: CPU seconds at the last sample, and since
         # when one has been seen busy (a long first-use compile step).
@@ -107,6 +110,7 @@ class Ledger:
         self.startup_passed = False
         self.lifecycle.reset()
         self.traffic.reset()
+        self.waiting_since, self.waiting_real = None, 0.0
 
     def observe_traffic(self, sample: MetricsSample) -> None:
         """Real path traffic in ``sample``, beyond sentinel's canaries that could have moved it.
@@ -122,6 +126,15 @@ class Ledger:
             for kind, record in self.records.items()
         }
         self.traffic.observe(sample.counters, sample.at, own)
+        # Real requests waiting: for room where the reason is told, less
+        # sentinel's own canaries (any of them may be among the waiting).
+        waiting = sample.gauges.get("waiting_capacity", sample.gauges.get("waiting"))
+        real = 0.0 if waiting is None else waiting - self.in_flight()
+        self.waiting_real = max(real, 0.0)
+        if real < 1.0:
+            self.waiting_since = None
+        elif self.waiting_since is None:
+            self.waiting_since = sample.at
 
     def observe_lifecycle(self, now: float, **readings: object) -> None:
         """A new word from one lifecycle source (see :class:`~sentinel.lifecycle.Readings`)."""
@@ -267,6 +280,11 @@ class Ledger:
         last = self.progress.last_real_completion_at
         if last is None or now - last > idle_window:
             return False
+        # Where decode is told apart, one-token completions (classifiers,
+        # scorers) prove no decode: they keep the text canary running.
+        decode = self.progress.last_decode_at
+        if self.progress.decode_available and (decode is None or now - decode > idle_window):
+            return False
         engines = self.progress.engines
         return len(engines) < 2 or all(
             (at := track.vouched_at) is not None and now - at <= idle_window
@@ -318,75 +336,8 @@ class Ledger:
         freshness: float,
         unobserved: tuple[tuple[float, float], ...] = (),
     ) -> Evidence:
-        """Freeze what the verdict needs; progress counts only from a fresh sample.
-
-        ``unobserved`` are the spans sentinel itself did not run (see the evaluator).
-        """
-        sample_at = self.progress.last_sample_at
-        fresh = sample_at is not None and now - sample_at <= freshness
-        return Evidence(
-            epoch=self.epoch,
-            epoch_started=self.epoch_started,
-            kinds={
-                kind: KindEvidence(
-                    kind=kind,
-                    action=record.action,
-                    enabled=record.enabled,
-                    results=tuple(record.results),
-                    outstanding=tuple(record.outstanding.values()),
-                    outstanding_engines=tuple(record.aims.get(t) for t in record.outstanding),
-                    controls=tuple(record.controls),
-                    latency_slo=record.latency_slo,
-                    traffic_at=self.traffic.last_at.get(kind),
-                )
-                for kind, record in self.records.items()
-            },
-            progress_available=fresh and self.progress.available,
-            last_progress_at=self.progress.last_progress_at,
-            decode_available=fresh and self.progress.decode_available,
-            last_decode_at=self.progress.last_decode_at,
-            last_prefill_at=self.progress.last_prefill_at if fresh else None,
-            steps_available=fresh and STEP_COUNTER in self.progress.signals,
-            last_step_at=self.progress.last_step_at,
-            sampled_at=sample_at,
-            queue_empty=self._queue_empty(),
-            last_evidence_at=self.progress.last_evidence_at,
-            last_real_completion_at=self.progress.last_real_completion_at,
-            health_failing_since=self.health_failing_since,
-            engine_down_since=self.engine_down_since,
-            engine_down_detail=self.engine_down_detail,
-            down_engines=self.down_engines,
-            down_ranks=self.down_ranks,
-            engines=self._engine_progress() if fresh else (),
-            refused_since=self.refused_since,
-            api_alive=self.api_alive(),
-            lifecycle=self.lifecycle.current,
-            compiling_since=self.compiling.since,
-            compile_detail=self.compiling.detail,
-            unobserved=unobserved,
-        )
-
-    def _queue_empty(self) -> bool:
-        """Whether the engine's running and waiting gauges are both 0 (absent: unknown)."""
-        gauges = self.progress.gauges
-        return gauges.get("running") == 0.0 and gauges.get("waiting") == 0.0
-
-    def _engine_progress(self) -> tuple[EngineProgress, ...]:
-        """Each engine's own progress, when the server exposes more than one."""
-        engines = self.progress.engines
-        if len(engines) < 2:
-            return ()
-        return tuple(
-            EngineProgress(
-                engine,
-                track.first_seen_at,
-                track.last_progress_at,
-                decode_available=track.decode_available,
-                last_decode_at=track.last_decode_at,
-                last_prefill_at=track.prefill.last_at,
-            )
-            for engine, track in sorted(engines.items())
-        )
+        """Freeze what the verdict needs (:func:`sentinel.freeze.freeze`)."""
+        return freeze(self, now, freshness, unobserved)
 
 
 def _distinct(values: Iterable[int | None]) -> tuple[int, ...]:

@@ -43,18 +43,13 @@ from sentinel.canary.credit import Credit, discount
 from sentinel.canary.result import CanaryResult
 from sentinel.evidence.metrics import MetricsSample
 from sentinel.prefill import PrefillWatch
-
-RAW_COUNTERS = ("generation_tokens", "prompt_tokens", "engine_tokens", "completions")
-"""The exposed counters that are progress; all of them go down together on a restart."""
-
-DECODE_TOKENS = "decode_tokens"
-"""Generated tokens beyond each request's first: derived, present only with a first-token count."""
-
-WORK_COUNTERS = (*RAW_COUNTERS, DECODE_TOKENS)
-"""The counters that are progress; every other sampled signal is motion at best."""
-
-DECODE_COUNTERS = (DECODE_TOKENS, "completions")
-"""The progress only an engine whose decode works can make (prefills and first tokens are not)."""
+from sentinel.work import (
+    DECODE_COMPLETIONS,
+    DECODE_TOKENS,
+    RAW_COUNTERS,
+    decode_moved,
+    work_counters,
+)
 
 STEP_COUNTER = "engine_tokens"  # tokens processed by engine steps: their steps visible
 
@@ -95,7 +90,7 @@ class EngineTrack:
     def observe(
         self, engine: str, counters: Mapping[str, float], at: float, credits: Sequence[Credit]
     ) -> None:
-        work = _work(counters)
+        work = work_counters(counters)
         deltas = {k: max(work[k] - self.counters[k], 0.0) for k in work if k in self.counters}
         self.counters, self.last_delta = work, deltas
         self.last_own = {k: discount(credits, k, d, engine) for k, d in deltas.items()}
@@ -104,7 +99,7 @@ class EngineTrack:
         real = {k for k, d in deltas.items() if d - self.last_own[k] > 0}
         if real:
             self.last_progress_at = at
-        if real & set(DECODE_COUNTERS):
+        if decode_moved(real, work):
             self.last_decode_at = at
 
 
@@ -139,6 +134,7 @@ def canary_budget(
         # An engine step processes a canary's prompt (prefill) and each token it decodes.
         "engine_tokens": reply_tokens + prompt_tokens,
         "completions": 1.0 if completes else 0.0,
+        DECODE_COMPLETIONS: 1.0 if completes and reply_tokens > 1 else 0.0,
     }
 
 
@@ -217,6 +213,7 @@ class ProgressTracker:
             "prompt_tokens": prompt,
             "engine_tokens": min(float(budget.get("engine_tokens", 0.0)), reply + prompt),
             "completions": float(budget.get("completions", 0.0)),
+            DECODE_COMPLETIONS: float(budget.get(DECODE_COMPLETIONS, 0.0)),
         }
         label = None if engine is None else str(engine)
         self._credits[token] = Credit(sent=now, allowed=allowed, engine=label)
@@ -236,6 +233,7 @@ class ProgressTracker:
         if not result.ok:
             credit.cap("completions", 0.0)  # an aborted or failed request is no success
         if result.completion_tokens is not None:
+            credit.set(DECODE_COMPLETIONS, 1.0 if result.completion_tokens > 1 else 0.0)
             credit.set("generation_tokens", float(result.completion_tokens))
             credit.set(DECODE_TOKENS, max(float(result.completion_tokens) - 1.0, 0.0))
         if result.prompt_tokens is not None:
@@ -247,7 +245,7 @@ class ProgressTracker:
         """Compare ``sample`` with the previous one; what remains after credits is progress."""
         previous, self._previous = self._previous, sample
         self.last_sample_at = sample.at
-        present = _work(sample.counters)
+        present = work_counters(sample.counters)
         self.signals = tuple(sorted(present))
         if present:
             self.last_evidence_at = sample.at
@@ -255,7 +253,7 @@ class ProgressTracker:
             self._follow_engines(sample, ())
             self._expire(sample.at)
             return self._remember(ProgressUpdate())
-        before = _work(previous.counters)
+        before = work_counters(previous.counters)
         common = [k for k in present if k in before]
         # Only exposed counters tell a restart: the derived decode count of a
         # server that never decoded stays 0 across one.
@@ -288,7 +286,7 @@ class ProgressTracker:
         real_completions = reports["completions"].real if "completions" in reports else 0.0
         if changed:
             self.last_progress_at = sample.at
-        if any(k in changed for k in DECODE_COUNTERS):
+        if decode_moved(changed, present):
             self.last_decode_at = sample.at
         if real_completions > 0:
             self.last_real_completion_at = sample.at
@@ -319,7 +317,7 @@ class ProgressTracker:
         for engine, counters in sample.engines.items():
             track = self.engines.get(engine)
             if track is None:
-                self.engines[engine] = EngineTrack(sample.at, _work(counters))
+                self.engines[engine] = EngineTrack(sample.at, work_counters(counters))
             else:
                 track.observe(engine, counters, sample.at, credits)
         for engine in [e for e in self.engines if e not in sample.engines]:
@@ -374,21 +372,6 @@ class ProgressTracker:
                 for engine, track in sorted(self.engines.items(), key=lambda i: _order(i[0]))
             },
         }
-
-
-def _work(counters: Mapping[str, float]) -> dict[str, float]:
-    """The work counters of one sample, with decoded tokens derived where first tokens are counted.
-
-    vLLM counts a request's first token among its generated tokens and once
-    in its TTFT histogram, in the same engine step, so the difference is the
-    tokens decoded after the first (never below 0, should a scrape land
-    between the two updates).
-    """
-    work = {k: v for k, v in counters.items() if k in RAW_COUNTERS}
-    generated, first = counters.get("generation_tokens"), counters.get("first_tokens")
-    if generated is not None and first is not None:
-        work[DECODE_TOKENS] = max(generated - first, 0.0)
-    return work
 
 
 def _age(now: float, at: float | None) -> float | None:

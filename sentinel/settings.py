@@ -174,6 +174,7 @@ class Settings(BaseModel):
     dead_policy: Action = _POLICY.dead_action
     broken_policy: Action = _POLICY.broken_action
     listener_policy: Action = _POLICY.listener_action
+    starved_policy: Action = _POLICY.starved_action
     # Lifecycle (sleep, pause, weight updates): how often /is_sleeping and
     # /is_paused are asked (where the server runs VLLM_SERVER_DEV_MODE=1), how
     # long a pause may last before it is reported, and whether sleep is bounded.
@@ -184,6 +185,8 @@ class Settings(BaseModel):
     asleep_policy: Action = _POLICY.asleep_action
     # A long engine step with a compiler process busy under the engine.
     compile_grace: float = _POLICY.compile_grace
+    # Correctness checks that left the model's fingerprint (sentinel.verdict.corrupt).
+    corrupt_policy: Action = _POLICY.corrupt_action
     shutdown_timeout: float = 5.0
     # Caps on what the target may send (hostile or merely huge answers).
     # vLLM's whole exposition is well under 1 MiB and the series sentinel
@@ -308,11 +311,13 @@ class Settings(BaseModel):
             listener_grace=self.listener_grace,
             broken_action=self.broken_policy,
             listener_action=self.listener_policy,
+            starved_action=self.starved_policy,
             pause_bound=self.pause_bound,
             paused_action=self.paused_policy,
             sleep_bound=self.sleep_bound,
             asleep_action=self.asleep_policy,
             compile_grace=self.compile_grace,
+            corrupt_action=self.corrupt_policy,
         )
 
 

@@ -440,6 +440,10 @@ class Engine:
         token_s = float(slow.params.get("token_s", 0.0))
         return token_s if token_s > 0 else self.period * float(slow.params["factor"])
 
+    def _starve_below(self) -> int | None:
+        entry = self.faults.get(Fault.STARVE)
+        return None if entry is None else int(entry.params.get("below", 0))
+
     def _stall_after(self) -> int | None:
         stall = self.faults.get(Fault.STREAM_STALL)
         after = None if stall is None else int(stall.params["after"])
@@ -482,6 +486,7 @@ class Engine:
             no_decode=self.faults.get(Fault.PREFILL_NO_DECODE) is not None,
             admit=self._pause_state() is None,
             budget=chunk if chunk > 0 else None,
+            admit_below=self._starve_below(),
         )
         rate = self._long_prefill_param("prefill_tps")
         period = self._period()

@@ -92,6 +92,9 @@ class Fault(StrEnum):
     PREEMPTION_CHURN = "preemption_churn"  # engine hung; num_preemptions_total keeps growing
     PREFILL_NO_DECODE = "prefill_no_decode"  # prompts are prefilled; no token is ever decoded
     STALL_AFTER_FIRST = "stall_after_first"  # every stream stops after its first token
+    # Only requests with priority below `below` are admitted: a leaked KV cache
+    # or a scheduler bug starves real traffic while the priority canary passes.
+    STARVE = "starve"
     # Broken shapes: every request fails fast.
     RESET_ALL = "reset_all"  # each generation request's connection closed, no response
     EMPTY_200 = "empty_200"  # HTTP 200 with zero generated tokens, engine untouched
@@ -105,6 +108,10 @@ class Fault(StrEnum):
     WEIGHT_UPDATE = "weight_update"  # the engine is inside an RL weight-update RPC
     COMPILE_STEP = "compile_step"  # one step lasts `seconds` while a compiler child runs
     SLOW_IMAGE = "slow_image"  # each image request waits `seconds` in the preprocessing queue
+    # Silent corruption: every free-text reply one token repeated (weights lost on wake-up;
+    # schema-constrained replies stay valid), or new weights declared at /weight_info.
+    WEIGHTS_LOST = "weights_lost"
+    WEIGHTS_UPDATED = "weights_updated"  # replies change; `version` declared, as RL updates do
 
 
 #: Faults during which the engine takes no step at all (its loop is blocked).
@@ -130,6 +137,7 @@ ENGINE_FAULTS = HUNG_FAULTS | {
     Fault.SLOW_DECODE,
     Fault.PREFILL_NO_DECODE,
     Fault.STALL_AFTER_FIRST,
+    Fault.STARVE,
     Fault.LONG_PREFILL,
     Fault.SLEEP,
     Fault.PAUSE,
@@ -273,6 +281,7 @@ _PARAMS: dict[Fault, dict[str, tuple[Callable[[Any], Any], Any]]] = {
     Fault.PREEMPTION_CHURN: {"requests": (_count, 1), "period": (_positive("period"), 0.5)},
     Fault.PREFILL_NO_DECODE: {},
     Fault.STALL_AFTER_FIRST: {"requests": (_count, 1)},
+    Fault.STARVE: {"below": (int, 0)},
     Fault.RESET_ALL: {},
     Fault.EMPTY_200: {},
     Fault.LISTENER_CLOSED: {},
@@ -303,6 +312,8 @@ _PARAMS: dict[Fault, dict[str, tuple[Callable[[Any], Any], Any]]] = {
         "compiler": (_choice("compiler", COMPILERS), "ptxas"),
     },
     Fault.SLOW_IMAGE: {"seconds": (_non_negative("seconds"), 2.0)},
+    Fault.WEIGHTS_LOST: {},
+    Fault.WEIGHTS_UPDATED: {"version": (str, "v2")},
 }
 
 

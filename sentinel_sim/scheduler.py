@@ -269,6 +269,7 @@ class Scheduler:
         no_decode: bool = False,
         admit: bool = True,
         budget: int | None = None,
+        admit_below: int | None = None,
     ) -> StepResult:
         """Schedule and execute one iteration at ``now`` (see :meth:`schedule`).
 
@@ -283,6 +284,7 @@ class Scheduler:
             no_decode=no_decode,
             admit=admit,
             budget=budget,
+            admit_below=admit_below,
         )
         return self.execute(plan, now)
 
@@ -302,6 +304,7 @@ class Scheduler:
         no_decode: bool = False,
         admit: bool = True,
         budget: int | None = None,
+        admit_below: int | None = None,
     ) -> StepPlan:
         """Decide this step's tokens per request and allocate their KV blocks.
 
@@ -309,7 +312,10 @@ class Scheduler:
         ``no_decode`` (the ``prefill_no_decode`` fault) prefills prompts and
         samples nothing; ``admit`` False (a pause that lets running requests
         drain) admits no waiting request; ``budget`` overrides
-        ``max_num_batched_tokens`` for this step.
+        ``max_num_batched_tokens`` for this step; ``admit_below`` (the
+        ``starve`` fault: a leaked cache or a scheduler bug) admits only
+        requests whose priority is below it, so real traffic starves while a
+        priority canary is still served.
         """
         plan = StepPlan(now=now, no_decode=no_decode, stall_after=stall_after)
         left = self.max_num_batched_tokens if budget is None else budget
@@ -347,7 +353,8 @@ class Scheduler:
         if plan.preemptions == 0 and admit:
             while left > 0 and len(self.running) < self.max_num_seqs and self.num_waiting:
                 request = self._peek_waiting()
-                if defer_structured and request.structured:
+                starved = admit_below is not None and request.priority >= admit_below
+                if starved or (defer_structured and request.structured):
                     deferred.append(self._pop_waiting())
                     continue
                 tokens = min(request.known_tokens, left)

@@ -1,28 +1,18 @@
 """vLLM ``/metrics``: the progress evidence that tells a busy server from a hung one.
 
 Owns the scrape of the inference server's Prometheus endpoint and its reduction
-to the handful of signals the verdict compares over time (token, completion,
-first-token, engine-step and preemption counters; running, waiting and
-KV-cache gauges).
-
-Parsing is done by prometheus-client's parser, never by hand. Signals are
-matched on *sample* names, which is what a server exposes: the parser drops
-``_total`` from a counter family's name but keeps it on the samples, and
-vLLM's histogram ``vllm:iteration_tokens_total`` (tokens per engine step)
-exposes ``vllm:iteration_tokens_total_sum``, the tokens engine steps processed:
-progress is that sum, never ``_count``, since a step that processed no token
-is no work. Likewise ``vllm:time_to_first_token_seconds_count`` counts the
-requests that got their first token: generated tokens beyond it are decoded
-tokens, which new arrivals' prefills cannot fake. A signal the server does not expose is
-absent from the sample (no evidence), never zero: a renamed or disabled metric
-must not read as "flat".
+to the few signals the verdict compares over time (work, first-token,
+generation-length and path counters; running, waiting, KV-cache, sleep and
+weight-update gauges), matched on *sample* names with prometheus-client's
+parser: ``vllm:iteration_tokens_total_sum`` is the tokens engine steps
+processed (never ``_count``: a step that processed no token is no work). A
+signal the server does not expose is absent from the sample (no evidence),
+never zero.
 
 The target may be hostile or merely huge, so the scrape is bounded: one total
-deadline from connect to last byte, a cap on decoded bytes, on lines, on the
-length of one line and on the series kept. The body is read incrementally and
-only the lines of the signals above are kept, so neither memory nor the event
-loop ever holds more than one chunk and the kept lines; every cap that is hit
-is a :class:`ScrapeError`, never a crash.
+deadline from connect to last byte, caps on decoded bytes, lines, one line's
+length and the series kept; the body is read incrementally and only the kept
+lines are held. Every cap that is hit is a :class:`ScrapeError`, never a crash.
 """
 
 from __future__ import annotations
@@ -53,9 +43,16 @@ COUNTER_SAMPLES: Mapping[str, str] = MappingProxyType(
         # One observation per request that got its first token (prefill
         # done), so generated tokens minus this count are the tokens decoded.
         "vllm:time_to_first_token_seconds_count": "first_tokens",
+        # Finished requests, and of them those that generated at most one token
+        # (the le="1.0" bucket, read below): decode completions are the rest,
+        # which one-token requests (classifiers, scorers) cannot fake.
+        "vllm:request_generation_tokens_count": "finished",
         # Images through preprocessing (counted once the processor ran): the
         # multimodal path's own traffic. Never progress of the engine.
         "vllm:mm_cache_queries_total": "mm_queries",
+        # NaN-logit requests, finished weight transfers: sentinel.fingerprint's.
+        "vllm:corrupted_requests_total": "corrupted_requests",
+        "vllm:rl_weight_update_operation_duration_seconds_count": "weight_operations",
     }
 )
 GAUGE_SAMPLES: Mapping[str, str] = MappingProxyType(
@@ -74,6 +71,8 @@ COMPLETIONS_SAMPLE = "vllm:request_success_total"
 SLEEP_SAMPLE = "vllm:engine_sleep_state"
 SLEEP_LABEL = "sleep_state"
 SLEEP_PREFIX = "sleep_"
+GENERATION_BUCKET = "vllm:request_generation_tokens_bucket"
+WAITING_BY_REASON = "vllm:num_requests_waiting_by_reason"
 ENGINE_LABEL = "engine"  # the data-parallel engine index on every vLLM sample
 # Finished reasons that prove the engine produced an answer. ``abort`` is a
 # client (or sentinel) giving up, ``error`` is a failure: neither is progress.
@@ -101,7 +100,14 @@ class MetricsSample:
     engine_gauges: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
 
 
-_WANTED = (*COUNTER_SAMPLES, *GAUGE_SAMPLES, COMPLETIONS_SAMPLE, SLEEP_SAMPLE)
+_WANTED = (
+    *COUNTER_SAMPLES,
+    *GAUGE_SAMPLES,
+    COMPLETIONS_SAMPLE,
+    SLEEP_SAMPLE,
+    GENERATION_BUCKET,
+    WAITING_BY_REASON,
+)
 _KEPT = frozenset(_WANTED)
 
 
@@ -158,6 +164,13 @@ def parse_vllm_metrics(text: str, at: float) -> MetricsSample:
                 count(COUNTER_SAMPLES[sample.name], value, sample.labels)
             elif sample.name in GAUGE_SAMPLES:
                 gauge(GAUGE_SAMPLES[sample.name], value, sample.labels)
+            elif sample.name == GENERATION_BUCKET:
+                if _bucket_is_one(sample.labels.get("le", "")):
+                    count("finished_one_token", value, sample.labels)
+            elif sample.name == WAITING_BY_REASON:
+                reason = sample.labels.get("reason", "")
+                if reason in ("capacity", "deferred"):
+                    gauge("waiting_" + reason, value, sample.labels)
             elif sample.name == SLEEP_SAMPLE:
                 state = sample.labels.get(SLEEP_LABEL, "")
                 if state.isidentifier() and len(state) <= 32:
@@ -178,6 +191,13 @@ def parse_vllm_metrics(text: str, at: float) -> MetricsSample:
         engines=MappingProxyType({k: MappingProxyType(v) for k, v in engines.items()}),
         engine_gauges=MappingProxyType({k: MappingProxyType(v) for k, v in engine_gauges.items()}),
     )
+
+
+def _bucket_is_one(le: str) -> bool:
+    try:
+        return float(le) == 1.0
+    except ValueError:
+        return False
 
 
 class ScrapeError(Exception):

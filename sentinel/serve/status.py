@@ -127,6 +127,10 @@ def status_document(
             # sentinel's own canaries (discounted at all times).
             "progress": ledger.progress.report(now),
             "refused_age": age(ledger.refused_since),
+            # Real requests waiting (by reason capacity where told, less
+            # sentinel's canaries) and for how long: the starvation rule.
+            "waiting_real": ledger.waiting_real,
+            "waiting_for": age(ledger.waiting_since),
             # Work that moves no counter: a prompt prefilled in chunks (KV-cache
             # highs) and a compiler busy under the engine (a long compile step).
             "prefill_age": age(ledger.progress.last_prefill_at),
@@ -138,12 +142,16 @@ def status_document(
             # parses are recorded, never fatal.
             "errors": dict(evidence_errors or {}),
             "engine_down": ledger.engine_down_detail or None,
-            # Process evidence is off when nothing owns the target's listening socket.
+            # How the API server was found (the socket's owner, or its command line
+            # and the socket's uid where the owner is unreadable), what could not
+            # be read, and each piece of process evidence on or off and why.
             "process_attribution": None
             if processes is None
             else {
                 "by": processes.attribution.value,
                 "detail": processes.attribution_detail or None,
+                "unreadable": list(processes.unreadable),
+                "evidence": None if processes.access is None else processes.access.to_json(),
             },
             "processes": None
             if processes is None

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import ClassVar
 
+from sentinel.canary.correctness import CorrectnessEvidence
 from sentinel.canary.kinds import path_kinds
 from sentinel.canary.result import CanaryResult
 from sentinel.canary.spec import CanaryKind, OpenName
@@ -34,6 +35,8 @@ class HangKind(OpenName):
     LISTENER_DOWN: ClassVar[HangKind]
     PAUSED: ClassVar[HangKind]
     ASLEEP: ClassVar[HangKind]
+    CORRUPT: ClassVar[HangKind]
+    STARVED: ClassVar[HangKind]
 
 
 HangKind.ENGINE = HangKind("engine")
@@ -41,8 +44,10 @@ HangKind.PARTIAL = HangKind("partial")
 HangKind.DEAD = HangKind("dead")
 HangKind.BROKEN = HangKind("broken")
 HangKind.LISTENER_DOWN = HangKind("listener_down")
+HangKind.STARVED = HangKind("starved")  # real requests wait while the canaries pass
 HangKind.PAUSED = HangKind("paused")  # paused past its bound (policy alert by default)
 HangKind.ASLEEP = HangKind("asleep")  # asleep past a bound, where one is set
+HangKind.CORRUPT = HangKind("corrupt")  # answers that left the model's fingerprint
 
 
 def hang_kinds() -> tuple[HangKind, ...]:
@@ -50,7 +55,9 @@ def hang_kinds() -> tuple[HangKind, ...]:
     return (
         HangKind.ENGINE,
         HangKind.PARTIAL,
+        HangKind.STARVED,
         *(HangKind(k) for k in path_kinds()),
+        HangKind.CORRUPT,
         HangKind.DEAD,
         HangKind.BROKEN,
         HangKind.LISTENER_DOWN,
@@ -189,6 +196,10 @@ class Evidence:
     api_alive: bool | None = None  # the target's API-server process lives (None: unknown)
     # Asleep, paused or in a maintenance window: no engine-side hang is confirmed.
     lifecycle: Lifecycle = Lifecycle()
+    # Real requests (not sentinel's) shown waiting in every sample since (None:
+    # none, or no fresh sample), and how many at the last one: starvation.
+    waiting_since: float | None = None
+    waiting_real: float = 0.0
     # A compiler process busy under the engine since (a long first-use kernel
     # compile): the engine's long step is work within the compile grace.
     compiling_since: float | None = None
@@ -197,6 +208,8 @@ class Evidence:
     # starved), oldest first: left out of every window, which pauses over
     # them and resumes after.
     unobserved: tuple[tuple[float, float], ...] = ()
+    # The correctness check's fingerprint and vLLM's NaN counter (None: no check runs).
+    correctness: CorrectnessEvidence | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,6 +239,9 @@ class Policy:
     dead_action: Action = Action.RESTART
     broken_action: Action = Action.RESTART
     listener_action: Action = Action.RESTART
+    # A leaked KV cache or a scheduler admitting nothing but the canary does
+    # not heal itself.
+    starved_action: Action = Action.RESTART
     # A pause (or weight update, or maintenance window) longer than this is
     # reported as a hang kind of its own; sleep has no bound unless one is set.
     pause_bound: float = 900.0
@@ -234,6 +250,8 @@ class Policy:
     asleep_action: Action = Action.ALERT
     # A long engine step with a compiler busy under the engine is held this long.
     compile_grace: float = 300.0
+    # Answers that left the model's fingerprint: out of rotation while someone looks.
+    corrupt_action: Action = Action.UNREADY
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,6 +32,7 @@ from sentinel.canary.result import CanaryResult, Reason
 from sentinel.verdict.aim import answered, server_wide, worked_since
 from sentinel.verdict.aim import sends as aimed_sends
 from sentinel.verdict.clock import observed
+from sentinel.verdict.corrupt import corrupt_hang
 from sentinel.verdict.model import (
     EngineProgress,
     Evidence,
@@ -42,6 +43,7 @@ from sentinel.verdict.model import (
 )
 from sentinel.verdict.stall import compiling, lifecycle_bound
 from sentinel.verdict.stall import floor as window_floor
+from sentinel.verdict.starved import starved
 from sentinel.verdict.still import still_engine
 
 FAST_FAILURES = frozenset({Reason.HTTP_STATUS, Reason.PROTOCOL, Reason.EMPTY, Reason.BAD_BODY})
@@ -95,12 +97,18 @@ def confirmed_hangs(
         partial = partial_hang(evidence, enabled, policy, now)
         if partial is not None:
             yield partial
+        starving = starved(evidence, enabled, policy, now)
+        if starving is not None:
+            yield starving
     if not evidence.lifecycle.stalled:
         for k in enabled:
             if is_path(k.kind):
                 path = path_hang(k, window_floor(evidence), policy, now)
                 if path is not None:
                     yield path
+        corrupt = corrupt_hang(evidence, enabled, policy, now)
+        if corrupt is not None:
+            yield corrupt
         hang = broken(evidence, enabled, policy, now)
         if hang is not None:
             yield hang
@@ -292,10 +300,7 @@ def path_hang(k: KindEvidence, floor: float, policy: Policy, now: float) -> Hang
         return None
     if k.traffic_at is not None and any(r.started < k.traffic_at for r, _ in last):
         return None  # real requests on the path got through after these were sent
-    waited = [
-        not r.awaiting_late or now - r.started >= policy.hang_window
-        for r, _ in last
-    ]
+    waited = [not r.awaiting_late or now - r.started >= policy.hang_window for r, _ in last]
     if all(waited) and all(path_missed(r, c) for r, c in last):
         return Hang(
             HangKind(k.kind.value),

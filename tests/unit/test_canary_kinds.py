@@ -133,12 +133,12 @@ def test_multimodal_loads_its_image_field_and_refuses_what_is_not_a_picture() ->
 
 
 @pytest.mark.parametrize(
-    ("name", "streamed"), [("text", False), ("structured", True), ("multimodal", True)]
+    ("name", "streamed"), [("text", True), ("structured", True), ("multimodal", True)]
 )
-def test_every_request_carries_priority_model_and_path_canaries_stream(
+def test_every_request_carries_priority_model_and_every_canary_streams(
     name: str, streamed: bool
 ) -> None:
-    """Path canaries stream, so the path is judged by its own first token and pace."""
+    """Canaries stream: a path by its own first token and pace, text by decode past it."""
     s = spec(name)
     body = KINDS[s.kind].build(s, model="m", nonce="abc12345").body
     assert body["priority"] == -100
@@ -147,6 +147,8 @@ def test_every_request_carries_priority_model_and_path_canaries_stream(
     assert ("stream_options" in body) is streamed
     assert body["user"] == "sentinel-abc12345"  # the run's nonce, past any cache
     assert body["chat_template_kwargs"] == {"enable_thinking": False}
+    if name == "text":
+        assert body["min_tokens"] == 2  # a healthy engine must decode past the first token
 
 
 def test_a_model_in_the_template_wins() -> None:

@@ -353,3 +353,84 @@ def test_a_path_with_real_traffic_getting_through_is_slow_not_hung(
     state = replace(VerdictState(), epoch=0, startup_passed=True)
     _, verdict = evaluate(state, _path_misses(traffic_at), Policy(), 125.0)
     assert (HangKind(CanaryKind.MULTIMODAL.value) in [h.kind for h in verdict.hangs]) is hung
+
+
+# --- starvation: a served canary is not a served user ----------------------------------
+
+
+def _starving(now: float, **fields: object) -> Evidence:
+    canaries = tuple(ok(t) for t in range(10, int(now), 5))
+    base_fields: dict[str, object] = {
+        "kinds": {TEXT: KindEvidence(TEXT, results=canaries)},
+        "progress_available": True,
+        "decode_available": True,
+        "last_decode_at": 5.0,
+        "last_progress_at": 5.0,
+        "waiting_since": 10.0,
+        "waiting_real": 12.0,
+    }
+    return Evidence(**{**base_fields, **fields})  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("fields", "starved_kind"),
+    [
+        pytest.param({}, True, id="waiting-no-progress-canaries-pass"),
+        pytest.param({"last_decode_at": 39.0}, False, id="decode-moving-a-busy-server"),
+        pytest.param({"last_prefill_at": 39.0}, False, id="a-long-prefill-ahead-of-them"),
+        pytest.param({"waiting_since": None}, False, id="nobody-waiting"),
+        pytest.param(
+            {"lifecycle": Lifecycle(Phase.PAUSED, 8.0, "/is_paused is true")},
+            False,
+            id="paused-server",
+        ),
+        pytest.param(
+            {"kinds": {TEXT: KindEvidence(TEXT, results=(ok(5.0), timeout(20.0)))}},
+            False,
+            id="canaries-failing-too-is-the-engine-rule",
+        ),
+    ],
+)
+def test_starvation(fields: dict[str, object], starved_kind: bool) -> None:
+    state = replace(VerdictState(), epoch=0, startup_passed=True)
+    _, verdict = evaluate(state, _starving(40.0, **fields), Policy(), 40.0)
+    kinds = [h.kind for h in verdict.hangs]
+    assert (HangKind.STARVED in kinds) is starved_kind, kinds
+
+
+def test_one_token_completions_prove_no_decode() -> None:
+    from sentinel.evidence.metrics import MetricsSample
+    from sentinel.progress import ProgressTracker
+
+    tracker = ProgressTracker()
+
+    def sample(at: float, n: float) -> MetricsSample:
+        # n one-token requests finished: each a first token, a completion and nothing decoded
+        counters = {
+            "generation_tokens": 100.0 + n,
+            "first_tokens": 50.0 + n,
+            "completions": 40.0 + n,
+            "finished": 40.0 + n,
+            "finished_one_token": 10.0 + n,
+            "prompt_tokens": 500.0 + 5 * n,
+        }
+        return MetricsSample(at, counters=counters)
+
+    tracker.observe(sample(0.0, 0))
+    update = tracker.observe(sample(2.0, 20))
+    assert update.progressed  # work, yes: prefills, first tokens, completions
+    assert tracker.last_decode_at is None  # but no decode: one-token requests cannot fake it
+    tracker.observe(
+        MetricsSample(
+            4.0,
+            counters={
+                "generation_tokens": 160.0,
+                "first_tokens": 71.0,
+                "completions": 61.0,
+                "finished": 61.0,
+                "finished_one_token": 30.0,
+                "prompt_tokens": 610.0,
+            },
+        )
+    )
+    assert tracker.last_decode_at == 4.0  # a request decoded past its first token

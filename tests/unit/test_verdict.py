@@ -663,9 +663,10 @@ def test_a_path_that_never_worked_is_a_startup_failure_not_a_hang(misses: int) -
 
 
 def test_hang_kinds_are_engine_partial_each_path_kind_dead_broken_and_listener() -> None:
-    assert hang_kinds()[:4] == (
+    assert hang_kinds()[:5] == (
         HangKind.ENGINE,
         HangKind.PARTIAL,
+        HangKind.STARVED,
         HangKind(STRUCTURED),
         HangKind(MULTIMODAL),
     )

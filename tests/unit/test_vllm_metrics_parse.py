@@ -94,7 +94,24 @@ def test_every_progress_signal_is_read_from_a_vllm_exposition() -> None:
         "preemptions": 2.0,
         "first_tokens": 49.0,  # the TTFT histogram's _count: requests past their prefill
     }
-    assert dict(sample.gauges) == {"running": 3.0, "waiting": 7.0, "kv_cache_usage": 0.25}
+    assert dict(sample.gauges) == {
+        "running": 3.0,
+        "waiting": 7.0,
+        "kv_cache_usage": 0.25,
+        "waiting_capacity": 6.0,  # by reason: real requests waiting for room
+        "waiting_deferred": 1.0,  # by reason: waiting for a grammar to compile
+    }
+
+
+def test_generation_lengths_tell_one_token_completions_apart() -> None:
+    text = (
+        'vllm:request_generation_tokens_bucket{engine="0",le="1.0",model_name="m"} 30.0\n'
+        'vllm:request_generation_tokens_bucket{engine="0",le="2.0",model_name="m"} 31.0\n'
+        'vllm:request_generation_tokens_bucket{engine="0",le="+Inf",model_name="m"} 35.0\n'
+        'vllm:request_generation_tokens_count{engine="0",model_name="m"} 35.0\n'
+    )
+    sample = parse_vllm_metrics(text, at=1.0)
+    assert dict(sample.counters) == {"finished": 35.0, "finished_one_token": 30.0}
 
 
 def test_label_sets_of_data_parallel_engines_are_summed() -> None:

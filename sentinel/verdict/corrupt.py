@@ -1,0 +1,230 @@
+"""The corrupt rule: correctness checks that left the model's fingerprint.
+
+A correctness check (:mod:`sentinel.canary.correctness`) sends fixed prompts at
+temperature 0 and gets token ids with their log-probabilities; the sidecar
+keeps the first such answer for the model and weights served as their
+fingerprint (:mod:`sentinel.fingerprint`). Here each later check is compared
+with it, prompt by prompt, and corruption is confirmed (docs/design.md,
+"Correctness"):
+
+* **at once** when a check shows a sign no batching noise makes: the
+  generation turned into one token repeated where the fingerprint's was not
+  (weights lost on wake-up answer ``!!!!!!!!``), its mean log-probability fell
+  :data:`COLLAPSE` nats below the fingerprint's, a log-probability is NaN, the
+  check was answered with a 5xx while its text control succeeded (NaNs
+  surfacing as a server error), or vLLM's ``vllm:corrupted_requests`` counter
+  moved since the last check that matched;
+* **after** :data:`REPEATS` checks in a row that *depart*: a prompt's first
+  :data:`EARLY_TOKENS` tokens differ where the fingerprint's choice led its
+  runner-up by more than :data:`FLIP_MARGIN` nats, or the log-probability of
+  a token both agree on moved more than :data:`LOGPROB_TOLERANCE` nats.
+
+The tolerance is for batched inference: the same greedy request computed in
+a different batch gives slightly different logits, so a token whose lead was
+a near-tie may flip, and everything after it differs. Agreement is therefore
+asked of the early tokens only, a flip is forgiven where the fingerprint shows
+a near-tie, and log-probabilities are compared only where the tokens agree.
+A random-weight test model's repetitive fingerprint is no alarm by itself;
+a change from it is.
+
+Pure: reads frozen evidence, returns a :class:`~sentinel.verdict.model.Hang` or None.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sentinel.canary.correctness import CORRECTNESS
+from sentinel.canary.result import CanaryResult, Generation, Reason
+from sentinel.verdict.model import Evidence, Hang, HangKind, KindEvidence, Policy
+from sentinel.verdict.stall import floor as window_floor
+
+# The tolerance (docs/design.md, "Correctness"; the measurements behind it are
+# in tests/bench/bench_correctness.py).
+EARLY_TOKENS = 4  # the tokens of each prompt that must agree with the fingerprint
+FLIP_MARGIN = 0.5  # nats: a fingerprint token led its runner-up by less: a flip is noise
+LOGPROB_TOLERANCE = 1.0  # nats: how far an agreed token's log-probability may move
+COLLAPSE = 4.0  # nats: a mean log-probability this far below the fingerprint's
+DEGENERATE = 4  # tokens: a generation this long of one token repeated
+REPEATS = 2  # departing checks in a row that confirm corruption
+SHOWN = 3  # departures named in a reason
+
+
+@dataclass(frozen=True, slots=True)
+class Departure:
+    """How one prompt's generation left the fingerprint's."""
+
+    prompt: int
+    sign: str  # diverged, logprobs, degenerate, collapse, nan, shape, error, counter
+    detail: str
+    immediate: bool = False
+
+    def describe(self) -> str:
+        return f"prompt {self.prompt}: {self.sign} ({self.detail})"
+
+
+def degenerate(generation: Generation) -> bool:
+    """One token repeated over the whole generation (and it is long enough to tell)."""
+    ids = generation.token_ids
+    return len(ids) >= DEGENERATE and len(set(ids)) == 1
+
+
+def compare(base: Sequence[Generation], check: Sequence[Generation]) -> tuple[Departure, ...]:
+    """Every way ``check`` left ``base``, prompt by prompt (empty: within the tolerance)."""
+    if len(base) != len(check):
+        return (Departure(0, "shape", f"{len(check)} generations, fingerprint has {len(base)}"),)
+    found: list[Departure] = []
+    for prompt, (b, c) in enumerate(zip(base, check, strict=True)):
+        found.extend(_prompt(prompt, b, c))
+    return tuple(found)
+
+
+def _prompt(prompt: int, b: Generation, c: Generation) -> list[Departure]:
+    if any(math.isnan(v) for v in c.logprobs):
+        return [Departure(prompt, "nan", "a log-probability is NaN", immediate=True)]
+    if not c.token_ids:
+        return []
+    found: list[Departure] = []
+    if degenerate(c) and not degenerate(b):
+        found.append(
+            Departure(
+                prompt,
+                "degenerate",
+                f"token {c.token_ids[0]} repeated {len(c.token_ids)} times; "
+                f"the fingerprint's reply was not",
+                immediate=True,
+            )
+        )
+    if b.logprobs and c.logprobs:
+        drop = _mean(b.logprobs) - _mean(c.logprobs)
+        if drop > COLLAPSE:
+            found.append(
+                Departure(
+                    prompt,
+                    "collapse",
+                    f"mean log-probability {_mean(c.logprobs):.2f}, "
+                    f"fingerprint {_mean(b.logprobs):.2f}",
+                    immediate=True,
+                )
+            )
+    agreed = _agreed(b.token_ids, c.token_ids)
+    early = min(EARLY_TOKENS, len(b.token_ids))
+    if agreed < early and not _near_tie(b, agreed):
+        want = b.token_ids[agreed] if agreed < len(b.token_ids) else "end"
+        got = c.token_ids[agreed] if agreed < len(c.token_ids) else "end"
+        found.append(Departure(prompt, "diverged", f"token {agreed}: {got}, fingerprint {want}"))
+    drift = max(
+        (abs(c.logprobs[i] - b.logprobs[i]) for i in range(min(agreed, len(b.logprobs)))),
+        default=0.0,
+    )
+    if drift > LOGPROB_TOLERANCE:
+        found.append(Departure(prompt, "logprobs", f"an agreed token moved {drift:.2f} nats"))
+    return found
+
+
+def _agreed(base: Sequence[int], check: Sequence[int]) -> int:
+    """How many leading tokens the two generations share."""
+    for i, (b, c) in enumerate(zip(base, check, strict=False)):
+        if b != c:
+            return i
+    return min(len(base), len(check))
+
+
+def _near_tie(base: Generation, at: int) -> bool:
+    """Whether the fingerprint's token at ``at`` barely led its runner-up (a flip is noise)."""
+    if at >= len(base.margins):
+        return False
+    margin = base.margins[at]
+    return margin is not None and margin <= FLIP_MARGIN
+
+
+def _mean(values: Sequence[float]) -> float:
+    return sum(values) / len(values)
+
+
+def judge_check(
+    evidence: Evidence, result: CanaryResult, control: CanaryResult | None
+) -> tuple[Departure, ...] | None:
+    """How one check left the fingerprint (empty: it matched; None: it says nothing).
+
+    A 5xx on the check while its text control succeeded is a departure at
+    once: the server generates, but not this (NaNs failing its serialisation).
+    """
+    facts = evidence.correctness
+    if facts is None or facts.fingerprint is None:
+        return None
+    if result.reason is Reason.HTTP_STATUS and (result.http_status or 500) >= 500:
+        if control is not None and control.ok:
+            return (
+                Departure(
+                    0,
+                    "error",
+                    f"the check failed ({result.detail[:80]}) while its text control succeeded",
+                    immediate=True,
+                ),
+            )
+        return None
+    if not result.ok or not result.generations:
+        return None
+    return compare(facts.fingerprint.generations, result.generations)
+
+
+def corrupt_hang(
+    evidence: Evidence, enabled: Sequence[KindEvidence], policy: Policy, now: float
+) -> Hang | None:
+    """Corruption confirmed from the newest checks, or None.
+
+    Judged over this epoch's checks sent after the fingerprint was taken and
+    after the last sleep or pause ended. Off while the server is asleep or
+    paused (its checks fail by design).
+    """
+    facts = evidence.correctness
+    kind = next((k for k in enabled if k.kind == CORRECTNESS), None)
+    if facts is None or facts.fingerprint is None or kind is None or evidence.lifecycle.stalled:
+        return None
+    start = max(facts.since, window_floor(evidence))
+    judged: list[tuple[CanaryResult, tuple[Departure, ...]]] = []
+    controls = list(kind.controls) + [None] * (len(kind.results) - len(kind.controls))
+    for result, control in zip(kind.results, controls, strict=False):
+        if result.started < start or (facts.canary and result.name != facts.canary):
+            continue
+        departures = judge_check(evidence, result, control)
+        if departures is not None:
+            judged.append((result, departures))
+    corrupted = facts.corrupted_at
+    if corrupted is not None and corrupted >= start:
+        matched_after = any(not d and r.started > corrupted for r, d in judged)
+        if not matched_after:
+            return _hang(
+                policy,
+                "vLLM counted requests with NaN logits (vllm:corrupted_requests)",
+                corrupted,
+            )
+    if not judged:
+        return None
+    newest, departures = judged[-1]
+    immediate = [d for d in departures if d.immediate]
+    if immediate:
+        return _hang(policy, _describe(immediate), newest.started)
+    run: list[tuple[CanaryResult, tuple[Departure, ...]]] = []
+    for entry in judged:
+        run = [*run, entry] if entry[1] else []
+    if len(run) < REPEATS:
+        return None
+    return _hang(
+        policy,
+        f"{len(run)} checks in a row left the fingerprint: {_describe(run[-1][1])}",
+        run[0][0].started,
+    )
+
+
+def _describe(departures: Sequence[Departure]) -> str:
+    shown = "; ".join(d.describe() for d in departures[:SHOWN])
+    more = len(departures) - SHOWN
+    return shown + (f"; and {more} more" if more > 0 else "")
+
+
+def _hang(policy: Policy, what: str, since: float) -> Hang:
+    return Hang(HangKind.CORRUPT, policy.corrupt_action, f"corrupt output: {what}", since)

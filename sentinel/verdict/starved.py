@@ -1,0 +1,44 @@
+"""The starvation rule: a served canary is not a served user.
+
+A KV cache that leaks (blocks never freed) or a scheduler bug can leave every
+normal request waiting while a tiny request at the highest priority is still
+admitted: the priority canary passes, the server looks healthy, and its users
+wait forever. So: real requests (the waiting gauge, by reason ``capacity``
+where the server says, less sentinel's own canaries) shown waiting in every
+sample for the hang window, with no real progress (prefill included) since
+they were first seen, while a canary succeeded in that time, is a hang of
+its own kind. A canary that fails too is the engine rule's. The reasoning is
+in ``docs/design.md`` ("Verdict semantics").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sentinel.verdict.clock import observed
+from sentinel.verdict.model import Evidence, Hang, HangKind, KindEvidence, Policy
+from sentinel.verdict.stall import floor
+
+
+def starved(
+    evidence: Evidence, enabled: Sequence[KindEvidence], policy: Policy, now: float
+) -> Hang | None:
+    """Real requests waiting for the hang window, no real progress, canaries passing."""
+    since = evidence.waiting_since
+    if since is None or not evidence.progress_available:
+        return None
+    work = evidence.last_decode_at if evidence.decode_available else evidence.last_progress_at
+    start = max(since, floor(evidence), *(t for t in (work, evidence.last_prefill_at) if t))
+    elapsed = observed(start, now, evidence.unobserved)
+    if elapsed < policy.hang_window:
+        return None
+    served = any(r.ok and r.finished >= start for k in enabled for r in k.results)
+    if not served:
+        return None
+    return Hang(
+        HangKind.STARVED,
+        policy.starved_action,
+        f"starved: {evidence.waiting_real:.0f} real requests waiting for {elapsed:.0f}s "
+        "with no real progress while canaries pass",
+        start,
+    )
