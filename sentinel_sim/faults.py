@@ -95,6 +95,9 @@ class Fault(StrEnum):
     # Only requests with priority below `below` are admitted: a leaked KV cache
     # or a scheduler bug starves real traffic while the priority canary passes.
     STARVE = "starve"
+    # A caching or deduplicating proxy in front: a request body seen before is
+    # answered from the cache, whatever the engine does.
+    CACHE_FRONT = "cache_front"
     # Broken shapes: every request fails fast.
     RESET_ALL = "reset_all"  # each generation request's connection closed, no response
     EMPTY_200 = "empty_200"  # HTTP 200 with zero generated tokens, engine untouched
@@ -282,6 +285,7 @@ _PARAMS: dict[Fault, dict[str, tuple[Callable[[Any], Any], Any]]] = {
     Fault.PREFILL_NO_DECODE: {},
     Fault.STALL_AFTER_FIRST: {"requests": (_count, 1)},
     Fault.STARVE: {"below": (int, 0)},
+    Fault.CACHE_FRONT: {},
     Fault.RESET_ALL: {},
     Fault.EMPTY_200: {},
     Fault.LISTENER_CLOSED: {},

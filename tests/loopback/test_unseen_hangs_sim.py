@@ -18,6 +18,7 @@ import contextlib
 import time
 from collections.abc import AsyncIterator
 
+import httpx
 import pytest
 
 from chaos.load import LoadConfig, run_load
@@ -120,3 +121,25 @@ async def test_a_server_serving_only_one_token_requests_stays_green() -> None:
             status = await sidecar.json("/status")
             # one-token completions do not gate the text canary: it keeps proving decode
             assert status["canaries"]["text"]["passing"]
+
+
+async def test_a_caching_front_cannot_answer_for_a_hung_server() -> None:
+    """Every canary body varies (a nonce in ``user``), so a cache never answers one."""
+    body = {"messages": [{"role": "user", "content": "Say ok."}], "max_tokens": 2}
+    async with (
+        SimProcess(scheduling_policy="priority") as sim,
+        running_sidecar(sim.base_url) as sidecar,
+        httpx.AsyncClient(base_url=sim.base_url, timeout=5.0) as client,
+    ):
+        await eventually(sidecar.green, GREEN_WITHIN, "green first")
+        sim.control.set_fault("cache_front")
+        first = await client.post("/v1/chat/completions", json=body)
+        sim.control.set_fault("engine_hang")
+        # the front answers a body it has seen, though the engine is hung
+        again = await client.post("/v1/chat/completions", json=body)
+        assert first.status_code == again.status_code == 200
+        assert again.json() == first.json()
+        took = await _red(sidecar, RED_WITHIN)
+        kinds = await _kinds(sidecar)
+        print(f"caching front: red after {took:.1f}s, {kinds}")
+        assert "engine" in kinds
