@@ -38,6 +38,16 @@ CASES: list[tuple[str, dict[str, Any]]] = [
     (Fault.RESET_ALL.value, {}),
     (Fault.EMPTY_200.value, {}),
     (Fault.METRICS_LAPSE.value, {}),
+    (Fault.METRICS_401.value, {}),
+    (Fault.STARVE.value, {}),
+    (Fault.CACHE_FRONT.value, {}),
+    (Fault.LONG_PREFILL.value, {"tokens": 20000}),
+    (Fault.SLEEP.value, {}),
+    (Fault.PAUSE.value, {}),
+    (Fault.WEIGHT_UPDATE.value, {}),
+    (Fault.COMPILE_STEP.value, {"seconds": 5}),
+    (Fault.SLOW_IMAGE.value, {}),
+    *((f.value, {}) for f in Fault if f.value in ("weights_lost", "weights_updated")),
 ]
 # Faults that end the server's life as a target run last, each on a simulator of its own.
 TERMINAL = (Fault.EXIT.value, Fault.LISTENER_CLOSED.value)
