@@ -37,15 +37,27 @@ unit: $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider tests/unit
 
 loopback: $(STAMP)
-	$(PY) -m pytest -q tests/loopback tests/contract -m "not engine"
+	$(PY) -m pytest -q -p no:cacheprovider -m "not slow and not engine" \
+		--ignore=tests/unit tests
+
+# The pod as shipped: sentinel as uid 10001 with no capabilities in a read-only root
+# beside a root server (as root; part of `make test`). -rs prints a named skip's reason.
+.PHONY: nonroot
+nonroot: $(STAMP)
+	$(PY) -m pytest -q -rs -p no:cacheprovider tests/nonroot
 
 # The whole suite. The real-vLLM environment builds in the background while lint,
 # types and the fast tiers run; the engine tests (ordered last) wait for it.
+# In tiers, fastest first (durations and budgets: tests/README.md): the check,
+# then loopback (simulator, real sockets, Prometheus tools, a non-root
+# sidecar), then the real-vLLM tier.
 test: $(STAMP)
 	$(MAKE) engine-env-bg
-	$(MAKE) lint typecheck
+	$(MAKE) check
 	$(MAKE) prometheus-tools
-	$(PY) -m pytest -q -m "not slow" -p no:cacheprovider tests
+	$(PY) -m pytest -q -rs -m "not slow and not engine" -p no:cacheprovider \
+		--ignore=tests/unit tests
+	$(PY) -m pytest -q -rs -m "engine and not slow" -p no:cacheprovider tests
 
 # promtool, prometheus and blackbox_exporter for tests/prometheus: installed with
 # apt when missing (as root); where that cannot be done, it says what to install.
@@ -94,6 +106,12 @@ chaos-sim: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) -m tests.bench.bench_sentinel
+
+# Detection with sentinel as uid 10001 and as root beside a root simulator: SIGSTOP of the
+# engine 5 times (p95), of the API server, the listener closing for good. About a minute.
+.PHONY: bench-nonroot
+bench-nonroot: $(STAMP)
+	$(PY) -m tests.bench.bench_nonroot $(ARGS)
 
 # sentinel's shipped defaults against one real vLLM 0.32 server: engine-hang detection
 # three times (median; goal 15 s), slow decode near 0.5 token/s for 3 minutes (0 liveness
