@@ -120,6 +120,13 @@ bench-nonroot: $(STAMP)
 bench-vllm: engine-env
 	$(PY) -m tests.bench.bench_vllm_detection $(ARGS)
 
+# The correctness canary on a real vLLM: 64 concurrent streams for 10 minutes with no
+# corrupt verdict, then weights corrupted in place (zero, nan) red within 60 s; about
+# 13 minutes (ARGS=--quick: 2 minutes of load).
+.PHONY: bench-correctness
+bench-correctness: engine-env
+	$(PY) -m tests.bench.bench_correctness $(ARGS)
+
 # What sentinel costs its pod with shipped defaults: RSS, CPU share, /livez latency
 # (open loop), time to /livez; about 12 minutes (ARGS=--quick: about 2.5).
 .PHONY: bench-footprint

@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+from sentinel.canary.correctness import CorrectnessEvidence
 from sentinel.canary.kinds import unvalidatable
 from sentinel.canary.protocol import ServerFacts
 from sentinel.canary.result import CanaryKind, Reason
@@ -68,6 +69,7 @@ class Evaluator:
         on_server_restart: Callable[[], None] = lambda: None,
         maintenance: Callable[[float], str | None] = lambda now: None,
         specs: Sequence[CanarySpec] = (),
+        correctness: Callable[[], CorrectnessEvidence | None] = lambda: None,
     ) -> None:
         self.settings = settings
         self.policy = settings.policy()
@@ -80,6 +82,7 @@ class Evaluator:
         self.on_server_restart = on_server_restart
         self.maintenance = maintenance  # the reason of the window in force, if any
         self.specs = tuple(specs)  # the canaries run: which kinds the command line rules out
+        self.correctness = correctness  # the fingerprint checks are judged against now
         self._disabled_said: set[tuple[CanaryKind, str]] = set()
         self.verdict_state = VerdictState()
         self.verdict: Verdict | None = None
@@ -106,6 +109,7 @@ class Evaluator:
         evidence = ledger.evidence(
             now, freshness=self.settings.evidence_freshness, unobserved=tuple(self.unobserved)
         )
+        evidence = replace(evidence, correctness=self.correctness())
         previous = self.verdict
         self.verdict_state, verdict = evaluate(self.verdict_state, evidence, self.policy, now)
         self.verdict = verdict
@@ -235,6 +239,9 @@ class Evaluator:
             progress_at=self.ledger.progress.last_progress_at,
             brake_engaged=verdict.brake_engaged,
             phase=self.ledger.lifecycle.current.phase.value,
+            process_evidence=processes.access.available()
+            if (processes := self.ledger.processes) is not None and processes.access is not None
+            else {},
             status=status_document(
                 now=now,
                 target=self.settings.target,

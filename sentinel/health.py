@@ -32,6 +32,9 @@ class HealthSnapshot:
     progress_at: float | None = None  # monotonic time of the last real progress seen
     brake_engaged: bool = False  # the restart-loop brake holds a hang at unready
     phase: str = "awake"  # the server's lifecycle phase: awake, asleep, paused
+    # Each piece of process evidence (sentinel.evidence.process_access) on or
+    # off; empty until the process watcher sampled once (or when it is off).
+    process_evidence: Mapping[str, bool] = field(default_factory=dict)
     status: Mapping[str, Any] = field(default_factory=dict)  # JSON-able, served by /status
     version: int = 0
 

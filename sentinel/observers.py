@@ -22,10 +22,11 @@ from typing import Any
 
 import httpx
 
+from sentinel.diagnostics.stacks import find_py_spy
 from sentinel.evidence.failure import EvidenceFailure
 from sentinel.evidence.lifecycle_poll import LifecyclePoller
-from sentinel.evidence.metrics import MetricsScraper, ScrapeError, ScrapeLimits
-from sentinel.evidence.processes import ProcessWatcher
+from sentinel.evidence.metrics import MetricsSample, MetricsScraper, ScrapeError, ScrapeLimits
+from sentinel.evidence.processes import ProcessSnapshot, ProcessWatcher
 from sentinel.evidence.vllm_health import VllmHealthPoller
 from sentinel.ledger import Ledger
 from sentinel.settings import Settings
@@ -191,6 +192,8 @@ class Observers:
         self.scrape_interval = scrape_interval
         self.wall_clock = wall_clock  # bundles show when a /metrics text was taken
         self.observations = Observations()
+        # Told every /metrics sample after the ledger (the correctness fingerprint's counters).
+        self.sample_listeners: list[Callable[[MetricsSample], None]] = []
 
     def evidence_steps(
         self, settings: Settings, client: httpx.AsyncClient, *, listen_port: int | None
@@ -214,7 +217,7 @@ class Observers:
             ("lifecycle", settings.lifecycle_interval, self.lifecycle_step(lifecycle)),
         ]
         if settings.watch_processes:
-            watcher = ProcessWatcher(clock, listen_port=listen_port)
+            watcher = ProcessWatcher(clock, listen_port=listen_port, stack_tool=find_py_spy())
             steps.append(("processes", settings.process_interval, self.process_step(watcher)))
         return steps
 
@@ -248,6 +251,8 @@ class Observers:
             previous_at = sample.at
             ledger.observe_lifecycle(self.clock(), gauges=sample.gauges)
             ledger.observe_traffic(sample)
+            for listener in self.sample_listeners:
+                listener(sample)
             if update.restarted:
                 ledger.new_epoch("a vLLM counter went down", self.clock())
 
@@ -304,12 +309,50 @@ class Observers:
         """
         ledger = self.ledger
         told: float | None = None  # the refusal episode the watcher was told of
+        said: object = None  # the process evidence last logged
 
         async def step() -> None:
-            nonlocal told
+            nonlocal told, said
             if ledger.refused_since is not None and ledger.refused_since != told:
                 watcher.port_refused()
             told = ledger.refused_since
-            ledger.observe_processes(await watcher.sample_async(), self.clock())
+            snapshot = await watcher.sample_async()
+            ledger.observe_processes(snapshot, self.clock())
+            said = log_process_evidence(snapshot, said)
 
         return step
+
+
+def log_process_evidence(snapshot: ProcessSnapshot, said: object) -> object:
+    """One log line when sentinel first knows which process evidence it has, one per change.
+
+    ``said`` is what the last line said (returned, for the next call). A piece
+    that is off is logged with why, the permission it needs and what grants it.
+    """
+    access = snapshot.access
+    if access is None:
+        return said
+    now = (snapshot.attribution.value, tuple(sorted(access.available().items())))
+    if now == said:
+        return said
+    off = {
+        item.evidence.value: "; ".join(
+            part
+            for part in (
+                item.why,
+                item.needs and f"needs {item.needs}",
+                item.grant and f"granted by {item.grant}",
+            )
+            if part
+        )
+        for item in access.off
+    }
+    (log.warning if off else log.info)(
+        "process_evidence",
+        attribution=snapshot.attribution.value,
+        detail=snapshot.attribution_detail or None,
+        unreadable=list(snapshot.unreadable) or None,
+        on=[item.evidence.value for item in access.items if item.on],
+        off=off or None,
+    )
+    return now

@@ -23,5 +23,6 @@ CONTRACT_METRICS = {
     "sentinel_restart_brake_engaged": "gauge",
     "sentinel_loop_errors_total": "counter",
     "sentinel_server_phase": "gauge",
+    "sentinel_process_evidence": "gauge",
 }
 CONTRACT = frozenset(CONTRACT_METRICS)

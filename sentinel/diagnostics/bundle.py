@@ -41,7 +41,7 @@ from typing import Any, TypeVar
 
 from sentinel import __version__
 from sentinel.canary.result import CanaryResult
-from sentinel.diagnostics import cgroup, gpu, procs, stacks
+from sentinel.diagnostics import access, cgroup, gpu, procs, stacks
 from sentinel.diagnostics.cause import Cause, CauseClass, classify
 from sentinel.diagnostics.sizes import cut_text, json_size, kept_metrics
 from sentinel.diagnostics.stuck import of_stuck_engines, stuck_json
@@ -103,6 +103,9 @@ class DiagnosticsContext:
     xid_window_s: float = 0.2
     section_max_bytes: int = DEFAULT_SECTION_MAX_BYTES
     bundle_max_bytes: int = DEFAULT_BUNDLE_MAX_BYTES
+    # The correctness fingerprint and the recent checks against it
+    # (sentinel.fingerprint.bundle_section; empty: no correctness check runs).
+    correctness: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,9 +224,12 @@ async def capture(context: DiagnosticsContext) -> Incident:
                 kind: [_canary_json(r) for r in results]
                 for kind, results in context.canary_history.items()
             },
+            "correctness": dict(context.correctness) or None,
             "section_errors": sections,
             "section_durations_s": timings,
         }
+        # What the process and stack sections could not read, field by field, and why.
+        bundle["lacks"] = access.lacks(bundle["processes"], bundle["stacks"])
         safe: dict[str, Any] = scrubber.scrub(bundle)
         _fit(safe, context.bundle_max_bytes)
         return safe, scrubber.scrub_text(render_summary(safe))

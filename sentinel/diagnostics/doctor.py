@@ -4,9 +4,11 @@ Owns the checks and the report. Each check is a function of numbers or text,
 so it is tested without a pod; :func:`run_doctor` only gathers the inputs:
 
 - *CPU*: the cgroup CPU quota against each vLLM process's ``OMP_NUM_THREADS``
-  (or OpenMP's default, the CPUs in its affinity mask) and thread count. An
-  unset ``OMP_NUM_THREADS`` on a 192-CPU host with a 12-CPU quota starts 192
-  OpenMP threads that throttle the container.
+  (or the CPUs in its affinity mask) and thread count: unset on a 192-CPU host
+  with a 12-CPU quota, OpenMP starts 192 threads that throttle the container.
+- *Processes*: how the target's API server is attributed and which process
+  evidence is off (:mod:`sentinel.diagnostics.access`), each naming the
+  permission it needs and the manifest component that grants it.
 - *Priority*: canaries jump the queue only when vLLM runs
   ``--scheduling-policy priority``; vLLM silently ignores ``priority`` otherwise.
 - *Metrics*: sentinel's progress evidence comes from vLLM's ``/metrics``
@@ -16,9 +18,7 @@ so it is tested without a pod; :func:`run_doctor` only gathers the inputs:
   from the API server's command line (the structured kind behind
   ``--reasoning-parser``), disables itself with a warning when sentinel runs;
   the doctor names it beforehand.
-- *Probe timing*: sentinel's windows and the kubelet's probe settings against
-  each other (a hang must be confirmable before the kubelet gives up, and a
-  sentinel restart must not look like a hang).
+- *Probe timing*: sentinel's windows against the kubelet's probe settings.
 
 Exit code: 0 when nothing is a problem (warnings allowed), 1 otherwise.
 """
@@ -40,8 +40,8 @@ from sentinel.canary.kinds import unvalidatable
 from sentinel.canary.protocol import ServerFacts
 from sentinel.canary.spec import CanaryKind, CanarySpec
 from sentinel.catalog import load_catalog
-from sentinel.diagnostics import cgroup, procs
-from sentinel.evidence.processes import ProcessRole, reasoning_parser
+from sentinel.diagnostics import access, cgroup, procs
+from sentinel.evidence.processes import ProcessRole, ProcessSnapshot, reasoning_parser
 
 PROGRESS_COUNTERS = ("vllm:generation_tokens_total", "vllm:iteration_tokens_total")
 
@@ -279,6 +279,11 @@ def check_canary_kinds(
     ]
 
 
+def check_processes(snapshot: ProcessSnapshot) -> list[DoctorCheck]:
+    """Pure: the attribution and each piece of process evidence (off: what grants it)."""
+    return [DoctorCheck("processes", Severity(s), *f) for s, *f in access.findings(snapshot)]
+
+
 def check_metrics(text: str | None, error: str | None = None) -> DoctorCheck:
     """Pure: does vLLM's ``/metrics`` carry the progress counters sentinel relies on?"""
     if text is None:
@@ -348,12 +353,15 @@ async def run_doctor(
         ]
         return snaps, cgroup.snapshot(threads, root=cgroup_root)
 
-    (snaps, section), (text, error) = await asyncio.gather(
-        asyncio.to_thread(local), fetch_metrics(target_url, transport=transport)
+    (snaps, section), (text, error), attributed = await asyncio.gather(
+        asyncio.to_thread(local),
+        fetch_metrics(target_url, transport=transport),
+        asyncio.to_thread(access.sample_target, target_url),
     )
     api = [s for s in snaps if s.role is ProcessRole.API_SERVER]
     checks = [
         *check_cpu(section),
+        *check_processes(attributed),
         check_scheduling_policy([s.cmdline for s in api]),
         *check_canary_kinds([s.cmdline for s in api], canaries),
         check_metrics(text, error),

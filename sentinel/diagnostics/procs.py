@@ -2,17 +2,16 @@
 
 Owns discovery of vLLM processes for diagnostics (by process title or command
 line, plus their descendants) and the per-process :class:`ProcessRecord`
-(roles, states and vLLM's patterns are the evidence layer's one process
-vocabulary, :mod:`sentinel.evidence.processes`): pid, parent,
-title, status, CPU use over a short window, kernel wait channel, threads, RSS,
-open files, connections, start time and the (redacted) environment.
+(roles, states and patterns are :mod:`sentinel.evidence.processes`'s): pid,
+parent, title, status, CPU use over a short window, kernel wait channel,
+threads, RSS, open files, connections, start time and the (redacted) environment.
 
 Capture happens in two steps so that nothing else in the bundle can distort
 what is recorded here: :func:`discover` reads every status first and starts
 the CPU window, before any stack dump runs; :func:`describe` closes the window
 and reads the rest. Both block on ``/proc`` reads, so the collector runs them
-in a worker thread. An unreadable field or process is recorded with the reason
-(``access denied``, ``gone``) and never raises.
+in a worker thread. An unreadable field is recorded with the reason (``gone``,
+or ``access denied`` with the permission it needs) and never raises.
 """
 
 from __future__ import annotations
@@ -28,6 +27,7 @@ from typing import Any, TypeVar
 
 import psutil
 
+from sentinel.diagnostics.access import ACCESS_DENIED, denied, wchan_hidden
 from sentinel.diagnostics.cause import ProcessObservation
 from sentinel.evidence.processes import (
     GONE_STATES,
@@ -280,6 +280,8 @@ def _describe_one(
     open_files = _try(errors, "open_files", proc.open_files) or []
     if sockets is not None:
         conns: list[Any] = sockets.get(item.pid, [])
+        if errors.get("open_files", "").startswith(ACCESS_DENIED):  # its sockets unseen too
+            errors["connections"] = denied("connections")
     else:
         conns = _try(errors, "connections", lambda: proc.net_connections(kind="inet")) or []
     memory = _try(errors, "memory_info", proc.memory_info)
@@ -352,13 +354,17 @@ def _connection(conn: Any) -> dict[str, Any]:
 
 
 def _wchan(proc_root: Path, pid: int, errors: dict[str, str]) -> str | None:
-    """The kernel function the process sleeps in (``0`` while it runs)."""
+    """The kernel function the process sleeps in (``0`` while it runs, or hidden)."""
     try:
-        return (proc_root / str(pid) / "wchan").read_text().strip() or None
+        text = (proc_root / str(pid) / "wchan").read_text().strip() or None
+        if text == "0" and wchan_hidden(pid, proc_root):
+            errors["wchan"] = f"hidden (the kernel shows 0), {denied('wchan')}"
+            return None
+        return text
     except FileNotFoundError:
         errors["wchan"] = "gone"
     except PermissionError:
-        errors["wchan"] = "access denied"
+        errors["wchan"] = denied("wchan")
     except OSError as exc:
         errors["wchan"] = _reason(exc)
     return None
@@ -374,19 +380,13 @@ def observations_from_discovery(discovered: Sequence[Discovered]) -> list[Proces
     ]
 
 
-def snapshot_json(snapshot: ProcessRecord) -> dict[str, Any]:
-    from dataclasses import asdict
-
-    return asdict(snapshot)
-
-
 def _try(errors: dict[str, str], name: str, read: Callable[[], _T]) -> _T | None:
     try:
         return read()
     except psutil.NoSuchProcess:
         errors[name] = "gone"
     except psutil.AccessDenied:
-        errors[name] = "access denied"
+        errors[name] = denied(name)  # names the permission and what grants it
     except (psutil.Error, OSError, ValueError) as exc:
         errors[name] = _reason(exc)
     return None

@@ -42,8 +42,8 @@ def render_summary(bundle: Mapping[str, Any]) -> str:
             f"wchan {p.get('wchan') or '-':<22} threads {p.get('num_threads') or '?':>4}  "
             f"{p.get('title', '')[:80]}"
         )
-        if p.get("errors"):
-            lines.append(f"           unreadable: {p['errors']}")
+        if p.get("errors"):  # why each is unreadable: "not readable" below
+            lines.append(f"           unreadable: {', '.join(p['errors'])}")
     if not processes:
         lines.append("  (no vLLM process visible)")
     cg = bundle.get("cgroup") or {}
@@ -84,6 +84,9 @@ def render_summary(bundle: Mapping[str, Any]) -> str:
     if bundle.get("section_errors"):
         lines += ["", "sections that failed:"]
         lines += [f"  {name}: {err}" for name, err in bundle["section_errors"].items()]
+    if bundle.get("lacks"):
+        lines += ["", "not readable (and why):"]
+        lines += [f"  {name}: {why}" for name, why in _mapped(bundle["lacks"]).items()]
     lines += ["", "stacks:"]
     for pid, dump in _mapped(bundle.get("stacks")).items():
         if not isinstance(dump, dict):

@@ -16,6 +16,7 @@ from enum import StrEnum
 import psutil
 
 from sentinel.evidence.compilers import CompilerProcess
+from sentinel.evidence.process_access import ProcessAccess
 
 
 class ProcessRole(StrEnum):
@@ -55,6 +56,9 @@ class Attribution(StrEnum):
     """How the snapshot's processes were tied to the target (shown in ``/status``)."""
 
     LISTENING_SOCKET = "listening_socket"  # the API server owns the target's listening socket
+    # The socket's owner unreadable (another user's /proc/<pid>/fd): the socket's
+    # uid and namespace and the server's command line (sentinel.evidence.attribution).
+    COMMAND_LINE = "command_line"
     PATTERNS = "patterns"  # no port to check: vLLM's process patterns alone (tests, tools)
     NONE = "none"  # nothing could be attributed: process evidence is off
 
@@ -309,7 +313,10 @@ class ProcessSnapshot:
     scheduling_policy: SchedulingPolicy | None = None
     reasoning_parser: str | None = None
     attribution: Attribution = Attribution.PATTERNS
-    attribution_detail: str = ""  # why nothing was attributed, for ``/status``
+    attribution_detail: str = ""  # how it was attributed, or why not, for ``/status``
+    unreadable: tuple[str, ...] = ()  # what attribution could not read
+    # Each piece of process evidence on or off, and why (None: not probed).
+    access: ProcessAccess | None = None
     # Compiler processes under the engine and workers (a long first-use compile).
     compilers: tuple[CompilerProcess, ...] = ()
 

@@ -8,27 +8,25 @@ own ``/health`` may not report for minutes), and the scheduling policy the
 server was started with, which decides whether a canary's ``priority`` is
 honoured at all.
 
-Attribution is by the listening socket: only the process that owns the
-target's listening socket is its API server, and only that process's
-descendants are its engine and workers. On a shared host or node another
-vLLM is never adopted, not even as the only candidate; when no process can be
-shown to own the socket (none listens, or its sockets are unreadable without
-privileges), nothing is attributed, the snapshot says why, and process
-evidence is off.
+Attribution (:mod:`sentinel.evidence.attribution`): only the process owning
+the target's listening socket is its API server, and only its descendants are
+its engine and workers; where the owner cannot be read (another user's
+descriptors), the socket's uid and namespace and the server's command line
+tie them. Another vLLM is never adopted, not even as the only candidate; when
+nothing can be attributed the snapshot says why and process evidence is off
+(:mod:`sentinel.evidence.process_access` says what each missing read costs).
 
 Following the target is cheap once it is found: each sample reads only the
 attributed server, the descendants it had at the last recheck and the
-processes seen behind it (:mod:`sentinel.evidence.process_table` owns the
-reads). After ``recheck_interval`` the server's descendants are looked up
-again and the server is asked whether it still owns the socket (both read
-tables far larger than the target: every process's parent, every socket of
-the network namespace, milliseconds of kernel time on a busy node); while
-those rechecks find nothing new the pause between them doubles up to
+processes seen behind it (:mod:`sentinel.evidence.process_table`). After
+``recheck_interval`` the descendants are looked up again and the server is
+asked whether it still holds the socket (reads of tables far larger than the
+target); while rechecks find nothing new the pause doubles up to
 ``recheck_max``, and it starts over when the family changes (a process gone,
-stopped, new) or the port refuses a connection (:meth:`ProcessWatcher.port_refused`,
-which also brings the next recheck forward to the next sample). The whole
-table and every process's sockets are read only while there is no owner to
-follow or it stopped listening, and then with a growing pause between reads.
+stopped, new) or the port refuses a connection (:meth:`ProcessWatcher.port_refused`
+brings the next recheck to the next sample). The whole table is read only
+while there is no server to follow or it stopped listening, with a growing
+pause between reads.
 
 psutil calls block, so the daemon uses :meth:`ProcessWatcher.sample_async`,
 which runs them in a worker thread.
@@ -43,8 +41,18 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
+from sentinel.evidence.attribution import (
+    by_command_line,
+    fd_owners,
+    holds_socket,
+    socket_owner_unreadable,
+    top_most,
+)
+
 # The vocabulary lives in its own module; its names are importable from here too.
 from sentinel.evidence.compilers import compilers_under
+from sentinel.evidence.listen_table import listening
+from sentinel.evidence.process_access import AccessMemo
 from sentinel.evidence.process_model import (
     COMM_LENGTH,
     GONE_STATES,
@@ -60,13 +68,7 @@ from sentinel.evidence.process_model import (
     reasoning_parser,
     scheduling_policy,
 )
-from sentinel.evidence.process_table import (
-    ProcessTable,
-    Row,
-    ancestors,
-    listens_on,
-    system_listeners,
-)
+from sentinel.evidence.process_table import ProcessTable, Row, ancestors, listens_on
 
 __all__ = [
     "COMM_LENGTH",
@@ -84,24 +86,6 @@ __all__ = [
     "reasoning_parser",
     "scheduling_policy",
 ]
-
-
-def _owners(port: int, apis: Sequence[Row], parents: dict[int, int | None]) -> set[int]:
-    """The PIDs that own a socket listening on ``port``.
-
-    The vLLM-titled candidates (and their ancestors, which may share the
-    socket) are asked first, one cheap read each; every process's sockets are
-    read only when none of them owns it, since the owner may wear no vLLM
-    title at all. Where that system-wide read is refused, the candidates'
-    answer stands.
-    """
-    owners = {row.pid for row in apis if listens_on(row.pid, port)}
-    if owners:
-        return owners | {
-            a for pid in owners for a in ancestors(pid, parents) if listens_on(a, port)
-        }
-    found = system_listeners(port)
-    return set() if found is None else found
 
 
 def _halted(row: Row) -> bool:
@@ -139,6 +123,14 @@ class ProcessWatcher:
     rescan_max: float = 16.0
     recheck_interval: float = 15.0
     recheck_max: float = 120.0
+    # py-spy's path, for the stacks evidence (its file capability), or None.
+    stack_tool: str | None = None
+    _by: Attribution = Attribution.LISTENING_SOCKET  # how the followed server was found
+    _how: str = ""  # and the detail that says so
+    _uids: frozenset[int] = frozenset()  # its uids, when found by its command line
+    _unreadable: tuple[str, ...] = ()
+    _kept_now: bool = False  # the last search kept a server whose listener closed
+    _access: AccessMemo = field(default_factory=AccessMemo)
     _identity: tuple[int, float] | None = None
     _seen: dict[tuple[int, float], ProcessInfo] = field(default_factory=dict)
     _table: ProcessTable = field(default_factory=ProcessTable)
@@ -227,7 +219,16 @@ class ProcessWatcher:
                 policy = policy or scheduling_policy(engine.cmdline)
                 parser = parser or reasoning_parser(engine.cmdline)
         live = [p.pid for p in engines + workers if p.state not in GONE_STATES]
+        access = self._access.probe(
+            (identity, attribution, live[:1]),
+            None if api is None else api.pid,
+            live,
+            command_line=api is not None and bool(api.cmdline),
+            stack_tool=self.stack_tool,
+        )
         return ProcessSnapshot(
+            unreadable=self._unreadable if attribution is not Attribution.PATTERNS else (),
+            access=access,
             compilers=compilers_under(live) if live else (),
             at=at,
             api=api,
@@ -253,9 +254,9 @@ class ProcessWatcher:
         if api is not None:
             rows = self._family(api, now, port)
             if self._listening:
-                return rows, (api, Attribution.LISTENING_SOCKET, "")
+                return rows, (api, self._by, self._how)
             if now < self._scan_due:
-                return rows, (api, Attribution.LISTENING_SOCKET, self._kept())
+                return rows, (api, self._by, self._kept())
         elif now < self._scan_due:
             return [], (None, Attribution.NONE, self._detail)
         step = max(self._rescan, self.rescan_after)
@@ -279,7 +280,7 @@ class ProcessWatcher:
         does a closed listener; every known process is read each sample.
         """
         if self._tree_root != api.key or now >= self._recheck_due:
-            listening = listens_on(api.pid, port)
+            listening = self._holds(api.pid, port)
             tree = tuple(self._table.descendants(api.pid))
             quiet = (
                 self._tree_root == api.key and listening == self._listening and tree == self._tree
@@ -321,9 +322,9 @@ class ProcessWatcher:
         self._detail = detail
         if api_row is None:
             return
-        if not detail:
+        if not self._kept_now:
             self._rescan = self.rescan_after
-        self._listening = not detail
+        self._listening = not self._kept_now
         self._tree = tuple(r.pid for r in rows if _is_descendant(r.pid, api_row.pid, parents))
         self._recheck_pause = self.recheck_interval
         self._tree_root, self._recheck_due = api_row.key, self.scan_clock() + self.recheck_interval
@@ -340,42 +341,46 @@ class ProcessWatcher:
         """The target's API server, how it was found, and why not when it was not."""
         # The API server is the top-most match: a fork of it (before its child
         # sets a title) or a process it spawns may match the same pattern.
-        apis = [
-            row
-            for row in rows
-            if roles[row.pid] is ProcessRole.API_SERVER
-            and not any(roles.get(a) is ProcessRole.API_SERVER for a in ancestors(row.pid, parents))
-        ]
+        apis = top_most(rows, lambda pid: roles.get(pid) is ProcessRole.API_SERVER, parents)
         if self.listen_port is None:
             best = min(apis, key=lambda r: (r.create_time, r.pid), default=None)
             return best, Attribution.PATTERNS, ""
-        owners = _owners(self.listen_port, apis, parents)
+        port, self._kept_now = self.listen_port, False
+        sockets = listening(port)
+        # Nothing listening: no owner to look for (and no every-process read).
+        owners = set() if sockets == () else fd_owners(port, apis, parents)
         # Any process owning the socket is the server, vLLM-titled or not; the
         # top-most owner, since children of a forking server share the socket.
-        owning = [
-            row
-            for row in rows
-            if row.pid in owners and not any(a in owners for a in ancestors(row.pid, parents))
-        ]
+        owning = top_most(rows, owners.__contains__, parents)
         best = min(owning, key=lambda r: (r.create_time, r.pid), default=None)
         if best is not None:
-            return best, Attribution.LISTENING_SOCKET, ""
+            self._by, self._how, self._unreadable = Attribution.LISTENING_SOCKET, "", ()
+            return best, self._by, ""
         kept = self._still_attributed(rows)
         if kept is not None:
-            return kept, Attribution.LISTENING_SOCKET, self._kept()
-        detail = f"no process owning the listening socket of port {self.listen_port} is visible"
-        if apis:
-            pids = ", ".join(str(row.pid) for row in apis)
-            detail += f" (not adopted: vLLM API server(s) {pids} on other ports)"
-        return None, Attribution.NONE, detail
+            self._kept_now = True
+            return kept, self._by, self._kept()
+        # The owner unreadable (another user's descriptors): the socket's uid and
+        # namespace and the candidates' command lines (sentinel.evidence.attribution).
+        self._unreadable = (socket_owner_unreadable(port, sockets),) if sockets else ()
+        match = by_command_line(port, apis)
+        if match.row is not None:
+            self._by, self._how, self._uids = Attribution.COMMAND_LINE, match.detail, match.uids
+            return match.row, self._by, match.detail
+        detail = f"no process owning the listening socket of port {port} is visible"
+        return None, Attribution.NONE, f"{detail}: {match.detail}"
+
+    def _holds(self, pid: int, port: int) -> bool:
+        """Whether the followed server still holds a socket listening on ``port``."""
+        if self._by is Attribution.COMMAND_LINE:
+            return holds_socket(port, pid, self._uids)
+        return listens_on(pid, port)
 
     def _still_attributed(self, rows: Sequence[Row]) -> Row | None:
         """The API server attributed earlier, if the very same process still lives.
 
-        A server whose listener closed is still the target's server: it is
-        what the *listener down* rule needs to see alive. Only the same PID and
-        start time are kept, and only while it is not a zombie; a process that
-        never owned the socket is never adopted this way.
+        A server whose listener closed is still the target's (the *listener
+        down* rule needs it alive): the same PID and start time, not a zombie.
         """
         if self._identity is None:
             return None

@@ -212,7 +212,7 @@ class HealthCollector(Collector):
 
     def collect(self) -> Iterable[Metric]:
         snapshot = self._state.snapshot()
-        verdict, priority, progress, enforce, brake, phase = self._families()
+        verdict, priority, progress, enforce, brake, phase, evidence = self._families()
         for probe, answer in zip(
             PROBES, (snapshot.liveness, snapshot.readiness, snapshot.startup), strict=True
         ):
@@ -231,6 +231,10 @@ class HealthCollector(Collector):
         for name in PHASES:
             phase.add_metric([name], 1.0 if snapshot.phase == name else 0.0)
         yield phase
+        # Declared always; no series until the processes were sampled.
+        for name, on in sorted(snapshot.process_evidence.items()):
+            evidence.add_metric([name], 1.0 if on else 0.0)
+        yield evidence
 
     @staticmethod
     def _families() -> tuple[GaugeMetricFamily, ...]:
@@ -264,5 +268,12 @@ class HealthCollector(Collector):
                 "The inference server's lifecycle phase: 1 on the current one "
                 "(asleep and paused are legitimate stalls, never hangs).",
                 labels=["phase"],
+            ),
+            GaugeMetricFamily(
+                "sentinel_process_evidence",
+                "1 when this piece of process evidence can be read (engine_state, api_alive, "
+                "command_line, compilers, stacks, wait_channel, environment, descriptors), "
+                "0 when it is off (/status says why); absent until the processes were sampled.",
+                labels=["evidence"],
             ),
         )

@@ -751,7 +751,12 @@ def test_metric_names_exist_in_sentinel_exposition() -> None:
     from sentinel.telemetry.metrics import SentinelMetrics
 
     state = HealthState()
-    snapshot = replace(state.snapshot(), priority_effective=True, progress_at=0.0)
+    snapshot = replace(
+        state.snapshot(),
+        priority_effective=True,
+        progress_at=0.0,
+        process_evidence={"engine_state": True, "stacks": False},
+    )
     asyncio.run(state.publish(snapshot))
     registry = CollectorRegistry()
     SentinelMetrics(registry, state)

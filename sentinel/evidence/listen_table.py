@@ -1,0 +1,78 @@
+"""The listening TCP sockets of a network namespace, read from ``/proc/net/tcp`` and ``tcp6``.
+
+Owns the one read that works whoever owns the socket. The kernel refuses a
+non-root sidecar another user's ``/proc/<pid>/fd`` (so psutil cannot say which
+process owns a socket), but every socket's table row stays readable: its
+local port, state, the uid that created it and its inode. A process's own
+``/proc/<pid>/net/tcp*`` shows the table of *its* network namespace, and an
+inode names one socket on the whole host, so a candidate whose namespace holds
+the very socket sentinel sees is in the same namespace (another pod's server on
+the same port is not).
+
+psutil parses these tables only on the way to mapping sockets to processes
+(every process's descriptors, the read that is refused here), so the handful
+of fields needed are read here directly: each line is split on whitespace,
+nothing else is parsed, and a table is capped in size.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+TCP_LISTEN = "0A"  # the kernel's TCP_LISTEN state, as the tables print it
+MAX_TABLE_BYTES = 16 * 1024 * 1024  # a node's worth of sockets; beyond this, the rest is unread
+_TABLES = ("tcp", "tcp6")
+
+
+@dataclass(frozen=True, slots=True)
+class ListeningSocket:
+    """One listening socket: its port, the uid that created it and its inode."""
+
+    port: int
+    uid: int
+    inode: int
+    family: str  # "tcp" or "tcp6"
+
+
+def _parse(text: str, family: str, port: int) -> list[ListeningSocket]:
+    found: list[ListeningSocket] = []
+    for line in text.splitlines()[1:]:
+        fields = line.split()
+        # sl local rem st tx:rx tr:tm retrnsmt uid timeout inode ...
+        if len(fields) < 10 or fields[3] != TCP_LISTEN:
+            continue
+        _, _, local_port = fields[1].rpartition(":")
+        try:
+            if int(local_port, 16) != port:
+                continue
+            found.append(ListeningSocket(port, int(fields[7]), int(fields[9]), family))
+        except ValueError:
+            continue
+    return found
+
+
+def listening(port: int, net: Path = Path("/proc/net")) -> tuple[ListeningSocket, ...] | None:
+    """The sockets listening on ``port`` in the namespace whose tables are under ``net``.
+
+    ``net`` is ``/proc/net`` for sentinel's own namespace and
+    ``/proc/<pid>/net`` for a process's. None when no table could be read at
+    all (a process gone, or a kernel without them); a missing ``tcp6`` (IPv6
+    off) is no table, not an error.
+    """
+    found: list[ListeningSocket] = []
+    read_any = False
+    for family in _TABLES:
+        try:
+            with open(net / family, encoding="ascii", errors="replace") as table:
+                text = table.read(MAX_TABLE_BYTES)
+        except OSError:
+            continue
+        read_any = True
+        found.extend(_parse(text, family, port))
+    return tuple(found) if read_any else None
+
+
+def process_net(pid: int, proc_root: Path = Path("/proc")) -> Path:
+    """Where a process's own network namespace's tables are (readable for any uid)."""
+    return proc_root / str(pid) / "net"
