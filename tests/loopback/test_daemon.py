@@ -106,8 +106,8 @@ async def test_mid_stream_stall_of_a_streaming_canary_is_detected(
     text["stream"] = True
     text["request"]["max_tokens"] = 8
     (probes / "text.yaml").write_text(yaml.safe_dump(text))
-    for other in ("structured.yaml", "multimodal.yaml"):
-        (probes / other).unlink()
+    for other in ("structured.yaml", "multimodal.yaml", "correctness.yaml"):
+        (probes / other).unlink(missing_ok=True)
     fast_text = {"text": {"interval": 1.0, "deadline": 2.0, "jitter": 0.0}}
     async with running_sidecar(sim.base_url, probes=probes, canaries=fast_text) as sidecar:
         await _wait_green(sidecar)
