@@ -26,6 +26,8 @@ FAULTS: Mapping[str, Mapping[str, Any]] = {
     "multimodal_hang": {},
     "stream_stall": {"after": 1, "engine": None},
     "slow_decode": {"factor": 10.0, "step_seconds": None, "engine": None},
+    # Weights corrupted in place (the plugin's sentinel_chaos_vllm.weights): zero, layers, nan.
+    "corrupt_weights": {"mode": "zero", "engine": None},
 }
 
 
@@ -81,6 +83,8 @@ class FaultSwitch:
         step = values.get("step_seconds")
         if step is not None and float(step) <= 0:
             raise ValueError(f"step_seconds must be > 0, got {step!r}")
+        if "mode" in values and values["mode"] not in ("zero", "layers", "nan"):
+            raise ValueError(f"mode must be zero, layers or nan, got {values['mode']!r}")
         engine = values.get("engine")
         if engine is not None and (isinstance(engine, bool) or int(engine) < 0):
             raise ValueError(f"engine must be a data-parallel rank >= 0, got {engine!r}")

@@ -20,7 +20,14 @@ from typing import Any
 
 FAULT_DIR_ENV = "SENTINEL_CHAOS_FAULT_DIR"
 FAULTS = frozenset(
-    {"engine_hang", "structured_hang", "multimodal_hang", "stream_stall", "slow_decode"}
+    {
+        "engine_hang",
+        "structured_hang",
+        "multimodal_hang",
+        "stream_stall",
+        "slow_decode",
+        "corrupt_weights",
+    }
 )
 POLL_INTERVAL = 0.2
 #: How long a blocked hook sleeps between checks.

@@ -9,6 +9,9 @@ at class level in every process.
   step so it takes ``factor`` times as long, or, given ``step_seconds``, sleeps
   that long after every step (one token per running request per step, so
   ``step_seconds: 2`` decodes at 0.5 token/s whatever the step itself costs).
+  ``corrupt_weights`` corrupts the workers' weights in place before the next
+  step and restores them once cleared (:mod:`.weights`: ``mode`` zero, layers
+  or nan).
   Each of these takes ``engine`` (a data-parallel rank): only that engine's
   core acts on it, so one engine of several can hang while the others serve.
 - Grammar compilation, ``StructuredOutputManager._create_grammar`` (run on
@@ -26,14 +29,17 @@ notice (the fault then has no effect).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
+import json
 import os
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from . import weights
 from .faults import FAULT_DIR_ENV, PAUSE, FaultBoard
 
 #: Floor for the step time ``slow_decode`` multiplies: a tiny model's steps take
@@ -49,6 +55,7 @@ def _engine_step(board: FaultBoard, original: Callable[..., Any]) -> Callable[..
     @functools.wraps(original)
     def step(self: Any, *args: Any, **kwargs: Any) -> Any:
         rank = _dp_rank(self)
+        _sync_weights(self, board, rank)
         while _mine(board.get("engine_hang"), rank):
             time.sleep(PAUSE)
         stall = board.get("stream_stall")
@@ -67,6 +74,44 @@ def _engine_step(board: FaultBoard, original: Callable[..., Any]) -> Callable[..
         return result
 
     return step
+
+
+def _sync_weights(engine: Any, board: FaultBoard, rank: int) -> None:
+    """``corrupt_weights``: corrupt (or restore) the workers' weights in place, between steps.
+
+    Done once per change of the fault, through the executor's ``collective_rpc``
+    (every worker, whatever the executor); any failure leaves the weights alone.
+    """
+    wanted = board.get("corrupt_weights")
+    if wanted is not None and not _mine(wanted, rank):
+        wanted = None
+    key = None if wanted is None else json.dumps(dict(wanted), sort_keys=True)
+    if getattr(engine, "_sentinel_weights", None) == key:
+        return
+    executor = getattr(engine, "model_executor", None)
+    if executor is None:
+        return
+    note = board.directory / ".corrupt_weights.status"
+    try:
+        restored = executor.collective_rpc(weights.restore)
+        changed = []
+        if wanted is not None:
+            changed = executor.collective_rpc(weights.corrupt, args=(dict(wanted),))
+        # Cached prefixes were computed with the other weights (NaNs stay in the KV
+        # cache); weights lost on wake-up come with an emptied cache as well.
+        reset = getattr(engine, "reset_prefix_cache", None)
+        cleared = reset() if callable(reset) else None
+        _note(note, {"fault": key, "changed": changed, "restored": restored, "cache": cleared})
+    except Exception as exc:  # silent toward vLLM: a fault never raises into it
+        _note(note, {"fault": key, "error": f"{type(exc).__name__}: {exc}"})
+        return
+    engine._sentinel_weights = key
+
+
+def _note(path: Path, status: Mapping[str, Any]) -> None:
+    """What the weight fault did, for the tests that switch it (a dot-file the board skips)."""
+    with contextlib.suppress(OSError):
+        path.write_text(json.dumps(status, default=str))
 
 
 def _slow_decode_sleep(params: Mapping[str, Any], elapsed: float) -> float:
