@@ -27,7 +27,7 @@ from sentinel.evidence.processes import ProcessSnapshot, ProcessState
 from sentinel.freeze import freeze
 from sentinel.lifecycle import LifecycleTracker
 from sentinel.path_traffic import PathTraffic
-from sentinel.progress import RECENT, ProgressTracker
+from sentinel.progress import ProgressTracker
 from sentinel.verdict import Action, Evidence
 
 _DOWN = (ProcessState.STOPPED, ProcessState.ZOMBIE, ProcessState.GONE)
@@ -88,7 +88,6 @@ class Ledger:
         self.traffic = PathTraffic()  # real traffic on each path (its kind's counter)
         self.waiting_since: float | None = None  # real requests waiting since (starvation)
         self.waiting_real = 0.0
-        self._traffic_seen = float("-inf")  # the sample before the last one observed
         # Compilers under the engine: CPU seconds at the last sample, and since
         # when one has been seen busy (a long first-use compile step).
         self.compiling = CompileWatch()
@@ -113,19 +112,8 @@ class Ledger:
         self.waiting_since, self.waiting_real = None, 0.0
 
     def observe_traffic(self, sample: MetricsSample) -> None:
-        """Real path traffic in ``sample``, beyond sentinel's canaries that could have moved it.
-
-        A canary of the kind counts when it was outstanding or finished since
-        the previous sample (less the time ``/metrics`` may lag its reply).
-        """
-        since, self._traffic_seen = self._traffic_seen - RECENT, sample.at
-        own = {
-            kind: len(record.outstanding)
-            + len(record.awaited)
-            + sum(1 for r in record.results if r.finished > since)
-            for kind, record in self.records.items()
-        }
-        self.traffic.observe(sample.counters, sample.at, own)
+        """Real path traffic and real requests waiting, from one sample."""
+        self.traffic.observe(sample.counters, sample.at)
         # Real requests waiting: for room where the reason is told, less
         # sentinel's own canaries (any of them may be among the waiting).
         waiting = sample.gauges.get("waiting_capacity", sample.gauges.get("waiting"))
@@ -171,6 +159,7 @@ class Ledger:
         ``engine``: the data-parallel engine it is aimed at (None: unaimed).
         """
         self._token += 1
+        self.traffic.canary_sent(kind, now)
         self.records[kind].outstanding[self._token] = now
         if engine is not None:
             self.records[kind].aims[self._token] = engine

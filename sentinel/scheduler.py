@@ -37,6 +37,7 @@ import random
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
+from sentinel.canary.kinds import is_path
 from sentinel.canary.result import CanaryKind, CanaryResult, Reason
 from sentinel.canary.runner import CanaryRunner, ModelResolutionError
 from sentinel.catalog import CanarySpec
@@ -151,6 +152,11 @@ class Scheduler:
         record = ledger.records[spec.kind]
         if not record.enabled:
             self.metrics.canary_skipped("disabled")
+            return False
+        if is_path(spec.kind) and self.late.awaited(spec.kind):
+            # The path's last canary is still awaited: it is the probe of the
+            # path until it answers, and another would only queue behind it.
+            self.metrics.canary_skipped("awaited")
             return False
         targets = self._targets(spec, self.clock())
         if not targets:

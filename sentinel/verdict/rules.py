@@ -283,33 +283,40 @@ def _rate(control: CanaryResult) -> float:
 
 
 def path_hang(k: KindEvidence, floor: float, policy: Policy, now: float) -> Hang | None:
-    """The last ``path_misses`` canaries of a path kind all missed beside passing controls.
+    """The path's last canaries made no progress beside passing controls.
 
-    Never for a kind that has not succeeded since ``floor`` (a path that never
-    worked on this server is a startup failure). A timed-out canary still
-    awaited for its late answer is a miss only once it has waited the hang
-    window: a slow path (images preprocessed one at a time behind real image
-    load) answers late, and a late answer is an answer. Nor is a canary sent
-    before real traffic on the path last got through (``traffic_at``).
+    Either the last ``path_misses`` canaries all missed, or the last one,
+    still awaited for its late answer (no other canary of the kind is sent
+    meanwhile), has waited ``path_misses`` hang windows: a slow path (images
+    preprocessed one at a time behind real image load) answers late, and a
+    late answer is an answer. Never for a kind that has not succeeded since
+    ``floor`` (a path that never worked on this server is a startup
+    failure), nor for canaries sent before real traffic on the path last got
+    through (``traffic_at``).
     """
     pairs = [(r, c) for r, c in zip(k.results, k.controls, strict=False) if r.started >= floor]
-    if not any(r.ok for r, _ in pairs):
+    if not any(r.ok for r, _ in pairs) or not pairs:
         return None
     last = pairs[-policy.path_misses :]
-    if len(last) < policy.path_misses:
+    newest, control = last[-1]
+    if newest.awaiting_late:
+        waited = observed(newest.started, now, ())
+        if waited < policy.path_misses * policy.hang_window or not path_missed(newest, control):
+            return None
+        last = [last[-1]]
+        what = f"a canary unanswered for {waited:.0f}s"
+    elif len(last) < policy.path_misses or not all(path_missed(r, c) for r, c in last):
         return None
+    else:
+        what = f"{policy.path_misses} canaries made no progress"
     if k.traffic_at is not None and any(r.started < k.traffic_at for r, _ in last):
         return None  # real requests on the path got through after these were sent
-    waited = [not r.awaiting_late or now - r.started >= policy.hang_window for r, _ in last]
-    if all(waited) and all(path_missed(r, c) for r, c in last):
-        return Hang(
-            HangKind(k.kind.value),
-            k.action,
-            f"{k.kind.value} path hang: {policy.path_misses} canaries made no progress "
-            "while text controls succeeded",
-            last[0][0].started,
-        )
-    return None
+    return Hang(
+        HangKind(k.kind.value),
+        k.action,
+        f"{k.kind.value} path hang: {what} while text controls succeeded",
+        last[0][0].started,
+    )
 
 
 def dead(

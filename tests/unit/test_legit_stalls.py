@@ -309,11 +309,18 @@ def test_lifecycle_tracker_remembers_since_and_resume() -> None:
 def test_real_image_traffic_beyond_own_canaries_vouches_for_the_path() -> None:
     traffic = PathTraffic()
     mm = CanaryKind.MULTIMODAL
-    traffic.observe({"mm_queries": 10.0}, 0.0, {})
-    traffic.observe({"mm_queries": 11.0}, 2.0, {mm: 1})  # only sentinel's own canary
+    traffic.observe({"mm_queries": 10.0}, 0.0)
+    traffic.canary_sent(mm, 1.0)
+    traffic.observe({"mm_queries": 10.0}, 2.0)  # queued: nothing through yet
+    traffic.observe({"mm_queries": 11.0}, 4.0)  # only sentinel's own canary got through
     assert mm not in traffic.last_at
-    traffic.observe({"mm_queries": 14.0}, 4.0, {mm: 1})  # two real images got through
-    assert traffic.last_at[mm] == 4.0
+    traffic.canary_sent(mm, 5.0)
+    traffic.observe({"mm_queries": 11.0}, 6.0)
+    # a canary waiting in the queue the whole time is charged once, not every interval:
+    # real images getting through beside it still vouch
+    traffic.observe({"mm_queries": 12.0}, 8.0)
+    traffic.observe({"mm_queries": 13.0}, 10.0)
+    assert traffic.last_at[mm] == 10.0
 
 
 def _path_misses(traffic_at: float | None) -> Evidence:
@@ -434,3 +441,33 @@ def test_one_token_completions_prove_no_decode() -> None:
         )
     )
     assert tracker.last_decode_at == 4.0  # a request decoded past its first token
+
+
+@pytest.mark.parametrize(
+    ("now", "traffic_at", "hung"),
+    [
+        pytest.param(125.0, None, False, id="awaited-25s-a-slow-queue-may-still-answer"),
+        pytest.param(131.0, None, True, id="awaited-two-hang-windows-nothing-through"),
+        pytest.param(131.0, 120.0, False, id="awaited-but-real-images-got-through"),
+    ],
+)
+def test_an_awaited_path_canary_is_the_probe_of_its_path(
+    now: float, traffic_at: float | None, hung: bool
+) -> None:
+    mm = CanaryKind.MULTIMODAL
+    control = ok(100.0)
+    results = (
+        CanaryResult("mm", mm, Reason.OK, 90.0, 0.5),
+        CanaryResult("mm", mm, Reason.TIMEOUT, 100.0, 10.0, awaiting_late=True),
+    )
+    ev = Evidence(
+        kinds={
+            TEXT: KindEvidence(TEXT, results=(ok(90.0), control, ok(120.0))),
+            mm: KindEvidence(mm, results=results, controls=(None, control), traffic_at=traffic_at),
+        },
+        progress_available=True,
+        last_progress_at=now - 1.0,
+    )
+    state = replace(VerdictState(), epoch=0, startup_passed=True)
+    _, verdict = evaluate(state, ev, Policy(), now)
+    assert (HangKind(mm.value) in [h.kind for h in verdict.hangs]) is hung

@@ -19,3 +19,11 @@ def test_every_setting_says_what_it_is_for() -> None:
     comments = _field_comments()
     missing = [n for n in Settings.model_fields if not (comments.get(n) or HELP.get(n))]
     assert missing == []
+
+
+def test_the_example_configuration_is_valid() -> None:
+    from sentinel.config import load_settings
+
+    example = DOCS / "sentinel.example.yaml"
+    settings = load_settings(example, env={}, flags={})
+    assert settings.enforce is False  # the example rolls out observe-only
