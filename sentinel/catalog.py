@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 # would pile up behind one slow request and the scheduler would learn late.
 MAX_DEADLINE_INTERVALS = 2.0
 MAX_JITTER = 0.5
+MAX_PROMPTS = 8  # prompts in one completions request (a correctness check sends a few)
 # Body fields sentinel sets (from the spec, or per run); a template that set them would
 # fight sentinel. The value says where sentinel takes it from.
 OWNED_REQUEST_KEYS = {
@@ -285,8 +286,15 @@ def _check_request(label: str, request: Mapping[str, Any], endpoint: str) -> Non
     elif endpoint == COMPLETIONS_ENDPOINT:
         if "messages" in request:
             raise CatalogError(label, "request.messages", f"{endpoint} takes prompt, not messages")
-        if not isinstance(request.get("prompt"), str) or not request["prompt"]:
-            raise CatalogError(label, "request.prompt", "required, a non-empty string")
+        prompt = request.get("prompt")
+        # A list of prompts is one request answered with one choice per prompt.
+        prompts = prompt if isinstance(prompt, list) and prompt else [prompt]
+        if not all(isinstance(p, str) and p for p in prompts) or len(prompts) > MAX_PROMPTS:
+            raise CatalogError(
+                label,
+                "request.prompt",
+                f"required, a non-empty string or a list of 1 to {MAX_PROMPTS} of them",
+            )
 
 
 def _check_catalog(specs: Sequence[CanarySpec]) -> None:

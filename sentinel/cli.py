@@ -118,6 +118,11 @@ def build_parser() -> argparse.ArgumentParser:
     add_maintenance_arguments(
         sub.add_parser("maintenance", help="set, clear or show a running sentinel's maintenance")
     )
+    from sentinel.fingerprint_cli import add_fingerprint_arguments
+
+    add_fingerprint_arguments(
+        sub.add_parser("fingerprint", help="show or re-take a running sentinel's fingerprint")
+    )
     return parser
 
 
@@ -149,6 +154,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from sentinel.maintenance_cli import maintenance_main
 
             return maintenance_main(args)
+        if command == "fingerprint":
+            from sentinel.fingerprint_cli import fingerprint_main
+
+            return fingerprint_main(args)
     except ConfigError as exc:
         # One line: a kubelet's "last state" and most log viewers show only the last line.
         problem = "; ".join(line.strip() for line in str(exc).splitlines() if line.strip())

@@ -39,11 +39,13 @@ from sentinel.config import Settings, effective_config, read_api_key, split_host
 from sentinel.diagnostics.bundle import DiagnosticsContext, Trigger
 from sentinel.diagnostics.procs import ProcessMatch
 from sentinel.evaluator import Evaluator
+from sentinel.fingerprint import build_book, bundle_section, weights_steps
 from sentinel.health import HealthState
 from sentinel.incidents import IncidentRecorder, in_child
 from sentinel.ledger import Ledger
 from sentinel.observers import LoopFailures, Observers, Step, every, supervised
 from sentinel.scheduler import Scheduler
+from sentinel.serve.fingerprint import fingerprint_routes
 from sentinel.serve.maintenance import MaintenanceHook
 from sentinel.serve.probe_thread import ThreadedHttpServer
 from sentinel.telemetry.logging import get_logger
@@ -86,12 +88,15 @@ class Daemon:
         self.maintenance_hook = MaintenanceHook.build(settings, clock, self.metrics)
         self.maintenance = self.maintenance_hook.window
         self.ledger = Ledger(self._kinds(), clock())
+        # The correctness check's fingerprint (sentinel.fingerprint), on disk beside the bundles.
+        self.fingerprints = build_book(settings, self.specs)
         self.started = asyncio.Event()
         self.http: ThreadedHttpServer | None = None
         self.grpc: GrpcHealthServer | None = None
         self.runner: CanaryRunner | None = None
-        self._listeners: list[ResultListener] = []
+        self._listeners: list[ResultListener] = [self.fingerprints.observe_result]
         self.observers = Observers(self.ledger, clock, scrape_interval=settings.scrape_interval)
+        self.observers.sample_listeners.append(self.fingerprints.observe_sample)
         self.failures = LoopFailures(clock, self.metrics.loop_failed)
         self.observers.observations.failures = self.failures
         self.incidents = IncidentRecorder.build(
@@ -114,6 +119,7 @@ class Daemon:
             on_server_restart=self._forget_baselines,
             specs=self.specs,
             maintenance=self._maintenance_reason,
+            correctness=self.fingerprints.evidence,
         )
 
     def _maintenance_reason(self, now: float) -> str | None:
@@ -147,7 +153,7 @@ class Daemon:
             self.registry,
             host,
             port,
-            extra_routes=self.incidents.routes(),
+            extra_routes=[*self.incidents.routes(), *fingerprint_routes(self.fingerprints)],
             shutdown_timeout=settings.shutdown_timeout,
             maintenance=self.maintenance_hook,
         )
@@ -288,6 +294,8 @@ class Daemon:
         steps = self.observers.evidence_steps(
             self.settings, client, listen_port=target_port(self.settings.target)
         )
+        book, key = self.fingerprints, self.api_key
+        steps += weights_steps(book, self.settings, client, self.clock, key)
         return [*steps, ("evaluate", self.settings.eval_interval, self._evaluate_step)]
 
     async def _every(self, name: str, interval: float, step: Step) -> None:
@@ -334,6 +342,7 @@ class Daemon:
             config=self.config_json,
             section_max_bytes=self.settings.diagnostics_section_max_bytes,
             bundle_max_bytes=self.settings.diagnostics_bundle_max_bytes,
+            correctness=bundle_section(self.fingerprints),
         )
 
 

@@ -41,7 +41,7 @@ from sentinel.k8s import EventReason, EventReporter
 from sentinel.telemetry.logging import get_logger
 from sentinel.telemetry.metrics import SentinelMetrics
 from sentinel.telemetry.redact import redact, redact_document
-from sentinel.verdict import Action, Hang
+from sentinel.verdict import Action, Hang, HangKind
 
 log = get_logger("sentinel.incidents")
 
@@ -162,6 +162,8 @@ class IncidentRecorder:
             reason = EventReason.RESTART_BRAKE
         elif hang.action is Action.RESTART and not enforce:
             reason = EventReason.WOULD_RESTART
+        elif hang.kind == HangKind.CORRUPT:
+            reason = EventReason.CORRUPT_OUTPUT
         else:
             reason = EventReason.HANG_DETECTED
         self._events.put_nowait((reason, redact(hang.reason)))

@@ -65,6 +65,7 @@ class EventReason(StrEnum):
     WOULD_RESTART = "SentinelWouldRestart"  # observe-only mode: the same, not enforced
     RESTART_BRAKE = "SentinelRestartBrake"  # too many hang restarts: unready and alerting instead
     DIAGNOSTICS = "SentinelDiagnostics"  # a bundle was captured (suspected hang)
+    CORRUPT_OUTPUT = "SentinelCorruptOutput"  # answers left the model's fingerprint
 
 
 @dataclass(frozen=True, slots=True)

@@ -76,6 +76,8 @@ def image_tokens(url: str) -> int:
     return 1 + math.ceil(width / IMAGE_PATCH) * math.ceil(height / IMAGE_PATCH)
 
 
+LOST_TOKEN = "!"  # token id 0 of most BPE vocabularies: the argmax of all-zero logits
+
 _THOUGHTS = (
     "Okay", ",", " let", " me", " think", " about", " what", " the", " user", " asked",
     " before", " I", " answer", ".",
@@ -89,10 +91,13 @@ class Reply:
     fixed: tuple[str, ...] | None  # structured replies: exactly these tokens, then EOS
     offset: int = 0  # where in the word cycle an unconstrained reply starts
     thinking: int = 0  # leading reasoning tokens (a reasoning parser moves them out of content)
+    lost: bool = False  # weights lost (``weights_lost``): one token repeated, as vLLM's "!!!!"
 
     def _answer(self, start: int, end: int) -> str:
         if self.fixed is not None:
             return "".join(self.fixed[start:end])
+        if self.lost:
+            return LOST_TOKEN * (end - start)
         return "".join(
             (" " if i else "") + _WORDS[(self.offset + i) % len(_WORDS)] for i in range(start, end)
         )

@@ -34,6 +34,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from sentinel_sim.dev_api import add_dev_routes
 from sentinel_sim.fault_gates import fault_middleware
 from sentinel_sim.faults import Fault
+from sentinel_sim.logprobs import logprob_options, logprobs_json, merged, served, several_prompts
 from sentinel_sim.model import (
     ImageError,
     Reply,
@@ -99,12 +100,18 @@ class OpenAIApi:
         return await self._generate(request, chat=True)
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
+        bodies = await several_prompts(request)
+        if bodies is not None:  # a prompt list: one choice per prompt, as vLLM answers
+            gathered = [self._generate(request, chat=False, body=b) for b in bodies]
+            return merged(list(await asyncio.gather(*gathered)))  # type: ignore[arg-type]
         return await self._generate(request, chat=False)
 
-    async def _generate(self, request: web.Request, *, chat: bool) -> web.StreamResponse:
+    async def _generate(
+        self, request: web.Request, *, chat: bool, body: Mapping[str, Any] | None = None
+    ) -> web.StreamResponse:
         arrival = time.monotonic()
         try:
-            prepared = await self._prepare(request, chat=chat)
+            prepared = await self._prepare(request, chat=chat, body=body)
             reply = self._plan(prepared)
             natural = reply.natural_length
             if natural is not None:
@@ -150,11 +157,14 @@ class OpenAIApi:
         except EngineDead as exc:
             raise RequestError(500, str(exc)) from None
 
-    async def _prepare(self, request: web.Request, *, chat: bool) -> Prepared:
-        try:
-            body = json.loads(await request.read())
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise RequestError(400, f"Invalid JSON body: {exc}") from None
+    async def _prepare(
+        self, request: web.Request, *, chat: bool, body: Mapping[str, Any] | None = None
+    ) -> Prepared:
+        if body is None:
+            try:
+                body = json.loads(await request.read())
+            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+                raise RequestError(400, f"Invalid JSON body: {exc}") from None
         if not isinstance(body, Mapping):
             raise RequestError(400, "request body must be a JSON object")
         model = body.get("model")
@@ -247,13 +257,14 @@ class OpenAIApi:
             continuous_usage=bool(options.get("continuous_usage_stats", False)),
             engine=data_parallel_rank(request.headers, self.config.data_parallel_size),
             thinking=thinking,
+            logprobs=logprob_options(body),
         )
 
     def _plan(self, prepared: Prepared) -> Reply:
         constraint = prepared.constraint
         thinking = prepared.thinking
         if constraint is None:
-            return unconstrained_reply(prepared.prompt_text, thinking)
+            return served(unconstrained_reply(prepared.prompt_text, thinking), self.server)
         # The grammar applies once reasoning has ended: the thinking is free text.
         if self.server.garbage_mode() == "schema_break":
             return fixed_reply(constraint.broken_reply(), thinking)
@@ -306,7 +317,9 @@ class OpenAIApi:
                             "function_call": None,
                             self.config.reasoning_field: reasoning,
                         },
-                        "logprobs": None,
+                        "logprobs": logprobs_json(
+                            prepared.logprobs, pending.reply, pending.generated, chat=True
+                        ),
                         "finish_reason": pending.finish,
                         "stop_reason": None,
                     }
@@ -327,7 +340,9 @@ class OpenAIApi:
                     {
                         "index": 0,
                         "text": text,
-                        "logprobs": None,
+                        "logprobs": logprobs_json(
+                            prepared.logprobs, pending.reply, pending.generated, chat=False
+                        ),
                         "finish_reason": pending.finish,
                         "stop_reason": None,
                         "prompt_logprobs": None,

@@ -78,6 +78,7 @@ class Prepared:
     continuous_usage: bool
     engine: int | None = None  # the data-parallel engine it is pinned to (None: balanced)
     thinking: int = 0  # reasoning tokens before the answer (--reasoning-parser)
+    logprobs: Mapping[str, Any] | None = None  # what was asked of log-probabilities (logprobs.py)
 
 
 def chat_prompt(body: Mapping[str, Any]) -> tuple[str, int, list[str]]:

@@ -221,6 +221,10 @@ class SimServer:
             self._spawn(self.close_listener())
         if spec.fault is Fault.EXIT:
             loop.call_later(float(entry.params["delay"]), self._exit_now, int(entry.params["code"]))
+        if spec.fault is Fault.WEIGHTS_UPDATED:  # a finished transfer with its version
+            self.metrics.weight_operation_started("finish")
+            self.metrics.weight_operation_ended("finish", 0.0)
+            self._fire("set_weight_version", str(entry.params["version"]))
         return entry
 
     def clear_fault(self, fault: Fault | None) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 
-from sentinel.canary import multimodal, structured, text
+from sentinel.canary import correctness, multimodal, structured, text
 from sentinel.canary.protocol import CanaryKindProbe, ServerFacts
 from sentinel.canary.spec import TEXT, CanaryKind, CanarySpec
 
@@ -82,5 +82,5 @@ def unvalidatable(specs: Iterable[CanarySpec], facts: ServerFacts) -> dict[Canar
     return {kind: reason for kind, reason in why.items() if kind not in kept}
 
 
-for _builtin in (text.CANARY, structured.CANARY, multimodal.CANARY):
+for _builtin in (text.CANARY, structured.CANARY, multimodal.CANARY, correctness.CANARY):
     register(_builtin)

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from importlib.resources.abc import Traversable
 from typing import Any, Protocol
 
-from sentinel.canary.result import Reason
+from sentinel.canary.result import Generation, Reason
 
 # Re-exported for the runner, which names the endpoint from here.
 from sentinel.canary.spec import CHAT_ENDPOINT as CHAT_ENDPOINT
@@ -81,6 +81,9 @@ class Reply:
     completion_tokens: int | None = None
     finish_reason: str | None = None
     reasoning: str = ""
+    # Every choice's token ids with their log-probabilities, where the reply
+    # carries them (a correctness check asks for them); empty otherwise.
+    generations: tuple[Generation, ...] = ()
 
     @property
     def reasoning_only(self) -> bool:

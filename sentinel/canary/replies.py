@@ -16,7 +16,7 @@ from typing import Any
 import httpx_sse
 
 from sentinel.canary.protocol import CanaryKindProbe, Reply
-from sentinel.canary.result import Reason
+from sentinel.canary.result import Generation, Reason
 from sentinel.transport import TransportFailure, classify_transport
 
 
@@ -169,4 +169,99 @@ def parse_reply(payload: Any, *, chat: bool) -> Reply:
         completion_tokens=int_or_none(usage.get("completion_tokens")),
         finish_reason=str(finish) if finish is not None else None,
         reasoning=choice_reasoning(choices[0], chat=chat, delta=False),
+        generations=generations_of(choices),
     )
+
+
+# Bounds on what one reply may make sentinel hold: a correctness check asks for
+# a few prompts of a few tokens each.
+MAX_GENERATIONS = 16
+MAX_GENERATED_TOKENS = 256
+TOKEN_ID_PREFIX = "token_id:"  # vLLM's form under ``return_tokens_as_token_ids``
+
+
+def generations_of(choices: list[Any]) -> tuple[Generation, ...]:
+    """Every choice's token ids and log-probabilities, in ``index`` order; () if any lacks them.
+
+    Completions carry ``logprobs.tokens`` / ``token_logprobs`` / ``top_logprobs``,
+    chat ``logprobs.content[]``; token ids come from vLLM's ``token_ids`` or
+    from ``token_id:N`` tokens. A reply that gives no ids or a log-probability
+    that is not a number yields nothing: the check cannot be judged on it.
+    """
+    if len(choices) > MAX_GENERATIONS:
+        return ()
+    found: list[tuple[int, Generation]] = []
+    for position, choice in enumerate(choices):
+        if not isinstance(choice, dict):
+            return ()
+        generation = _generation(choice)
+        if generation is None:
+            return ()
+        index = int_or_none(choice.get("index"))
+        found.append((position if index is None else index, generation))
+    return tuple(g for _, g in sorted(found, key=lambda item: item[0]))
+
+
+def _generation(choice: Mapping[str, Any]) -> Generation | None:
+    logprobs = choice.get("logprobs")
+    if not isinstance(logprobs, dict):
+        return None
+    content = logprobs.get("content")
+    if isinstance(content, list):  # chat
+        steps = [s for s in content if isinstance(s, dict)]
+        tokens: Any = [s.get("token") for s in steps]
+        values: Any = [s.get("logprob") for s in steps]
+        tops: Any = [
+            {
+                t.get("token"): t.get("logprob")
+                for t in s.get("top_logprobs") or []
+                if isinstance(t, dict)
+            }
+            for s in steps
+        ]
+    else:  # completions
+        tokens, values = logprobs.get("tokens"), logprobs.get("token_logprobs")
+        tops = logprobs.get("top_logprobs") or []
+    if not isinstance(tokens, list) or not isinstance(values, list) or len(tokens) != len(values):
+        return None
+    if len(tokens) > MAX_GENERATED_TOKENS or not isinstance(tops, list):
+        return None
+    ids = choice.get("token_ids")
+    if not isinstance(ids, list) or len(ids) != len(tokens):
+        ids = [_token_id(t) for t in tokens]
+    if not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+        return None
+    if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
+        return None
+    leads = [
+        _lead(tokens[i], float(values[i]), tops[i] if i < len(tops) else None)
+        for i in range(len(tokens))
+    ]
+    return Generation(
+        tuple(ids),
+        tuple(float(v) for v in values),
+        tuple(margin for margin, _ in leads),
+        tuple(runner for _, runner in leads),
+    )
+
+
+def _token_id(token: Any) -> int | None:
+    if not isinstance(token, str) or not token.startswith(TOKEN_ID_PREFIX):
+        return None
+    digits = token[len(TOKEN_ID_PREFIX) :]
+    return int(digits) if digits.isascii() and digits.isdigit() and len(digits) < 10 else None
+
+
+def _lead(token: Any, logprob: float, top: Any) -> tuple[float | None, int | None]:
+    """How far the chosen token led the best other candidate, and that candidate's id."""
+    if not isinstance(top, dict):
+        return None, None
+    others = [
+        (float(v), k)
+        for k, v in top.items()
+        if k != token and isinstance(v, int | float) and not isinstance(v, bool)
+    ]
+    if not others:
+        return None, None
+    best, name = max(others, key=lambda item: item[0])
+    return logprob - best, _token_id(name)

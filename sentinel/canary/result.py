@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import NamedTuple
 
 # Re-exported: callers have long named the kind from here.
 from sentinel.canary.spec import CanaryKind as CanaryKind
@@ -30,6 +31,23 @@ class Reason(StrEnum):
     # and was cut at max_tokens, or reasoning hid the path under test. Proves nothing.
     INCONCLUSIVE = "inconclusive"
     PROTOCOL = "protocol"  # any other transport error
+
+
+class Generation(NamedTuple):
+    """One greedy generation with its log-probabilities (the correctness check's evidence).
+
+    ``token_ids`` are the generated tokens (vLLM's ``token_id:N`` placeholders, or
+    its ``token_ids``), ``logprobs`` the log-probability of each (NaN kept as
+    NaN: a server computing NaNs is exactly what the check looks for), and
+    ``margins`` how far each token led the runner-up and ``runner_ups`` which
+    token that was (None: no runner-up given). A plain tuple, so a result
+    crosses JSON (bundles, the capture child) as lists.
+    """
+
+    token_ids: tuple[int, ...]
+    logprobs: tuple[float, ...]
+    margins: tuple[float | None, ...] = ()
+    runner_ups: tuple[int | None, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +87,9 @@ class CanaryResult:
     # answered); it replaces the timed-out one in the ledger's history.
     late: bool = False
     awaiting_late: bool = False
+    # A correctness check's generations, one per prompt in the order sent
+    # (empty for every other kind): judged against the fingerprint by the verdict.
+    generations: tuple[Generation, ...] = ()
 
     @property
     def ok(self) -> bool:

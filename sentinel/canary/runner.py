@@ -240,6 +240,7 @@ class CanaryRunner:
             stream=spec.stream,
             tokens_received=progress.tokens if spec.stream else None,
             engine=progress.engine,
+            generations=reply.generations if reply else (),
         )
 
     async def _baseline(self, sent: CanaryRequest, model: str) -> int | None:

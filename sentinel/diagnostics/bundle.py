@@ -323,6 +323,9 @@ def _canary_json(result: CanaryResult) -> dict[str, Any]:
     # Its fields are scalars: a plain copy, not asdict's recursive deep copy.
     data = {f.name: getattr(result, f.name) for f in fields(result)}
     data["ok"] = result.ok
+    # A correctness check's token ids are in the bundle's correctness section, with
+    # how each left the fingerprint (and no NaN that strict JSON readers refuse).
+    data.pop("generations", None)
     return data
 
 

@@ -10,13 +10,15 @@ with it, prompt by prompt, and corruption is confirmed (docs/design.md,
 * **at once** when a check shows a sign no batching noise makes: the
   generation turned into one token repeated where the fingerprint's was not
   (weights lost on wake-up answer ``!!!!!!!!``), its mean log-probability fell
-  :data:`COLLAPSE` nats below the fingerprint's, a log-probability is NaN, the
-  check was answered with a 5xx while its text control succeeded (NaNs
-  surfacing as a server error), or vLLM's ``vllm:corrupted_requests`` counter
+  :data:`COLLAPSE` nats below the fingerprint's, a log-probability is NaN (or
+  vLLM refused to encode one: :data:`NAN_ANSWER`), the check was answered
+  with a 5xx while its text control succeeded (NaNs surfacing as a server
+  error), or vLLM's ``vllm:corrupted_requests`` counter
   moved since the last check that matched;
 * **after** :data:`REPEATS` checks in a row that *depart*: a prompt's first
-  :data:`EARLY_TOKENS` tokens differ where the fingerprint's choice led its
-  runner-up by more than :data:`FLIP_MARGIN` nats, or the log-probability of
+  :data:`EARLY_TOKENS` tokens differ, unless the check chose the fingerprint's
+  runner-up where that trailed by at most :data:`FLIP_MARGIN` nats (a near-tie
+  flipped by batching noise), or the log-probability of
   a token both agree on moved more than :data:`LOGPROB_TOLERANCE` nats.
 
 The tolerance is for batched inference: the same greedy request computed in
@@ -49,6 +51,9 @@ LOGPROB_TOLERANCE = 1.0  # nats: how far an agreed token's log-probability may m
 COLLAPSE = 4.0  # nats: a mean log-probability this far below the fingerprint's
 DEGENERATE = 4  # tokens: a generation this long of one token repeated
 REPEATS = 2  # departing checks in a row that confirm corruption
+# vLLM 0.32 answers a reply whose log-probabilities are NaN with this 400
+# (Python's JSON encoder refusing the value); older releases with a 500.
+NAN_ANSWER = "Out of range float values are not JSON compliant"
 SHOWN = 3  # departures named in a reason
 
 
@@ -111,7 +116,7 @@ def _prompt(prompt: int, b: Generation, c: Generation) -> list[Departure]:
             )
     agreed = _agreed(b.token_ids, c.token_ids)
     early = min(EARLY_TOKENS, len(b.token_ids))
-    if agreed < early and not _near_tie(b, agreed):
+    if agreed < early and not _near_tie(b, c, agreed):
         want = b.token_ids[agreed] if agreed < len(b.token_ids) else "end"
         got = c.token_ids[agreed] if agreed < len(c.token_ids) else "end"
         found.append(Departure(prompt, "diverged", f"token {agreed}: {got}, fingerprint {want}"))
@@ -132,12 +137,16 @@ def _agreed(base: Sequence[int], check: Sequence[int]) -> int:
     return min(len(base), len(check))
 
 
-def _near_tie(base: Generation, at: int) -> bool:
-    """Whether the fingerprint's token at ``at`` barely led its runner-up (a flip is noise)."""
-    if at >= len(base.margins):
+def _near_tie(base: Generation, check: Generation, at: int) -> bool:
+    """Whether the check flipped a near-tie: the fingerprint's token at ``at`` led its
+    runner-up by at most :data:`FLIP_MARGIN` and the check chose that runner-up."""
+    if at >= len(base.margins) or at >= len(check.token_ids):
         return False
     margin = base.margins[at]
-    return margin is not None and margin <= FLIP_MARGIN
+    runner = base.runner_ups[at] if at < len(base.runner_ups) else None
+    if margin is None or margin > FLIP_MARGIN:
+        return False
+    return runner is None or runner == check.token_ids[at]
 
 
 def _mean(values: Sequence[float]) -> float:
@@ -155,6 +164,8 @@ def judge_check(
     facts = evidence.correctness
     if facts is None or facts.fingerprint is None:
         return None
+    if result.reason is Reason.HTTP_STATUS and NAN_ANSWER in result.detail:
+        return (Departure(0, "nan", "the reply's log-probabilities are NaN", immediate=True),)
     if result.reason is Reason.HTTP_STATUS and (result.http_status or 500) >= 500:
         if control is not None and control.ok:
             return (
@@ -202,12 +213,27 @@ def corrupt_hang(
                 "vLLM counted requests with NaN logits (vllm:corrupted_requests)",
                 corrupted,
             )
+    # Per data-parallel engine (the scheduler aims checks at each in turn): one
+    # engine with corrupt weights among good ones alternates departures with matches.
+    for engine in dict.fromkeys(r.engine for r, _ in judged):
+        hang = _confirmed([(r, d) for r, d in judged if r.engine == engine], policy)
+        if hang is not None:
+            return hang
+    return None
+
+
+def _confirmed(
+    judged: Sequence[tuple[CanaryResult, tuple[Departure, ...]]], policy: Policy
+) -> Hang | None:
+    """Corruption in one engine's checks (oldest first): the newest at once, or a run."""
     if not judged:
         return None
     newest, departures = judged[-1]
+    engines = () if newest.engine is None else (newest.engine,)
+    where = "" if newest.engine is None else f"engine {newest.engine}: "
     immediate = [d for d in departures if d.immediate]
     if immediate:
-        return _hang(policy, _describe(immediate), newest.started)
+        return _hang(policy, where + _describe(immediate), newest.started, engines)
     run: list[tuple[CanaryResult, tuple[Departure, ...]]] = []
     for entry in judged:
         run = [*run, entry] if entry[1] else []
@@ -215,8 +241,9 @@ def corrupt_hang(
         return None
     return _hang(
         policy,
-        f"{len(run)} checks in a row left the fingerprint: {_describe(run[-1][1])}",
+        f"{where}{len(run)} checks in a row left the fingerprint: {_describe(run[-1][1])}",
         run[0][0].started,
+        engines,
     )
 
 
@@ -226,5 +253,6 @@ def _describe(departures: Sequence[Departure]) -> str:
     return shown + (f"; and {more} more" if more > 0 else "")
 
 
-def _hang(policy: Policy, what: str, since: float) -> Hang:
-    return Hang(HangKind.CORRUPT, policy.corrupt_action, f"corrupt output: {what}", since)
+def _hang(policy: Policy, what: str, since: float, engines: tuple[int, ...] = ()) -> Hang:
+    reason = f"corrupt output: {what}"
+    return Hang(HangKind.CORRUPT, policy.corrupt_action, reason, since, engines)

@@ -39,6 +39,7 @@ TIMINGS = {
         "text": {"interval": 2.0, "deadline": 4.0, "jitter": 0.0},
         "structured": {"interval": 3.0, "deadline": 5.0},
         "multimodal": {"enabled": False},
+        "correctness": {"interval": 3.0, "deadline": 5.0},
     },
 }
 GREEN = 90.0

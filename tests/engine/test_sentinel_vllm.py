@@ -43,6 +43,7 @@ TIMINGS: dict[str, Any] = {
         "text": {"interval": 2.0, "deadline": 4.0, "jitter": 0.0},
         "structured": {"interval": 3.0, "deadline": 5.0},
         "multimodal": {"interval": 3.0, "deadline": 5.0},
+        "correctness": {"interval": 3.0, "deadline": 5.0},
     },
 }
 DETECT = 30.0  # seconds from the fault to /livez 503

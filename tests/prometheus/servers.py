@@ -54,6 +54,7 @@ FAST_SETTINGS: dict[str, Any] = {
         "text": {"interval": 1.0, "deadline": 2.0, "jitter": 0.0},
         "structured": {"interval": 1.0, "deadline": 2.0},
         "multimodal": {"interval": 1.0, "deadline": 2.0},
+        "correctness": {"interval": 2.0, "deadline": 2.0},
     },
 }
 

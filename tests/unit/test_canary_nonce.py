@@ -19,6 +19,7 @@ from sentinel.catalog import CatalogError, load_catalog
 
 CATALOG = load_catalog()
 COMPLETIONS_REQUEST = {"prompt": "Say ok.", "max_tokens": 2, "temperature": 0}
+CHAT_REQUEST = {"messages": [{"role": "user", "content": "Say ok."}], "max_tokens": 2}
 
 
 def specs() -> list[Any]:
@@ -32,8 +33,8 @@ def specs() -> list[Any]:
 
 
 def _on(spec: CanarySpec, endpoint: str) -> CanarySpec:
-    assert endpoint == COMPLETIONS_ENDPOINT
-    return replace(spec, endpoint=endpoint, request=COMPLETIONS_REQUEST)
+    request = COMPLETIONS_REQUEST if endpoint == COMPLETIONS_ENDPOINT else CHAT_REQUEST
+    return replace(spec, endpoint=endpoint, request=request)
 
 
 def without_nonce(body: Any, nonce: str) -> str:

@@ -46,6 +46,7 @@ def _everything_set() -> DiagnosticsContext:
         xid_window_s=0.75,
         section_max_bytes=1234,
         bundle_max_bytes=5678,
+        correctness={"model": "m", "fingerprint": {"generations": [{"token_ids": [1, 2]}]}},
     )
 
 

@@ -51,7 +51,12 @@ def write_catalog(directory: Path, files: dict[str, Any]) -> Path:
 
 def test_defaults_load_with_design_values() -> None:
     catalog = load_catalog()
-    assert catalog.kinds() == (CanaryKind.TEXT, CanaryKind.STRUCTURED, CanaryKind.MULTIMODAL)
+    assert catalog.kinds() == (
+        CanaryKind.TEXT,
+        CanaryKind.STRUCTURED,
+        CanaryKind.MULTIMODAL,
+        CanaryKind("correctness"),
+    )
     text = catalog.get("text")
     assert (text.priority, text.deadline, text.interval, text.jitter) == (-100, 8.0, 5.0, 0.1)
     assert text.policy == "restart"
@@ -180,7 +185,7 @@ def test_unknown_kind_message_lists_the_registry(tmp_path: Path) -> None:
         load_catalog(tmp_path)
     assert str(caught.value) == (
         f"{tmp_path}/x.yaml: kind: unknown canary kind 'foo' "
-        "(expected text, structured, multimodal)"
+        "(expected text, structured, multimodal, correctness)"
     )
 
 
@@ -224,7 +229,7 @@ def test_an_override_of_no_canary_is_a_catalog_error_naming_it() -> None:
         apply_overrides(catalog.enabled(), overrides, source="sentinel.yaml")
     assert (caught.value.file, caught.value.key) == ("sentinel.yaml", "canaries")
     assert "no canary named 'txet' in the catalog" in caught.value.problem
-    assert "(it has multimodal, structured, text)" in caught.value.problem
+    assert "(it has correctness, multimodal, structured, text)" in caught.value.problem
 
 
 def test_empty_and_missing_directories_are_refused(tmp_path: Path) -> None:

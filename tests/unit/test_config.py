@@ -219,7 +219,7 @@ def test_windows_are_never_shorter_than_the_deadlines_they_judge(
 
 
 def test_scaled_windows_fit_scaled_deadlines() -> None:
-    canaries = {k: {"deadline": 2.0} for k in ("text", "structured", "multimodal")}
+    canaries = {k: {"deadline": 2.0} for k in ("text", "structured", "multimodal", "correctness")}
     flags = {"hang_window": 4.0, "scrape_interval": 0.5, "broken_window": 4.0, "canaries": canaries}
     assert load_settings(None, {}, flags).broken_window == 4.0
 
