@@ -25,7 +25,7 @@ it was answered (:mod:`sentinel.verdict.aim`).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from sentinel.canary.kinds import is_path
 from sentinel.canary.result import CanaryResult, Reason
@@ -87,38 +87,19 @@ def confirmed_hangs(
     or paused only the rules that need no generation stay on (dead, listener
     down), and the stall itself is judged against its bound.
     """
-    stall = lifecycle_bound(evidence, policy, now)
-    if stall is not None:
-        yield stall
-    if not evidence.lifecycle.stalled and not compiling(evidence, policy, now):
-        engine = engine_hang(evidence, enabled, policy, now)
-        if engine is not None:
-            yield engine
-        partial = partial_hang(evidence, enabled, policy, now)
-        if partial is not None:
-            yield partial
-        starving = starved(evidence, enabled, policy, now)
-        if starving is not None:
-            yield starving
-    if not evidence.lifecycle.stalled:
-        for k in enabled:
-            if is_path(k.kind):
-                path = path_hang(k, window_floor(evidence), policy, now)
-                if path is not None:
-                    yield path
-        corrupt = corrupt_hang(evidence, enabled, policy, now)
-        if corrupt is not None:
-            yield corrupt
-        hang = broken(evidence, enabled, policy, now)
-        if hang is not None:
-            yield hang
-    hang = dead(evidence, enabled, policy, now)
-    if hang is not None:
-        yield hang
+    stalled = evidence.lifecycle.stalled
+    engine_side = not stalled and not compiling(evidence, policy, now)
+    found: list[Hang | None] = [lifecycle_bound(evidence, policy, now)]
+    if engine_side:
+        found += [rule(evidence, enabled, policy, now) for rule in ENGINE_RULES]
+    if not stalled:
+        floor = window_floor(evidence)
+        found += [path_hang(k, floor, policy, now) for k in enabled if is_path(k.kind)]
+        found += [rule(evidence, enabled, policy, now) for rule in (corrupt_hang, broken)]
+    found.append(dead(evidence, enabled, policy, now))
     if startup_passed:
-        down = listener_down(evidence, policy, now)
-        if down is not None:
-            yield down
+        found.append(listener_down(evidence, policy, now))
+    yield from (hang for hang in found if hang is not None)
 
 
 def _epoch_results(evidence: Evidence, enabled: Sequence[KindEvidence]) -> list[CanaryResult]:
@@ -393,3 +374,9 @@ def listener_down(evidence: Evidence, policy: Policy, now: float) -> Hang | None
 
 def _or_never(at: float | None) -> float:
     return float("-inf") if at is None else at
+
+
+Rule = Callable[[Evidence, Sequence[KindEvidence], Policy, float], Hang | None]
+
+#: The rules that judge the engine's own work: off while asleep, paused or compiling.
+ENGINE_RULES: tuple[Rule, ...] = (engine_hang, partial_hang, starved)
