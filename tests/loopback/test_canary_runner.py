@@ -97,7 +97,7 @@ async def test_text_ok_sends_priority_model_and_bearer_key() -> None:
     assert request.url == f"{BASE}/v1/chat/completions"
     assert request.headers["authorization"] == f"Bearer {KEY}"
     body = rec.bodies()[0]
-    assert (body["priority"], body["model"], body["stream"]) == (-100, "m", False)
+    assert (body["priority"], body["model"], body["stream"]) == (-100, "m", True)  # the text canary streams
 
 
 async def test_no_authorization_header_without_a_key() -> None:
