@@ -97,7 +97,8 @@ async def test_text_ok_sends_priority_model_and_bearer_key() -> None:
     assert request.url == f"{BASE}/v1/chat/completions"
     assert request.headers["authorization"] == f"Bearer {KEY}"
     body = rec.bodies()[0]
-    assert (body["priority"], body["model"], body["stream"]) == (-100, "m", True)  # the text canary streams
+    # the text canary streams (and asks for at least 2 tokens)
+    assert (body["priority"], body["model"], body["stream"]) == (-100, "m", True)
 
 
 async def test_no_authorization_header_without_a_key() -> None:
