@@ -124,17 +124,22 @@ class ProgressUpdate:
 
 
 def canary_budget(
-    *, reply_tokens: float, prompt_tokens: float, completes: bool = True
+    *, reply_tokens: float, prompt_tokens: float, completes: bool = True, requests: int = 1
 ) -> dict[str, float]:
-    """The most work one canary can cause, per work counter."""
+    """The most work one canary can cause, per work counter.
+
+    ``requests``: the engine requests it makes (a completions prompt list is
+    one per prompt); the token figures are their sums.
+    """
+    done = float(requests) if completes else 0.0
     return {
         "generation_tokens": reply_tokens,
-        DECODE_TOKENS: max(reply_tokens - 1.0, 0.0),
+        DECODE_TOKENS: max(reply_tokens - requests, 0.0),
         "prompt_tokens": prompt_tokens,
         # An engine step processes a canary's prompt (prefill) and each token it decodes.
         "engine_tokens": reply_tokens + prompt_tokens,
-        "completions": 1.0 if completes else 0.0,
-        DECODE_COMPLETIONS: 1.0 if completes and reply_tokens > 1 else 0.0,
+        "completions": done,
+        DECODE_COMPLETIONS: done if reply_tokens > requests else 0.0,
     }
 
 
@@ -205,7 +210,8 @@ class ProgressTracker:
         data-parallel engine it is aimed at, the only one whose work it explains
         (None: unaimed, any one engine's).
         """
-        reply = min(float(budget.get("generation_tokens", 0.0)), IN_FLIGHT_TOKENS)
+        requests = max(float(budget.get("completions", 0.0)), 1.0)
+        reply = min(float(budget.get("generation_tokens", 0.0)), IN_FLIGHT_TOKENS * requests)
         prompt = float(budget.get("prompt_tokens", 0.0))
         allowed = {
             "generation_tokens": reply,
@@ -233,9 +239,11 @@ class ProgressTracker:
         if not result.ok:
             credit.cap("completions", 0.0)  # an aborted or failed request is no success
         if result.completion_tokens is not None:
-            credit.set(DECODE_COMPLETIONS, 1.0 if result.completion_tokens > 1 else 0.0)
+            requests = float(max(len(result.generations), 1))
+            decoded = result.completion_tokens > requests
+            credit.set(DECODE_COMPLETIONS, requests if decoded else 0.0)
             credit.set("generation_tokens", float(result.completion_tokens))
-            credit.set(DECODE_TOKENS, max(float(result.completion_tokens) - 1.0, 0.0))
+            credit.set(DECODE_TOKENS, max(float(result.completion_tokens) - requests, 0.0))
         if result.prompt_tokens is not None:
             credit.set("prompt_tokens", float(result.prompt_tokens))
         if result.completion_tokens is not None and result.prompt_tokens is not None:

@@ -345,13 +345,15 @@ class Scheduler:
         reply length and prompt); before any, from ``max_tokens`` and a
         generous prompt estimate.
         """
-        max_tokens = float(spec.request.get("max_tokens") or DEFAULT_MAX_TOKENS)
+        listed = spec.request.get("prompt")
+        requests = len(listed) if isinstance(listed, list) and listed else 1  # one per prompt
+        max_tokens = float(spec.request.get("max_tokens") or DEFAULT_MAX_TOKENS) * requests
         mine = [r for r in self.ledger.records[spec.kind].results if r.ok and r.name == spec.name]
         replies = [r.completion_tokens for r in mine[-5:] if r.completion_tokens]
         prompts = [r.prompt_tokens for r in mine[-5:] if r.prompt_tokens]
         reply = min(float(max(replies)), max_tokens) if replies else max_tokens
-        prompt = float(max(prompts)) if prompts else DEFAULT_PROMPT_ESTIMATE
-        return canary_budget(reply_tokens=reply, prompt_tokens=prompt)
+        prompt = float(max(prompts)) if prompts else DEFAULT_PROMPT_ESTIMATE * requests
+        return canary_budget(reply_tokens=reply, prompt_tokens=prompt, requests=requests)
 
     def _observe(self, result: CanaryResult) -> None:
         # Only a refusal says nothing listens; any other outcome (a reset,

@@ -33,6 +33,8 @@ def fake_server(*, images: bool = True, hang_structured: bool = False) -> httpx.
         if request.url.path == "/v1/models":
             return httpx.Response(200, json={"object": "list", "data": [{"id": "tiny"}]})
         body = json.loads(request.content)
+        if request.url.path == "/v1/completions":
+            return _completions(body)
         content = body["messages"][-1]["content"]
         if isinstance(content, list) and not images:
             error = {"message": "tiny is not a multimodal model", "type": "BadRequestError"}
@@ -62,6 +64,26 @@ def fake_server(*, images: bool = True, hang_structured: bool = False) -> httpx.
         return httpx.Response(200, json=reply)
 
     return httpx.MockTransport(answer)
+
+
+def _completions(body: dict[str, Any]) -> httpx.Response:
+    """The correctness check's greedy prompts: token ids and log-probabilities, as vLLM."""
+    prompts = body["prompt"] if isinstance(body["prompt"], list) else [body["prompt"]]
+    n = int(body.get("max_tokens") or 1)
+    choices = []
+    for index, _ in enumerate(prompts):
+        tokens = [f"token_id:{100 + index * 10 + i}" for i in range(n)]
+        logprobs = {
+            "text_offset": list(range(n)),
+            "token_logprobs": [-0.1] * n,
+            "tokens": tokens,
+            "top_logprobs": [{t: -0.1, f"token_id:{7 + i}": -2.0} for i, t in enumerate(tokens)],
+        }
+        choices.append(
+            {"index": index, "text": "x" * n, "logprobs": logprobs, "finish_reason": "length"}
+        )
+    usage = {"prompt_tokens": 5 * len(prompts), "completion_tokens": n * len(prompts)}
+    return httpx.Response(200, json={"choices": choices, "usage": usage})
 
 
 async def probe(transport: httpx.MockTransport, urls: list[str], **kw: Any) -> Any:
