@@ -56,6 +56,8 @@ FaultKind = Literal[
     "compile_step",
     "slow_image",
     "metrics_401",
+    # silent corruption: answers arrive, garbage (simulator only)
+    "weights_lost",
 ]
 LoadKind = Literal["text", "structured", "multimodal"]
 PLUGIN_FAULTS = frozenset(
@@ -82,6 +84,7 @@ SIM_ONLY_FAULTS = frozenset(
         "compile_step",
         "slow_image",
         "metrics_401",
+        "weights_lost",
     }
 )
 #: The legitimate stalls: a working server holds its requests (prefill, lifecycle,
@@ -274,7 +277,11 @@ class ExpectSpec(_Strict):
     #: two rules both describe lists both: every canary failing fast with no
     #: progress is an engine hang after H and broken after the broken window.
     hang_kinds: (
-        list[Literal["engine", "structured", "multimodal", "dead", "broken", "listener_down"]]
+        list[
+            Literal[
+                "engine", "structured", "multimodal", "dead", "broken", "listener_down", "corrupt"
+            ]
+        ]
         | None
     ) = None
     #: vLLM's own /health must answer 200 at every sample
