@@ -37,7 +37,7 @@ unit: $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider tests/unit
 
 loopback: $(STAMP)
-	$(PY) -m pytest -q -p no:cacheprovider -m "not slow and not engine" \
+	$(PY) -m pytest -q -n 2 --dist loadfile -p no:cacheprovider -m "not slow and not engine" \
 		--ignore=tests/unit tests
 
 # The pod as shipped: sentinel as uid 10001 with no capabilities in a read-only root
@@ -55,8 +55,8 @@ test: $(STAMP)
 	$(MAKE) engine-env-bg
 	$(MAKE) check
 	$(MAKE) prometheus-tools
-	$(PY) -m pytest -q -rs -m "not slow and not engine" -p no:cacheprovider \
-		--ignore=tests/unit tests
+	$(PY) -m pytest -q -rs -n 2 --dist loadfile -m "not slow and not engine" \
+		-p no:cacheprovider --ignore=tests/unit tests
 	$(PY) -m pytest -q -rs -m "engine and not slow" -p no:cacheprovider tests
 
 # promtool, prometheus and blackbox_exporter for tests/prometheus: installed with
