@@ -94,7 +94,11 @@ def confirmed_hangs(
         found += [rule(evidence, enabled, policy, now) for rule in ENGINE_RULES]
     if not stalled:
         floor = window_floor(evidence)
-        found += [path_hang(k, floor, policy, now) for k in enabled if is_path(k.kind)]
+        found += [
+            path_hang(k, floor, policy, now, evidence.unobserved)
+            for k in enabled
+            if is_path(k.kind)
+        ]
         found += [rule(evidence, enabled, policy, now) for rule in (corrupt_hang, broken)]
     found.append(dead(evidence, enabled, policy, now))
     if startup_passed:
@@ -263,7 +267,13 @@ def _rate(control: CanaryResult) -> float:
     return tokens / max(decode, 1e-3)
 
 
-def path_hang(k: KindEvidence, floor: float, policy: Policy, now: float) -> Hang | None:
+def path_hang(
+    k: KindEvidence,
+    floor: float,
+    policy: Policy,
+    now: float,
+    unobserved: tuple[tuple[float, float], ...] = (),
+) -> Hang | None:
     """The path's last canaries made no progress beside passing controls.
 
     Either the last ``path_misses`` canaries all missed, or the last one,
@@ -281,7 +291,7 @@ def path_hang(k: KindEvidence, floor: float, policy: Policy, now: float) -> Hang
     last = pairs[-policy.path_misses :]
     newest, control = last[-1]
     if newest.awaiting_late:
-        waited = observed(newest.started, now, ())
+        waited = observed(newest.started, now, unobserved)
         if waited < policy.path_misses * policy.hang_window or not path_missed(newest, control):
             return None
         last = [last[-1]]

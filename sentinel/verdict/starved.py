@@ -28,7 +28,8 @@ def starved(
     if since is None or not evidence.progress_available:
         return None
     work = evidence.last_decode_at if evidence.decode_available else evidence.last_progress_at
-    start = max(since, floor(evidence), *(t for t in (work, evidence.last_prefill_at) if t))
+    progress = (t for t in (work, evidence.last_prefill_at) if t is not None)
+    start = max(since, floor(evidence), *progress)
     elapsed = observed(start, now, evidence.unobserved)
     if elapsed < policy.hang_window:
         return None

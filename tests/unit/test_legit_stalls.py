@@ -471,3 +471,25 @@ def test_an_awaited_path_canary_is_the_probe_of_its_path(
     state = replace(VerdictState(), epoch=0, startup_passed=True)
     _, verdict = evaluate(state, ev, Policy(), now)
     assert (HangKind(mm.value) in [h.kind for h in verdict.hangs]) is hung
+
+
+def test_an_awaited_path_canary_waits_out_time_sentinel_did_not_observe() -> None:
+    """31 s since the send, 10 of them a sidecar stall: 21 s observed, no path hang yet."""
+    mm = CanaryKind.MULTIMODAL
+    control = ok(100.0)
+    results = (
+        CanaryResult("mm", mm, Reason.OK, 90.0, 0.5),
+        CanaryResult("mm", mm, Reason.TIMEOUT, 100.0, 10.0, awaiting_late=True),
+    )
+    ev = Evidence(
+        kinds={
+            TEXT: KindEvidence(TEXT, results=(ok(90.0), control, ok(120.0))),
+            mm: KindEvidence(mm, results=results, controls=(None, control)),
+        },
+        progress_available=True,
+        last_progress_at=130.0,
+        unobserved=((110.0, 120.0),),
+    )
+    state = replace(VerdictState(), epoch=0, startup_passed=True)
+    _, verdict = evaluate(state, ev, Policy(), 131.0)
+    assert HangKind(mm.value) not in [h.kind for h in verdict.hangs]
