@@ -35,6 +35,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 
 from sentinel.health import HealthSnapshot, HealthState, ProbeAnswer
+from sentinel.serve.fingerprint import FINGERPRINT_PATH
 from sentinel.serve.maintenance import (
     MAINTENANCE_KEY,
     MAINTENANCE_PATH,
@@ -51,7 +52,9 @@ DEFAULT_SHUTDOWN_TIMEOUT = 5.0
 PROBE_PATHS = frozenset({"/livez", "/readyz", "/startupz", "/healthz"})
 # Served on the listener's own thread too: the probes, and /maintenance, whose
 # request body belongs to the listener's event loop (serve.maintenance).
-LISTENER_PATHS = PROBE_PATHS | {MAINTENANCE_PATH}
+# Routes that read their request body run on the listener's own loop (the body
+# belongs to it); the state they touch is thread-safe.
+LISTENER_PATHS = PROBE_PATHS | {MAINTENANCE_PATH, FINGERPRINT_PATH}
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 # Runs a non-probe route's handler where daemon state may be read (see probe_thread).
 Forward = Callable[[web.Request, Handler], Awaitable[web.StreamResponse]]
