@@ -23,7 +23,7 @@ from typing import Any
 
 from sentinel.exitcode import ExitCode
 from sentinel.maintenance import TokenError, read_token
-from sentinel.maintenance_cli import DEFAULT_URL, RETRYABLE, TOKEN_FILE_ENV, positive_seconds
+from sentinel.maintenance_cli import RETRYABLE, TOKEN_FILE_ENV, add_client_options
 
 
 def add_fingerprint_arguments(parser: argparse.ArgumentParser) -> None:
@@ -37,13 +37,7 @@ def add_fingerprint_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"file holding the maintenance bearer token (default: ${TOKEN_FILE_ENV})",
     )
     for action in actions.choices.values():
-        action.add_argument(
-            "--url", default=DEFAULT_URL, help=f"sentinel's HTTP address (default {DEFAULT_URL})"
-        )
-        action.add_argument(
-            "--timeout", type=positive_seconds, default=10.0, help="seconds (default 10)"
-        )
-        action.add_argument("--json", action="store_true", help="print sentinel's JSON answer")
+        add_client_options(action)
 
 
 def fingerprint_main(args: argparse.Namespace) -> int:

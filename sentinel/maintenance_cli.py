@@ -56,17 +56,22 @@ def add_maintenance_arguments(parser: argparse.ArgumentParser) -> None:
     actions.add_parser("show", help="show the maintenance window")
     for action in actions.choices.values():
         action.add_argument(
-            "--url", default=DEFAULT_URL, help=f"sentinel's HTTP address (default {DEFAULT_URL})"
-        )
-        action.add_argument(
             "--token-file",
             type=Path,
             help=f"file holding the bearer token (default: ${TOKEN_FILE_ENV})",
         )
-        action.add_argument(
-            "--timeout", type=positive_seconds, default=10.0, help="seconds (default 10)"
-        )
-        action.add_argument("--json", action="store_true", help="print sentinel's JSON answer")
+        add_client_options(action)
+
+
+def add_client_options(action: argparse.ArgumentParser) -> None:
+    """The options every command talking to sentinel's HTTP port takes."""
+    action.add_argument(
+        "--url", default=DEFAULT_URL, help=f"sentinel's HTTP address (default {DEFAULT_URL})"
+    )
+    action.add_argument(
+        "--timeout", type=positive_seconds, default=10.0, help="seconds (default 10)"
+    )
+    action.add_argument("--json", action="store_true", help="print sentinel's JSON answer")
 
 
 def maintenance_main(args: argparse.Namespace) -> int:
