@@ -46,6 +46,10 @@ FaultKind = Literal[
     "empty_200",
     "listener_closed",
     "metrics_lapse",
+    # hangs a passing canary cannot see (simulator only): real traffic starved behind
+    # the priority canary; one of two API-server processes (--api-server-count 2) wedged
+    "starve",
+    "api_wedge",
     # legitimate stalls (docs/design.md "Work is more than tokens", "Lifecycle states
     # are not hangs", "A long engine step", "Late answers"): a working server whose
     # requests wait; the simulator's faults of the same names
@@ -85,6 +89,8 @@ SIM_ONLY_FAULTS = frozenset(
         "slow_image",
         "metrics_401",
         "weights_lost",
+        "starve",
+        "api_wedge",
     }
 )
 #: The legitimate stalls: a working server holds its requests (prefill, lifecycle,
@@ -279,7 +285,15 @@ class ExpectSpec(_Strict):
     hang_kinds: (
         list[
             Literal[
-                "engine", "structured", "multimodal", "dead", "broken", "listener_down", "corrupt"
+                "engine",
+                "structured",
+                "multimodal",
+                "dead",
+                "broken",
+                "listener_down",
+                "corrupt",
+                "starved",
+                "api_server",
             ]
         ]
         | None

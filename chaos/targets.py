@@ -119,6 +119,8 @@ class SimTarget:
             mode = params.pop(WEIGHT_UPDATE_PAUSE)
             await asyncio.to_thread(sim.control.set_fault, "pause", mode=mode)
             done = f"fault pause {{'mode': {mode!r}}}, then "
+        if fault.kind == "api_wedge":  # nothing reaches a wedged loop: it ends on its own
+            params["duration"] = fault.duration
         await asyncio.to_thread(sim.control.set_fault, fault.kind, **params)
         return f"{done}fault {fault.kind} {params or ''}".strip()
 

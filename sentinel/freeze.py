@@ -69,6 +69,8 @@ def freeze(
         waiting_real=ledger.waiting_real,
         compiling_since=ledger.compiling.since,
         compile_detail=ledger.compiling.detail,
+        api_stuck_since=ledger.api.since,
+        api_stuck_detail=ledger.api.detail,
         unobserved=unobserved,
     )
 

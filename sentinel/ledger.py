@@ -20,10 +20,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
 from sentinel.canary.result import CanaryKind, CanaryResult
+from sentinel.evidence.api_watch import ApiWatch
 from sentinel.evidence.compilers import CompileWatch
 from sentinel.evidence.metrics import MetricsSample
-from sentinel.evidence.process_model import ProcessInfo, placed
-from sentinel.evidence.processes import ProcessSnapshot, ProcessState
+from sentinel.evidence.process_model import ProcessInfo, ProcessSnapshot, ProcessState, placed
 from sentinel.freeze import freeze
 from sentinel.lifecycle import LifecycleTracker
 from sentinel.path_traffic import PathTraffic
@@ -91,6 +91,8 @@ class Ledger:
         # Compilers under the engine: CPU seconds at the last sample, and since
         # when one has been seen busy (a long first-use compile step).
         self.compiling = CompileWatch()
+        # Each API-server process of --api-server-count: stopped, or not reading.
+        self.api = ApiWatch()
 
     # -- epochs -------------------------------------------------------------
     def new_epoch(self, reason: str, now: float) -> None:
@@ -110,6 +112,7 @@ class Ledger:
         self.lifecycle.reset()
         self.traffic.reset()
         self.waiting_since, self.waiting_real = None, 0.0
+        self.api.reset()
 
     def observe_traffic(self, sample: MetricsSample) -> None:
         """Real path traffic and real requests waiting, from one sample."""
@@ -295,6 +298,7 @@ class Ledger:
         }
         previous, self.processes = self.processes, snapshot
         self.compiling.observe(snapshot.compilers, now)
+        self.api.observe(snapshot, now)
         before = None if previous is None else previous.api_identity
         after = snapshot.api_identity
         # An attributed API server is kept while that very process lives (even

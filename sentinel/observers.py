@@ -26,7 +26,8 @@ from sentinel.diagnostics.stacks import find_py_spy
 from sentinel.evidence.failure import EvidenceFailure
 from sentinel.evidence.lifecycle_poll import LifecyclePoller
 from sentinel.evidence.metrics import MetricsSample, MetricsScraper, ScrapeError, ScrapeLimits
-from sentinel.evidence.processes import ProcessSnapshot, ProcessWatcher
+from sentinel.evidence.process_model import ProcessSnapshot
+from sentinel.evidence.processes import ProcessWatcher
 from sentinel.evidence.vllm_health import VllmHealthPoller
 from sentinel.ledger import Ledger
 from sentinel.settings import Settings

@@ -62,6 +62,7 @@ HELP = {
     "broken_policy": "What a broken server does.",
     "listener_policy": "What a listener down does.",
     "starved_policy": "What starved real traffic (canaries passing) does.",
+    "api_policy": "What an API-server process stopped, or not reading, does.",
     "pause_bound": "A pause (a weight update, a maintenance window) longer than this is reported.",
     "paused_policy": "What a pause past its bound does.",
     "sleep_bound": "A sleep longer than this is reported (unset: sleep is unbounded).",

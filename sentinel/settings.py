@@ -175,6 +175,10 @@ class Settings(BaseModel):
     broken_policy: Action = _POLICY.broken_action
     listener_policy: Action = _POLICY.listener_action
     starved_policy: Action = _POLICY.starved_action
+    # One API-server process of several stopped, or a connection it holds left
+    # unread, this long (sentinel.verdict.api_server).
+    api_window: float = _POLICY.api_window
+    api_policy: Action = _POLICY.api_action
     # Lifecycle (sleep, pause, weight updates): how often /is_sleeping and
     # /is_paused are asked (where the server runs VLLM_SERVER_DEV_MODE=1), how
     # long a pause may last before it is reported, and whether sleep is bounded.
@@ -312,6 +316,8 @@ class Settings(BaseModel):
             broken_action=self.broken_policy,
             listener_action=self.listener_policy,
             starved_action=self.starved_policy,
+            api_window=self.api_window,
+            api_action=self.api_policy,
             pause_bound=self.pause_bound,
             paused_action=self.paused_policy,
             sleep_bound=self.sleep_bound,

@@ -32,14 +32,18 @@ from collections.abc import Sequence
 import setproctitle
 from aiohttp import web
 
+from sentinel_sim.api_servers import ApiServers
 from sentinel_sim.config import SimConfig, parse_args
 from sentinel_sim.control_api import build_control_app
 from sentinel_sim.fault_gates import close_listener
 from sentinel_sim.openai_api import build_openai_app
+from sentinel_sim.satellite import SERVER_HEADER
 from sentinel_sim.server import EngineDead, SimServer
 
 
-def _ready_line(server: SimServer, port: int, control_port: int) -> str:
+def _ready_line(
+    server: SimServer, port: int, control_port: int, satellites: ApiServers | None
+) -> str:
     return json.dumps(
         {
             "event": "ready",
@@ -49,6 +53,7 @@ def _ready_line(server: SimServer, port: int, control_port: int) -> str:
             "engine_pids": [link.pid for link in server.links],
             "worker_pids": [link.worker_pids for link in server.links],
             "api_pid": os.getpid(),
+            "api_pids": [os.getpid(), *(satellites.pids if satellites is not None else [])],
             "model": server.config.model,
             "scheduling_policy": server.config.scheduling_policy,
         }
@@ -63,10 +68,14 @@ def _write_ready_file(path: str, line: str) -> None:
     os.replace(tmp, path)
 
 
-def _bound_port(site: web.TCPSite) -> int:
+def _bound_port(site: web.BaseSite) -> int:
     server = site._server
     assert isinstance(server, asyncio.base_events.Server)
     return int(server.sockets[0].getsockname()[1])
+
+
+async def _answered_by_server_0(_: web.Request, response: web.StreamResponse) -> None:
+    response.headers.setdefault(SERVER_HEADER, "0")
 
 
 async def serve(config: SimConfig) -> int:
@@ -79,8 +88,16 @@ async def serve(config: SimConfig) -> int:
     await control_runner.setup()
     control_site = web.TCPSite(control_runner, config.control_host, config.control_port)
     await control_site.start()
+    satellites = (
+        ApiServers(config.api_server_count, config.host, config.port)
+        if config.api_server_count > 1
+        else None
+    )
+    openai_app = build_openai_app(server)
+    if satellites is not None:
+        openai_app.on_response_prepare.append(_answered_by_server_0)
     openai_runner = web.AppRunner(
-        build_openai_app(server), access_log=None, handler_cancellation=True, shutdown_timeout=1.0
+        openai_app, access_log=None, handler_cancellation=True, shutdown_timeout=1.0
     )
     await openai_runner.setup()
     server.close_listener = functools.partial(close_listener, openai_runner)
@@ -88,9 +105,19 @@ async def serve(config: SimConfig) -> int:
         await server.start_engine()
         for spec in config.faults:
             server.set_fault(spec)
-        openai_site = web.TCPSite(openai_runner, config.host, config.port, backlog=4096)
-        await openai_site.start()
-        line = _ready_line(server, _bound_port(openai_site), _bound_port(control_site))
+        if satellites is None:
+            openai_site: web.BaseSite = web.TCPSite(
+                openai_runner, config.host, config.port, backlog=4096
+            )
+            await openai_site.start()
+        else:  # server 0 serves the shared socket too, and relays the satellites' requests
+            openai_site = web.SockSite(openai_runner, satellites.socket)
+            private = web.TCPSite(openai_runner, "127.0.0.1", 0)
+            await openai_site.start()
+            await private.start()
+            await satellites.start(f"http://127.0.0.1:{_bound_port(private)}")
+            server.wedge_api = satellites.wedge
+        line = _ready_line(server, _bound_port(openai_site), _bound_port(control_site), satellites)
         if config.ready_file:
             _write_ready_file(config.ready_file, line)
         print(line, flush=True)
@@ -102,6 +129,8 @@ async def serve(config: SimConfig) -> int:
         server.mm_gate.set()
         server.open_gate.set()
         server.metrics_gate.set()
+        if satellites is not None:
+            await satellites.stop()
         await server.shutdown_engine()
         await openai_runner.cleanup()
         await control_runner.cleanup()

@@ -63,6 +63,7 @@ class SimConfig:
     ready_file: str | None = None
     data_parallel_size: int = 1  # engine children, VLLM::EngineCore_DP<i>, least loaded first
     tensor_parallel_size: int = 1  # worker children per engine, VLLM::Worker_TP<i>
+    api_server_count: int = 1  # API-server processes on one socket (sentinel_sim.satellite)
     dev_mode: bool = False  # vLLM's VLLM_SERVER_DEV_MODE routes (sleep, pause, weights)
     reasoning_parser: str | None = None  # chat replies think first (any parser name)
     reasoning_tokens: int = 64  # how many tokens the thinking lasts
@@ -125,6 +126,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="worker children per engine (a stopped one stalls its engine)",
     )
     parser.add_argument(
+        "--api-server-count",
+        type=int,
+        default=d.api_server_count,
+        help="API-server processes sharing the OpenAI socket, as vLLM's (server 0 owns the engine)",
+    )
+    parser.add_argument(
         "--dev-mode",
         action="store_true",
         help=f"register vLLM's dev routes (also: {DEV_MODE_ENV}=1 in the environment)",
@@ -161,8 +168,8 @@ def parse_args(argv: Sequence[str] | None = None) -> SimConfig:
         parser.error(str(exc))
     if ns.max_num_seqs < 1 or ns.kv_cache_tokens < ns.block_size or ns.decode_tps <= 0:
         parser.error("max-num-seqs >= 1, kv-cache-tokens >= block-size and decode-tps > 0")
-    if ns.data_parallel_size < 1 or ns.tensor_parallel_size < 1:
-        parser.error("data-parallel-size and tensor-parallel-size must be >= 1")
+    if ns.data_parallel_size < 1 or ns.tensor_parallel_size < 1 or ns.api_server_count < 1:
+        parser.error("data-parallel-size, tensor-parallel-size and api-server-count must be >= 1")
     if ns.max_num_batched_tokens < 1 or ns.prefill_tps <= 0 or ns.reasoning_tokens < 0:
         parser.error("max-num-batched-tokens >= 1, prefill-tps > 0 and reasoning-tokens >= 0")
     for spec in faults:
@@ -191,6 +198,7 @@ def parse_args(argv: Sequence[str] | None = None) -> SimConfig:
         ready_file=ns.ready_file,
         data_parallel_size=ns.data_parallel_size,
         tensor_parallel_size=ns.tensor_parallel_size,
+        api_server_count=ns.api_server_count,
         dev_mode=ns.dev_mode or dev_mode_from_env(),
         reasoning_parser=ns.reasoning_parser,
         reasoning_tokens=ns.reasoning_tokens,

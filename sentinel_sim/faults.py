@@ -98,6 +98,9 @@ class Fault(StrEnum):
     # A caching or deduplicating proxy in front: a request body seen before is
     # answered from the cache, whatever the engine does.
     CACHE_FRONT = "cache_front"
+    # One of several API-server processes (--api-server-count) wedged: its event loop
+    # blocks (or spins, with `spin`) for the fault's duration; `server` 1..N-1.
+    API_WEDGE = "api_wedge"
     # Broken shapes: every request fails fast.
     RESET_ALL = "reset_all"  # each generation request's connection closed, no response
     EMPTY_200 = "empty_200"  # HTTP 200 with zero generated tokens, engine untouched
@@ -286,6 +289,7 @@ _PARAMS: dict[Fault, dict[str, tuple[Callable[[Any], Any], Any]]] = {
     Fault.STALL_AFTER_FIRST: {"requests": (_count, 1)},
     Fault.STARVE: {"below": (int, 0)},
     Fault.CACHE_FRONT: {},
+    Fault.API_WEDGE: {"server": (_at_least_one("server"), 1), "spin": (_bool, False)},
     Fault.RESET_ALL: {},
     Fault.EMPTY_200: {},
     Fault.LISTENER_CLOSED: {},

@@ -94,6 +94,7 @@ class SimProcess:
         dead_exit_delay: float | None = None,
         data_parallel_size: int | None = None,
         tensor_parallel_size: int | None = None,
+        api_server_count: int | None = None,
         max_num_batched_tokens: int | None = None,
         dev_mode: bool = False,
         reasoning_parser: str | None = None,
@@ -120,6 +121,7 @@ class SimProcess:
             "--dead-exit-delay": dead_exit_delay,
             "--data-parallel-size": data_parallel_size,
             "--tensor-parallel-size": tensor_parallel_size,
+            "--api-server-count": api_server_count,
             "--max-num-batched-tokens": max_num_batched_tokens,
             "--reasoning-parser": reasoning_parser,
             "--reasoning-tokens": reasoning_tokens,
@@ -182,6 +184,11 @@ class SimProcess:
     @property
     def api_pid(self) -> int:
         return int(self._require_ready()["api_pid"])
+
+    @property
+    def api_pids(self) -> list[int]:
+        """Every API-server process, server 0 (the one owning the engine link) first."""
+        return [int(pid) for pid in self._require_ready().get("api_pids") or [self.api_pid]]
 
     @property
     def model(self) -> str:

@@ -21,7 +21,14 @@ from typing import Any
 
 from sentinel_sim.config import SimConfig, check_fault_fits
 from sentinel_sim.engine_link import EngineLink
-from sentinel_sim.faults import ENGINE_FAULTS, ActiveFault, Fault, FaultSpec, FaultTable
+from sentinel_sim.faults import (
+    ENGINE_FAULTS,
+    ActiveFault,
+    Fault,
+    FaultError,
+    FaultSpec,
+    FaultTable,
+)
 from sentinel_sim.metrics import VllmMetrics
 from sentinel_sim.model import Reply
 from sentinel_sim.scheduler import EngineStats
@@ -94,6 +101,8 @@ class SimServer:
         self.metrics_gate.set()
         # Set by the process around us: closes the OpenAI port for good (listener_closed).
         self.close_listener: Callable[[], Awaitable[None]] | None = None
+        # Set by the process around us under --api-server-count: (server, seconds, spin).
+        self.wedge_api: Callable[[int, float, bool], None] | None = None
         self._next_rid = 0
         self._balance_start = 0  # where the next least-loaded scan starts (ties rotate)
         self._expiry_handles: dict[Fault, asyncio.TimerHandle] = {}
@@ -204,6 +213,8 @@ class SimServer:
     def set_fault(self, spec: FaultSpec) -> ActiveFault:
         """Switch a fault on; a ``long_prefill`` that cannot fit raises :class:`FaultError`."""
         check_fault_fits(spec, self.config.kv_cache_tokens)
+        if spec.fault is Fault.API_WEDGE:
+            self._wedge(spec)
         entry = self.faults.set(spec)
         old = self._expiry_handles.pop(spec.fault, None)
         if old is not None:
@@ -226,6 +237,19 @@ class SimServer:
             self.metrics.weight_operation_ended("finish", 0.0)
             self._fire("set_weight_version", str(entry.params["version"]))
         return entry
+
+    def _wedge(self, spec: FaultSpec) -> None:
+        """Deliver ``api_wedge`` to its satellite; refused without one to wedge."""
+        server = int(spec.params["server"])
+        if self.wedge_api is None or server >= self.config.api_server_count:
+            raise FaultError(
+                f"api_wedge needs server 1..N-1 of --api-server-count N "
+                f"(this simulator runs {self.config.api_server_count})"
+            )
+        forever = 10.0**9  # a wedge without a duration lasts until the process stops
+        self.wedge_api(
+            server, forever if spec.duration is None else spec.duration, bool(spec.params["spin"])
+        )
 
     def clear_fault(self, fault: Fault | None) -> None:
         self.faults.clear(fault)

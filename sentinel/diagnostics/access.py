@@ -20,7 +20,8 @@ import httpx
 
 from sentinel.diagnostics.stacks import find_py_spy
 from sentinel.evidence.process_access import NEEDS, SERVES, ProcessEvidence
-from sentinel.evidence.processes import Attribution, ProcessSnapshot, ProcessWatcher
+from sentinel.evidence.process_model import Attribution, ProcessSnapshot
+from sentinel.evidence.processes import ProcessWatcher
 
 # A bundle's per-process fields, by the piece of evidence each needs.
 FIELDS = {

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-from sentinel.evidence.processes import GONE_STATES, ProcessRole, ProcessState
+from sentinel.evidence.process_model import GONE_STATES, ProcessRole, ProcessState
 
 
 class CauseClass(StrEnum):

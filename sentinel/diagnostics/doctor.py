@@ -41,7 +41,7 @@ from sentinel.canary.protocol import ServerFacts
 from sentinel.canary.spec import CanaryKind, CanarySpec
 from sentinel.catalog import load_catalog
 from sentinel.diagnostics import access, cgroup, procs
-from sentinel.evidence.processes import ProcessRole, ProcessSnapshot, reasoning_parser
+from sentinel.evidence.process_model import ProcessRole, ProcessSnapshot, reasoning_parser
 
 PROGRESS_COUNTERS = ("vllm:generation_tokens_total", "vllm:iteration_tokens_total")
 

@@ -29,7 +29,7 @@ import psutil
 
 from sentinel.diagnostics.access import ACCESS_DENIED, denied, wchan_hidden
 from sentinel.diagnostics.cause import ProcessObservation
-from sentinel.evidence.processes import (
+from sentinel.evidence.process_model import (
     GONE_STATES,
     VLLM_PATTERNS,
     ProcessRole,

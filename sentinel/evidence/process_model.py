@@ -16,6 +16,7 @@ from enum import StrEnum
 import psutil
 
 from sentinel.evidence.compilers import CompilerProcess
+from sentinel.evidence.held_sockets import HeldSocket
 from sentinel.evidence.process_access import ProcessAccess
 
 
@@ -27,6 +28,9 @@ class ProcessRole(StrEnum):
     """
 
     API_SERVER = "api_server"
+    # One of the API-server processes of ``--api-server-count`` (``VLLM::APIServer_<i>``)
+    # that share the server's socket, under the process that launched them.
+    API_PROCESS = "api_process"
     ENGINE_CORE = "engine_core"
     WORKER = "worker"
     # Data parallel's coordinator: it carries load statistics and request
@@ -108,6 +112,7 @@ class ProcessPatterns:
     engine: tuple[str, ...] = ("VLLM::EngineCore",)
     worker: tuple[str, ...] = ("VLLM::Worker",)
     coordinator: tuple[str, ...] = ("VLLM::DPCoordinator",)
+    api_process: tuple[str, ...] = ("VLLM::APIServer",)
 
     @property
     def titles(self) -> tuple[str, ...]:
@@ -121,6 +126,7 @@ class ProcessPatterns:
             (ProcessRole.ENGINE_CORE, self.engine),
             (ProcessRole.WORKER, self.worker),
             (ProcessRole.COORDINATOR, self.coordinator),
+            (ProcessRole.API_PROCESS, self.api_process),
         ):
             # The kernel keeps only COMM_LENGTH characters of a name, and a
             # zombie has no command line left to recover the rest from.
@@ -319,6 +325,11 @@ class ProcessSnapshot:
     access: ProcessAccess | None = None
     # Compiler processes under the engine and workers (a long first-use compile).
     compilers: tuple[CompilerProcess, ...] = ()
+    # The API-server processes of --api-server-count under ``api``, each judged alone.
+    api_processes: tuple[ProcessInfo, ...] = ()
+    # Connections to the server's port holding unread bytes, with their holder
+    # where readable (None: the socket table was not read).
+    held: tuple[HeldSocket, ...] | None = None
 
     @property
     def api_identity(self) -> tuple[int, float] | None:

@@ -18,18 +18,12 @@ nothing can be attributed the snapshot says why and process evidence is off
 
 Following the target is cheap once it is found: each sample reads only the
 attributed server, the descendants it had at the last recheck and the
-processes seen behind it (:mod:`sentinel.evidence.process_table`). After
-``recheck_interval`` the descendants are looked up again and the server is
-asked whether it still holds the socket (reads of tables far larger than the
-target); while rechecks find nothing new the pause doubles up to
-``recheck_max``, and it starts over when the family changes (a process gone,
-stopped, new) or the port refuses a connection (:meth:`ProcessWatcher.port_refused`
-brings the next recheck to the next sample). The whole table is read only
-while there is no server to follow or it stopped listening, with a growing
-pause between reads.
-
-psutil calls block, so the daemon uses :meth:`ProcessWatcher.sample_async`,
-which runs them in a worker thread.
+processes seen behind it (:mod:`sentinel.evidence.process_table`). Rechecks
+(descendants, the socket) come every ``recheck_interval``, doubling up to
+``recheck_max`` while quiet, and at once when the family changes or the port
+refuses (:meth:`ProcessWatcher.port_refused`). The whole table is read only
+while there is no server to follow, with a growing pause between reads.
+psutil blocks: the daemon calls :meth:`ProcessWatcher.sample_async`.
 """
 
 from __future__ import annotations
@@ -40,6 +34,7 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 from sentinel.evidence.attribution import (
     by_command_line,
@@ -48,15 +43,12 @@ from sentinel.evidence.attribution import (
     socket_owner_unreadable,
     top_most,
 )
-
-# The vocabulary lives in its own module; its names are importable from here too.
 from sentinel.evidence.compilers import compilers_under
+from sentinel.evidence.held_sockets import HeldSocket, unread_connections, with_owners
 from sentinel.evidence.listen_table import listening
 from sentinel.evidence.process_access import AccessMemo
 from sentinel.evidence.process_model import (
-    COMM_LENGTH,
     GONE_STATES,
-    VLLM_PATTERNS,
     Attribution,
     ProcessInfo,
     ProcessPatterns,
@@ -70,22 +62,9 @@ from sentinel.evidence.process_model import (
 )
 from sentinel.evidence.process_table import ProcessTable, Row, ancestors, listens_on
 
-__all__ = [
-    "COMM_LENGTH",
-    "GONE_STATES",
-    "VLLM_PATTERNS",
-    "Attribution",
-    "ProcessInfo",
-    "ProcessPatterns",
-    "ProcessRole",
-    "ProcessSnapshot",
-    "ProcessState",
-    "ProcessWatcher",
-    "SchedulingPolicy",
-    "process_state",
-    "reasoning_parser",
-    "scheduling_policy",
-]
+__all__ = ["ProcessWatcher"]
+
+PROC = Path("/proc")
 
 
 def _halted(row: Row) -> bool:
@@ -191,6 +170,17 @@ class ProcessWatcher:
             for row in rows
             if roles[row.pid] is ProcessRole.WORKER and belongs(row)
         ]
+        api_processes = tuple(
+            sorted(
+                (
+                    row.info(ProcessRole.API_PROCESS)
+                    for row in rows
+                    if roles[row.pid] is ProcessRole.API_PROCESS and belongs(row)
+                ),
+                key=lambda p: p.pid,
+            )
+        )
+        held = self._held(api, api_processes)
         # Shown, never judged: a data-parallel coordinator carries no request.
         coordinators = [
             row.info(ProcessRole.COORDINATOR)
@@ -230,6 +220,8 @@ class ProcessWatcher:
             unreadable=self._unreadable if attribution is not Attribution.PATTERNS else (),
             access=access,
             compilers=compilers_under(live) if live else (),
+            api_processes=api_processes,
+            held=held,
             at=at,
             api=api,
             engines=tuple(sorted(engines, key=lambda p: p.pid)),
@@ -240,6 +232,17 @@ class ProcessWatcher:
             attribution=attribution,
             attribution_detail=detail,
         )
+
+    def _held(
+        self, api: ProcessInfo | None, children: Sequence[ProcessInfo]
+    ) -> tuple[HeldSocket, ...] | None:
+        """The server's connections holding unread bytes, their holders named where readable."""
+        if api is None or self.listen_port is None:
+            return None
+        held = unread_connections(self.listen_port, PROC / str(api.pid) / "net")
+        if not held:
+            return held
+        return with_owners(held, [api.pid, *(p.pid for p in children)])
 
     def _rows(self) -> tuple[list[Row], tuple[Row | None, Attribution, str] | None]:
         """The rows to judge, and the attribution when following the known server settled it."""

@@ -16,7 +16,7 @@ from typing import Any
 from sentinel import __version__
 from sentinel.canary.result import CanaryResult, Reason
 from sentinel.diagnostics.store import IncidentRecord
-from sentinel.evidence.processes import ProcessInfo, SchedulingPolicy
+from sentinel.evidence.process_model import ProcessInfo, SchedulingPolicy
 from sentinel.incidents import OpenIncident
 from sentinel.ledger import Ledger
 from sentinel.maintenance import MaintenanceInfo
@@ -165,6 +165,10 @@ def status_document(
                 # ``tp_rank`` the tensor-parallel rank; None where none applies.
                 "engines": [
                     process_json(p) for p in (*processes.engine_processes, *processes.coordinators)
+                ],
+                # The API-server processes of --api-server-count sharing the socket.
+                "api_processes": [
+                    {"pid": p.pid, "state": p.state.value} for p in processes.api_processes
                 ],
             },
         },

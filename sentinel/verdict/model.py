@@ -37,6 +37,7 @@ class HangKind(OpenName):
     ASLEEP: ClassVar[HangKind]
     CORRUPT: ClassVar[HangKind]
     STARVED: ClassVar[HangKind]
+    API_SERVER: ClassVar[HangKind]
 
 
 HangKind.ENGINE = HangKind("engine")
@@ -45,6 +46,8 @@ HangKind.DEAD = HangKind("dead")
 HangKind.BROKEN = HangKind("broken")
 HangKind.LISTENER_DOWN = HangKind("listener_down")
 HangKind.STARVED = HangKind("starved")  # real requests wait while the canaries pass
+# One API-server process (of --api-server-count) stopped or not reading its connections.
+HangKind.API_SERVER = HangKind("api_server")
 HangKind.PAUSED = HangKind("paused")  # paused past its bound (policy alert by default)
 HangKind.ASLEEP = HangKind("asleep")  # asleep past a bound, where one is set
 HangKind.CORRUPT = HangKind("corrupt")  # answers that left the model's fingerprint
@@ -204,6 +207,10 @@ class Evidence:
     # compile): the engine's long step is work within the compile grace.
     compiling_since: float | None = None
     compile_detail: str = ""
+    # An API-server process stopped, or a connection to the server's port
+    # unread, since (sentinel.evidence.api_watch); and the words for it.
+    api_stuck_since: float | None = None
+    api_stuck_detail: str = ""
     # Spans of time sentinel did not observe (its own process paused or
     # starved), oldest first: left out of every window, which pauses over
     # them and resumes after.
@@ -242,6 +249,10 @@ class Policy:
     # A leaked KV cache or a scheduler admitting nothing but the canary does
     # not heal itself.
     starved_action: Action = Action.RESTART
+    # An API-server process stopped, or a connection left unread, this long
+    # (sentinel.verdict.api_server): its users wait forever; it does not heal.
+    api_window: float = 60.0
+    api_action: Action = Action.RESTART
     # A pause (or weight update, or maintenance window) longer than this is
     # reported as a hang kind of its own; sleep has no bound unless one is set.
     pause_bound: float = 900.0

@@ -31,6 +31,7 @@ from sentinel.canary.kinds import is_path
 from sentinel.canary.result import CanaryResult, Reason
 from sentinel.verdict.aim import answered, server_wide, worked_since
 from sentinel.verdict.aim import sends as aimed_sends
+from sentinel.verdict.api_server import api_server
 from sentinel.verdict.clock import observed
 from sentinel.verdict.corrupt import corrupt_hang
 from sentinel.verdict.model import (
@@ -94,13 +95,16 @@ def confirmed_hangs(
         found += [rule(evidence, enabled, policy, now) for rule in ENGINE_RULES]
     if not stalled:
         floor = window_floor(evidence)
+        # A canary stuck on a connection a stuck API-server process holds says
+        # nothing of its path: the API-server rule names that process.
         found += [
             path_hang(k, floor, policy, now, evidence.unobserved)
             for k in enabled
-            if is_path(k.kind)
+            if is_path(k.kind) and evidence.api_stuck_since is None
         ]
         found += [rule(evidence, enabled, policy, now) for rule in (corrupt_hang, broken)]
     found.append(dead(evidence, enabled, policy, now))
+    found.append(api_server(evidence, enabled, policy, now))
     if startup_passed:
         found.append(listener_down(evidence, policy, now))
     yield from (hang for hang in found if hang is not None)

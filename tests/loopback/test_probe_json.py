@@ -51,6 +51,8 @@ CASES: list[tuple[str, dict[str, Any]]] = [
 ]
 # Faults that end the server's life as a target run last, each on a simulator of its own.
 TERMINAL = (Fault.EXIT.value, Fault.LISTENER_CLOSED.value)
+# Faults that need a simulator of another shape: two API-server processes.
+OWN_SHAPE = (Fault.API_WEDGE.value,)
 PROBE_TIMEOUT_S = 2
 
 
@@ -89,7 +91,7 @@ def sim() -> Iterator[SimProcess]:
 
 
 def test_every_fault_case_is_covered() -> None:
-    assert {name for name, _ in CASES} | set(TERMINAL) == {f.value for f in Fault}
+    assert {name for name, _ in CASES} | set(TERMINAL) | set(OWN_SHAPE) == {f.value for f in Fault}
 
 
 @pytest.mark.parametrize(("fault", "params"), CASES, ids=lambda c: str(c))
@@ -106,6 +108,14 @@ def test_probe_json_is_only_json(sim: SimProcess, fault: str, params: dict[str, 
     assert result.stderr.rstrip().endswith(("probe-rc=0", "probe-rc=1")), result.stderr[-2000:]
     document = json.loads(result.stdout)
     assert [t["url"] for t in document["targets"]] == [sim.base_url]
+
+
+def test_probe_json_beside_a_wedged_api_server() -> None:
+    with SimProcess(api_server_count=2) as sim:
+        sim.control.set_fault(Fault.API_WEDGE.value, server=1, duration=30)
+        result = probe_piped(sim.base_url)
+    assert result.returncode == 0, (result.stdout[-2000:], result.stderr[-2000:])
+    assert json.loads(result.stdout)["targets"][0]["url"] == sim.base_url
 
 
 def test_probe_json_after_the_server_exits() -> None:

@@ -18,17 +18,17 @@ import pytest
 
 from chaos.ports import free_port
 from sentinel.diagnostics import procs
-from sentinel.evidence.processes import (
+from sentinel.evidence.process_model import (
     Attribution,
     ProcessPatterns,
     ProcessRole,
     ProcessSnapshot,
     ProcessState,
-    ProcessWatcher,
     SchedulingPolicy,
     process_state,
     scheduling_policy,
 )
+from sentinel.evidence.processes import ProcessWatcher
 from sentinel_sim.launch import SimProcess
 
 DEADLINE = 15.0

@@ -12,8 +12,7 @@ import httpx
 import psutil
 import pytest
 
-from sentinel.evidence.process_model import SchedulingPolicy, scheduling_policy
-from sentinel.evidence.processes import ProcessPatterns
+from sentinel.evidence.process_model import ProcessPatterns, SchedulingPolicy, scheduling_policy
 from sentinel_sim.launch import PROCESS_TITLE, SimProcess, SimStartError
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from sentinel.diagnostics.cause import CauseClass, ProcessObservation, classify
-from sentinel.evidence.processes import ProcessRole, ProcessState
+from sentinel.evidence.process_model import ProcessRole, ProcessState
 
 S = ProcessState
 R = ProcessRole

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from sentinel.canary.result import CanaryKind, CanaryResult, Reason
 from sentinel.evidence.metrics import MetricsSample
-from sentinel.evidence.processes import (
+from sentinel.evidence.process_model import (
     Attribution,
     ProcessInfo,
     ProcessRole,

@@ -1,0 +1,158 @@
+"""Connections the server holds without reading them: a wedged API-server process.
+
+With ``--api-server-count N`` vLLM's API-server processes share one listening
+socket: a process whose event loop is stuck accepts nothing new (its peers
+take every new connection, so sentinel's fresh canaries pass), but the
+connections it already holds (a router's pooled keep-alive connections)
+receive requests it never reads. The kernel shows those bytes: the socket
+table (``/proc/<pid>/net/tcp*``, readable by any uid) gives each connection's
+state, receive queue and inode. A connection to the server's port whose
+receive queue stays non-empty and never shrinks is one no process reads.
+
+Naming the process that holds it needs its descriptors (``/proc/<pid>/fd``),
+which the kernel refuses a sidecar running as another user: there the
+connection is still seen, and reported without an owner.
+
+:class:`UnreadTracker` keeps, per connection, since when it has been unread;
+the ledger feeds it each process sample and the verdict's API-server rule
+(:mod:`sentinel.verdict.api_server`) judges the oldest.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from sentinel.evidence.listen_table import MAX_TABLE_BYTES
+
+# The kernel's TCP states, as the tables print them: a connection still open
+# (ESTABLISHED), or closed by the client and not yet by the server (CLOSE_WAIT:
+# the client gave up waiting, the server never read nor closed).
+_HELD_STATES = frozenset({"01", "08"})
+_TABLES = ("tcp", "tcp6")
+MAX_FDS = 65536  # descriptors read per process when naming an owner
+
+
+@dataclass(frozen=True, slots=True)
+class HeldSocket:
+    """A connection to the server's port with request bytes no process has read."""
+
+    inode: int
+    unread: int  # bytes in the receive queue
+    closed_by_client: bool  # CLOSE_WAIT: the client gave up; the server never closed
+    owner: int | None = None  # the PID holding it (None: unknown or unreadable)
+
+
+def _rows(text: str, port: int) -> list[HeldSocket]:
+    found: list[HeldSocket] = []
+    for line in text.splitlines()[1:]:
+        fields = line.split()
+        # sl local rem st tx:rx tr:tm retrnsmt uid timeout inode ...
+        if len(fields) < 10 or fields[3] not in _HELD_STATES:
+            continue
+        try:
+            if int(fields[1].rpartition(":")[2], 16) != port:
+                continue
+            unread = int(fields[4].partition(":")[2], 16)
+            inode = int(fields[9])
+        except ValueError:
+            continue
+        if unread > 0 and inode > 0:
+            found.append(HeldSocket(inode, unread, fields[3] == "08"))
+    return found
+
+
+def unread_connections(port: int, net: Path) -> tuple[HeldSocket, ...] | None:
+    """Server-side connections on ``port`` holding unread bytes (None: no table readable)."""
+    found: list[HeldSocket] = []
+    read_any = False
+    for table in _TABLES:
+        try:
+            with open(net / table, "rb") as handle:
+                text = handle.read(MAX_TABLE_BYTES).decode("ascii", "replace")
+        except OSError:
+            continue
+        read_any = True
+        found += _rows(text, port)
+    return tuple(found) if read_any else None
+
+
+def socket_inodes(pid: int, proc: Path = Path("/proc")) -> frozenset[int] | None:
+    """The socket inodes a process holds (None: its descriptors are unreadable)."""
+    fd_dir = proc / str(pid) / "fd"
+    inodes: set[int] = set()
+    try:
+        names = os.listdir(fd_dir)
+    except OSError:
+        return None
+    for name in names[:MAX_FDS]:
+        try:
+            target = os.readlink(fd_dir / name)
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            try:
+                inodes.add(int(target[8:-1]))
+            except ValueError:
+                continue
+    return frozenset(inodes)
+
+
+def with_owners(
+    held: Sequence[HeldSocket], pids: Iterable[int], proc: Path = Path("/proc")
+) -> tuple[HeldSocket, ...]:
+    """``held`` with each connection's holder among ``pids`` named where readable."""
+    if not held:
+        return ()
+    owners: dict[int, int] = {}
+    for pid in pids:
+        for inode in socket_inodes(pid, proc) or ():
+            owners.setdefault(inode, pid)
+    return tuple(
+        HeldSocket(h.inode, h.unread, h.closed_by_client, owners.get(h.inode)) for h in held
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Unread:
+    """The connection unread the longest: since when, what it holds, who holds it."""
+
+    since: float
+    sockets: int  # connections unread at the last sample
+    unread: int  # bytes waiting on the oldest
+    owner: int | None
+
+
+class UnreadTracker:
+    """Since when each connection has held unread bytes that never shrank.
+
+    A receive queue that shrinks between samples is being read (a large body
+    arriving slowly), so its clock starts again; one that vanishes from the
+    table was read or closed. A sample without the table (``None``) says
+    nothing and keeps every clock.
+    """
+
+    def __init__(self) -> None:
+        self._since: dict[int, tuple[float, int]] = {}
+        self._last: tuple[HeldSocket, ...] = ()
+
+    def observe(self, held: Sequence[HeldSocket] | None, now: float) -> None:
+        if held is None:
+            return
+        since: dict[int, tuple[float, int]] = {}
+        for h in held:
+            first, before = self._since.get(h.inode, (now, h.unread))
+            since[h.inode] = (now if h.unread < before else first, h.unread)
+        self._since, self._last = since, tuple(held)
+
+    def reset(self) -> None:
+        self._since, self._last = {}, ()
+
+    def oldest(self) -> Unread | None:
+        """The connection unread the longest, or None when every one is read."""
+        if not self._last:
+            return None
+        h = min(self._last, key=lambda h: self._since[h.inode][0])
+        return Unread(self._since[h.inode][0], len(self._last), h.unread, h.owner)
