@@ -141,5 +141,12 @@ bench-hostile: $(STAMP)
 	$(PY) -m tests.bench.bench_hostile $(ARGS)
 	$(PY) -m tests.bench.bench_capture
 
+# sentinel exporter: peak RSS probing each hostile target case, then 200 probes sent
+# at once over 50 simulated vLLMs with a 10 s scrape timeout (docs/exporter.md).
+# About 2 minutes.
+.PHONY: bench-exporter
+bench-exporter: $(STAMP)
+	$(PY) -m tests.bench.bench_exporter $(ARGS)
+
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -123,6 +123,11 @@ def build_parser() -> argparse.ArgumentParser:
     add_fingerprint_arguments(
         sub.add_parser("fingerprint", help="show or re-take a running sentinel's fingerprint")
     )
+    from sentinel.exporter.server import add_exporter_arguments
+
+    add_exporter_arguments(
+        sub.add_parser("exporter", help="probe many endpoints on demand (/probe?target=&module=)")
+    )
     return parser
 
 
@@ -158,6 +163,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from sentinel.fingerprint_cli import fingerprint_main
 
             return fingerprint_main(args)
+        if command == "exporter":
+            from sentinel.exporter.server import exporter_main
+
+            return exporter_main(args)
     except ConfigError as exc:
         # One line: a kubelet's "last state" and most log viewers show only the last line.
         problem = "; ".join(line.strip() for line in str(exc).splitlines() if line.strip())

@@ -31,7 +31,7 @@ Install these yourself, then run the tests again:
   elsewhere:      prometheus + promtool (2.42 or later) and blackbox_exporter (0.23 or later)
                   from the Prometheus project's release archives, on PATH as
                   promtool, prometheus and prometheus-blackbox-exporter.
-Without them the Prometheus tests skip (tests/prometheus).
+Without them the Prometheus tests skip (tests/prometheus), or fail where CI is set.
 MSG
     exit 1
 }

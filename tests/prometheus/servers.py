@@ -2,9 +2,11 @@
 
 Owns what tests/prometheus shares: where promtool, prometheus and
 blackbox_exporter are (``make prometheus-tools`` installs them; without them the
-tests skip and say so), the rules extracted from the PrometheusRule manifest, a
-``sentinel run`` process against the simulated vLLM with shortened timings, and
-subprocess servers on free loopback ports that are always stopped on exit.
+tests skip and say so, or fail where the ``CI`` variable is set, so a CI run
+cannot pass without running them), the rules extracted from the PrometheusRule
+manifest, a ``sentinel run`` process against the simulated vLLM with shortened
+timings, and subprocess servers on free loopback ports that are always stopped
+on exit.
 """
 
 from __future__ import annotations
@@ -59,11 +61,19 @@ FAST_SETTINGS: dict[str, Any] = {
 }
 
 
+def in_ci() -> bool:
+    """Whether the ``CI`` variable says this is a CI run (set, and not "0" or "false")."""
+    return os.environ.get("CI", "").strip().lower() not in {"", "0", "false", "no"}
+
+
 def tool(name: str) -> str:
-    """The path of a Prometheus tool, or skip the test naming what to install."""
+    """The path of a Prometheus tool; else skip the test naming what to install (fail in CI)."""
     path = shutil.which(name)
     if path is None:
-        pytest.skip(f"{name} is not installed: {INSTALL_HINT}")
+        message = f"{name} is not installed: {INSTALL_HINT}"
+        if in_ci():
+            pytest.fail(f"{message}; CI is set, so the Prometheus tests must run", pytrace=False)
+        pytest.skip(message)
     return path
 
 

@@ -56,6 +56,7 @@ MANIFESTS = REPO / "manifests"
 BASE = MANIFESTS / "base"
 COMPONENTS = MANIFESTS / "components"
 OVERLAYS = MANIFESTS / "overlays"
+FLEET = MANIFESTS / "fleet"
 MONITORING = COMPONENTS / "monitoring"
 SCHEMAS = REPO / "tests" / "schemas"
 CATALOG = REPO / "sentinel" / "probes"
@@ -187,7 +188,9 @@ def test_plain_manifests_validate(path: Path) -> None:
 
 @needs_kubectl
 @pytest.mark.parametrize(
-    "root", [BASE, *sorted(OVERLAYS.iterdir())], ids=lambda p: str(p.relative_to(MANIFESTS))
+    "root",
+    [BASE, *sorted(OVERLAYS.iterdir()), FLEET, FLEET / "prometheus"],
+    ids=lambda p: str(p.relative_to(MANIFESTS)),
 )
 def test_kustomize_roots_build_and_validate(root: Path) -> None:
     objs = kustomize_build(root)
@@ -219,6 +222,11 @@ def test_validation_rejects_what_the_api_server_would() -> None:
     rule["spec"]["groups"][0]["rules"][0]["for"] = "5 minutes"
     with pytest.raises(jsonschema.ValidationError):
         validate(rule)
+    # The ScrapeConfig CRD spells its discovery roles capitalised.
+    scrape = load_docs(FLEET / "prometheus" / "scrapeconfig.yaml")[0]
+    scrape["spec"]["kubernetesSDConfigs"][0]["role"] = "pod"
+    with pytest.raises(jsonschema.ValidationError):
+        validate(scrape)
 
 
 def test_kustomization_lists_every_base_file() -> None:
