@@ -31,6 +31,7 @@ from sentinel.settings import (
     RANGES,
     SECONDS_RANGES,
     CanaryOverride,
+    RestartBudget,
     Settings,
     split_host_port,
 )
@@ -46,6 +47,7 @@ __all__ = [
     "SECONDS_RANGES",
     "CanaryOverride",
     "ConfigError",
+    "RestartBudget",
     "Settings",
     "effective_config",
     "env_name",
@@ -99,7 +101,8 @@ def load_settings(
         value = env[name]
         where = f"environment variable {name}"
         _check_text(value, where)
-        merged[field] = _parse_mapping(value, where) if field == "canaries" else value
+        structured = field in ("canaries", "restart_budget")
+        merged[field] = _parse_mapping(value, where) if structured else value
         origin[field] = where
     for key, value in (flags or {}).items():
         if value is not None:

@@ -42,6 +42,7 @@ from sentinel.evaluator import Evaluator
 from sentinel.fingerprint import build_book, bundle_section, weights_steps
 from sentinel.health import HealthState
 from sentinel.incidents import IncidentRecorder, in_child
+from sentinel.k8s_lease import PoolBudget
 from sentinel.ledger import Ledger
 from sentinel.observers import LoopFailures, Observers, Step, every, supervised
 from sentinel.scheduler import Scheduler
@@ -73,6 +74,7 @@ class Daemon:
         clock: Callable[[], float] = time.monotonic,
         sleep: Sleep = asyncio.sleep,
         api_key: str | None = None,
+        budget: PoolBudget | None = None,
     ) -> None:
         self.settings = settings
         self.clock = clock
@@ -108,6 +110,8 @@ class Daemon:
             context=self._diagnostics_context,
             capturer=in_child(log_level=settings.log_level),
         )
+        # The pool's restart budget (off unless configured): Leases in the pod's namespace.
+        self.budget = budget or PoolBudget.in_pod(settings.restart_budget)
         self.evaluator = Evaluator(
             settings,
             ledger=self.ledger,
@@ -120,6 +124,7 @@ class Daemon:
             specs=self.specs,
             maintenance=self._maintenance_reason,
             correctness=self.fingerprints.evidence,
+            budget=self.budget,
         )
 
     def _maintenance_reason(self, now: float) -> str | None:
@@ -205,6 +210,9 @@ class Daemon:
                             self._supervised("incidents", self.incidents.run), name="incidents"
                         ),
                     ]
+                    if self.budget.enabled:
+                        keep_slot = self._supervised("restart-budget", self.budget.run)
+                        loops.append(group.create_task(keep_slot, name="restart-budget"))
                     if grpc is not None:
                         loops.append(
                             group.create_task(
@@ -223,6 +231,7 @@ class Daemon:
             finally:
                 await self._shutdown()
                 self.incidents.close()
+                self.budget.close()
 
     @asynccontextmanager
     async def serving(self, start_timeout: float = 15.0) -> AsyncIterator[Daemon]:

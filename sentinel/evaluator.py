@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+from sentinel.budget import Wish
 from sentinel.canary.correctness import CorrectnessEvidence
 from sentinel.canary.kinds import unvalidatable
 from sentinel.canary.protocol import ServerFacts
@@ -31,6 +32,7 @@ from sentinel.canary.spec import CanarySpec
 from sentinel.config import Settings
 from sentinel.health import HealthSnapshot, HealthState
 from sentinel.incidents import IncidentRecorder
+from sentinel.k8s_lease import PoolBudget
 from sentinel.ledger import Ledger
 from sentinel.observers import Observations
 from sentinel.serve.status import PriorityReport, Transition, status_document
@@ -41,6 +43,7 @@ from sentinel.verdict import (
     Evidence,
     Hang,
     ProbeAnswer,
+    RestartGate,
     Verdict,
     VerdictState,
     evaluate,
@@ -70,6 +73,7 @@ class Evaluator:
         maintenance: Callable[[float], str | None] = lambda now: None,
         specs: Sequence[CanarySpec] = (),
         correctness: Callable[[], CorrectnessEvidence | None] = lambda: None,
+        budget: PoolBudget | None = None,
     ) -> None:
         self.settings = settings
         self.policy = settings.policy()
@@ -83,6 +87,8 @@ class Evaluator:
         self.maintenance = maintenance  # the reason of the window in force, if any
         self.specs = tuple(specs)  # the canaries run: which kinds the command line rules out
         self.correctness = correctness  # the fingerprint checks are judged against now
+        # The pool's restart budget: its gate is evidence, each verdict's wish its input.
+        self.budget = budget if budget is not None and budget.enabled else None
         self._disabled_said: set[tuple[CanaryKind, str]] = set()
         self.verdict_state = VerdictState()
         self.verdict: Verdict | None = None
@@ -109,11 +115,21 @@ class Evaluator:
         evidence = ledger.evidence(
             now, freshness=self.settings.evidence_freshness, unobserved=tuple(self.unobserved)
         )
-        evidence = replace(evidence, correctness=self.correctness())
+        gate = self.budget.gate() if self.budget is not None else RestartGate()
+        evidence = replace(evidence, correctness=self.correctness(), restart_gate=gate)
         previous = self.verdict
         self.verdict_state, verdict = evaluate(self.verdict_state, evidence, self.policy, now)
         self.verdict = verdict
         ledger.startup_passed = verdict.startup.ok
+        if self.budget is not None:
+            self.budget.observe(
+                Wish(
+                    wanted=verdict.restart_wanted,
+                    failing=not verdict.liveness.ok,
+                    epoch=ledger.epoch,
+                    started=verdict.startup.ok,
+                )
+            )
         for hang in verdict.new_hangs:
             self._hang_confirmed(hang, verdict)
         found = suspicion(evidence, verdict)
@@ -164,7 +180,9 @@ class Evaluator:
             "hang_confirmed",
             kind=str(hang.kind),
             action=hang.action.value,
-            outcome=hang_outcome(hang, enforce=enforce, braked=verdict.brake_engaged),
+            outcome=hang_outcome(
+                hang, enforce=enforce, braked=verdict.brake_engaged, held=verdict.budget_held
+            ),
             reason=hang.reason,
             engines=list(hang.engines),
             ranks=list(hang.ranks),
@@ -229,7 +247,7 @@ class Evaluator:
         readiness = verdict.readiness
         if self.shutting_down:
             readiness = ProbeAnswer(False, SHUTTING_DOWN, now)
-        incidents = self.incidents
+        incidents, budget = self.incidents, self.budget
         return HealthSnapshot(
             liveness=verdict.liveness,
             readiness=readiness,
@@ -238,6 +256,9 @@ class Evaluator:
             priority_effective=self.priority.effective,
             progress_at=self.ledger.progress.last_progress_at,
             brake_engaged=verdict.brake_engaged,
+            budget_held=verdict.budget_held,
+            budget_mode="off" if budget is None else budget.mode.value,
+            budget_slot=budget is not None and budget.keeper.lease is not None,
             phase=self.ledger.lifecycle.current.phase.value,
             process_evidence=processes.access.available()
             if (processes := self.ledger.processes) is not None and processes.access is not None
@@ -258,14 +279,17 @@ class Evaluator:
                 incident=incidents.current,
                 recent_incidents=incidents.recent,
                 transitions=self.transitions,
+                restart_budget={"mode": "off"} if budget is None else budget.status(),
             ),
         )
 
 
-def hang_outcome(hang: Hang, *, enforce: bool, braked: bool) -> str:
+def hang_outcome(hang: Hang, *, enforce: bool, braked: bool, held: bool = False) -> str:
     """What a confirmed hang does to the pod, in words for the log."""
     if braked:
         return "brake engaged: unready, not restarting"
+    if held:
+        return "restart budget exhausted: unready, not restarting until a slot frees"
     if hang.action is Action.RESTART and not enforce:
         return "would restart (observe-only)"
     return {

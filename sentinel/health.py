@@ -31,6 +31,11 @@ class HealthSnapshot:
     priority_effective: bool | None = None  # None: unknown (no process visible, no config)
     progress_at: float | None = None  # monotonic time of the last real progress seen
     brake_engaged: bool = False  # the restart-loop brake holds a hang at unready
+    # The pool's restart budget (sentinel.budget): it holds a restart at unready;
+    # how it applies (off, pool, alone); this pod holds one of its slots.
+    budget_held: bool = False
+    budget_mode: str = "off"
+    budget_slot: bool = False
     phase: str = "awake"  # the server's lifecycle phase: awake, asleep, paused
     # Each piece of process evidence (sentinel.evidence.process_access) on or
     # off; empty until the process watcher sampled once (or when it is off).

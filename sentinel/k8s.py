@@ -66,6 +66,8 @@ class EventReason(StrEnum):
     RESTART_BRAKE = "SentinelRestartBrake"  # too many hang restarts: unready and alerting instead
     DIAGNOSTICS = "SentinelDiagnostics"  # a bundle was captured (suspected hang)
     CORRUPT_OUTPUT = "SentinelCorruptOutput"  # answers left the model's fingerprint
+    # Every restart slot of the pool is held: unready, not restarting (sentinel.budget).
+    RESTART_BUDGET = "RestartBudgetExhausted"
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,6 +196,30 @@ def _in_cluster() -> Any:
     return client.ApiClient(configuration)
 
 
+IN_CLUSTER: Connect = _in_cluster
+"""The pod's service account against the in-cluster API server."""
+
+
+def host_connect(
+    host: str, *, token: str | None = None, verify_ssl: bool = True, ca_cert: str | None = None
+) -> Connect:
+    """An explicit API server (tests, or running outside the pod with a token)."""
+
+    def connect() -> Any:
+        from kubernetes import client
+
+        configuration = client.Configuration(host=host)
+        configuration.verify_ssl = verify_ssl
+        if ca_cert:
+            configuration.ssl_ca_cert = ca_cert
+        if token:
+            configuration.api_key = {"authorization": token}
+            configuration.api_key_prefix = {"authorization": "Bearer"}
+        return client.ApiClient(configuration)
+
+    return connect
+
+
 class EventReporter:
     """Posts Events on this pod; a no-op that logs once when there is no pod identity.
 
@@ -243,20 +269,9 @@ class EventReporter:
         ca_cert: str | None = None,
     ) -> EventReporter:
         """An explicit API server (tests, or running outside the pod with a token)."""
-
-        def connect() -> Any:
-            from kubernetes import client
-
-            configuration = client.Configuration(host=host)
-            configuration.verify_ssl = verify_ssl
-            if ca_cert:
-                configuration.ssl_ca_cert = ca_cert
-            if token:
-                configuration.api_key = {"authorization": token}
-                configuration.api_key_prefix = {"authorization": "Bearer"}
-            return client.ApiClient(configuration)
-
-        return cls(pod, connect=connect)
+        return cls(
+            pod, connect=host_connect(host, token=token, verify_ssl=verify_ssl, ca_cert=ca_cert)
+        )
 
     @property
     def enabled(self) -> bool:

@@ -17,11 +17,12 @@ from pathlib import Path
 from typing import Any
 
 from prometheus_client import CollectorRegistry
+from pydantic import BaseModel
 
 from sentinel import settings as settings_module
 from sentinel.config import env_name
 from sentinel.health import HealthState
-from sentinel.settings import RANGES, Settings
+from sentinel.settings import RANGES, RestartBudget, Settings
 from sentinel.telemetry.metrics import SentinelMetrics
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
@@ -79,14 +80,14 @@ HELP = {
 }
 
 
-def _field_comments() -> dict[str, str]:
-    """The comment lines right above each field of :class:`Settings`, joined."""
+def _field_comments(model: str = "Settings") -> dict[str, str]:
+    """The comment lines right above each field of the class ``model``, joined."""
     source = inspect.getsource(settings_module)
     lines = source.splitlines()
     tree = ast.parse(source)
     found: dict[str, str] = {}
     for node in ast.walk(tree):
-        if not (isinstance(node, ast.ClassDef) and node.name == "Settings"):
+        if not (isinstance(node, ast.ClassDef) and node.name == model):
             continue
         for item in node.body:
             if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
@@ -106,6 +107,8 @@ def _default(value: Any) -> str:
         return "true" if value else "false"
     if isinstance(value, dict):
         return "{}" if not value else str(value)
+    if isinstance(value, BaseModel):
+        return "see below"
     return str(getattr(value, "value", value))
 
 
@@ -130,10 +133,31 @@ def configuration() -> str:
         what = (comments.get(name) or HELP.get(name, "")).replace("|", "/")
         flag = "--" + name.replace("_", "-")
         rows.append(
-            f"| `{name}` | `{flag}` | `{env_name(name)}` | `{_default(field.default)}` "
+            f"| `{name}` | `{flag}` | `{env_name(name)}` "
+            f"| `{_default(field.get_default(call_default_factory=True))}` "
             f"| {span} | {what} |"
         )
+    rows += _section("restart_budget", RestartBudget)
     return "\n".join(rows) + "\n"
+
+
+def _section(name: str, model: type[BaseModel]) -> list[str]:
+    """The keys of a nested section: given in the file or as one YAML mapping in the variable."""
+    comments = _field_comments(model.__name__)
+    rows = [
+        "",
+        f"## `{name}`",
+        "",
+        f"A mapping under `{name}` in the file, or the whole mapping as YAML in",
+        f"`{env_name(name)}` (e.g. `{{enabled: true, slots: 1}}`).",
+        "",
+        "| key | default | what it is for |",
+        "|---|---|---|",
+    ]
+    for key, field in model.model_fields.items():
+        what = comments.get(key, "").replace("|", "/")
+        rows.append(f"| `{name}.{key}` | `{_default(field.default)}` | {what} |")
+    return rows
 
 
 def metrics() -> str:

@@ -121,6 +121,39 @@ class CanaryOverride(BaseModel):
         return _finite_in_range(value, info.field_name)
 
 
+class RestartBudget(BaseModel):
+    """The pool's restart budget (docs/restart-budget.md); off by default."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    # Coordinate restarts with the pool's other sidecars through Kubernetes Leases.
+    enabled: bool = False
+    # The pool (Leases <pool>-restart-0..N-1); unset: the POOL_NAME variable (downward API).
+    pool: str | None = Field(default=None, pattern=r"^[a-z0-9]([-a-z0-9.]{0,200}[a-z0-9])?$")
+    # At most this many of the pool's servers restarted within the window (unset: 1, or share).
+    slots: int | None = Field(default=None, ge=1, le=1000)
+    # Instead of slots: this share of pool_size, rounded down, at least 1.
+    share: float | None = Field(default=None, gt=0, le=1)
+    # The pool's server count that share is taken of.
+    pool_size: int | None = Field(default=None, ge=1, le=100_000)
+    # How long one restart counts against the budget; each Lease's duration (whole seconds).
+    window: float = Field(default=300.0, ge=1, le=DAY)
+    # How often a pod held by the budget asks again for a free slot.
+    retry_interval: float = Field(default=5.0, ge=0.1, le=3600)
+    # The Leases' namespace; unset: the pod's.
+    namespace: str | None = None
+    # One request to the API server gives up after this long (then: acting alone).
+    request_timeout: float = Field(default=5.0, ge=0.1, le=60)
+
+    @model_validator(mode="after")
+    def _one_size(self) -> RestartBudget:
+        if self.slots is not None and (self.share is not None or self.pool_size is not None):
+            raise ValueError("give slots, or share with pool_size, not both")
+        if (self.share is None) != (self.pool_size is None):
+            raise ValueError("share and pool_size go together")
+        return self
+
+
 class Settings(BaseModel):
     """Every knob of ``sentinel run``; the defaults are the README's defaults table."""
 
@@ -206,6 +239,8 @@ class Settings(BaseModel):
     # many seconds past its send (0: never; else at least every deadline).
     late_wait: float = 120.0
     canaries: dict[str, CanaryOverride] = Field(default_factory=dict)
+    # A cap on restarts across the pool, through Kubernetes Leases (docs/restart-budget.md).
+    restart_budget: RestartBudget = Field(default_factory=RestartBudget)
 
     log_format: Literal["auto", "json", "console"] = "auto"
     log_level: Literal["debug", "info", "warning", "error"] = "info"

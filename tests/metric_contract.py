@@ -24,5 +24,8 @@ CONTRACT_METRICS = {
     "sentinel_loop_errors_total": "counter",
     "sentinel_server_phase": "gauge",
     "sentinel_process_evidence": "gauge",
+    "sentinel_restart_budget_held": "gauge",
+    "sentinel_restart_budget_slot_held": "gauge",
+    "sentinel_restart_budget_mode": "gauge",
 }
 CONTRACT = frozenset(CONTRACT_METRICS)

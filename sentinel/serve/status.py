@@ -67,6 +67,7 @@ def status_document(
     recent_incidents: Sequence[IncidentRecord],
     transitions: Iterable[Transition],
     evidence_errors: Mapping[str, Any] | None = None,
+    restart_budget: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The JSON-able ``/status`` body at ``now`` (monotonic seconds, like every time given)."""
 
@@ -192,7 +193,11 @@ def status_document(
             "would_restart": verdict.would_restart,
             "sentinel_stalls": stalls,
             "hang_episodes_last_hour": len([t for t in episodes if now - t < brake_window]),
+            "restart_wanted": verdict.restart_wanted,
+            "budget_held": verdict.budget_held,
         },
+        # The pool's restart budget (sentinel.k8s_lease.PoolBudget.status).
+        "restart_budget": dict(restart_budget or {"mode": "off"}),
         "incidents": {
             "open": None
             if incident is None

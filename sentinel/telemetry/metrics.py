@@ -19,6 +19,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from sentinel.budget import Mode
 from sentinel.canary.kinds import names as canary_kinds
 from sentinel.canary.result import CanaryResult, Reason
 from sentinel.health import HealthState
@@ -37,6 +38,7 @@ SKIP_REASONS = ("busy", "disabled")
 PROBES = ("liveness", "readiness", "startup")
 PHASES = tuple(p.value for p in Phase)
 MAINTENANCE_ACTIONS = ("set", "cleared", "expired")
+BUDGET_MODES = tuple(m.value for m in Mode)
 
 
 class SentinelMetrics:
@@ -212,7 +214,7 @@ class HealthCollector(Collector):
 
     def collect(self) -> Iterable[Metric]:
         snapshot = self._state.snapshot()
-        verdict, priority, progress, enforce, brake, phase, evidence = self._families()
+        verdict, priority, progress, enforce, brake, phase, evidence, *budget = self._families()
         for probe, answer in zip(
             PROBES, (snapshot.liveness, snapshot.readiness, snapshot.startup), strict=True
         ):
@@ -228,6 +230,12 @@ class HealthCollector(Collector):
         yield enforce
         brake.add_metric([], 1.0 if snapshot.brake_engaged else 0.0)
         yield brake
+        held, slot, mode = budget
+        held.add_metric([], 1.0 if snapshot.budget_held else 0.0)
+        slot.add_metric([], 1.0 if snapshot.budget_slot else 0.0)
+        for name in BUDGET_MODES:
+            mode.add_metric([name], 1.0 if snapshot.budget_mode == name else 0.0)
+        yield from budget
         for name in PHASES:
             phase.add_metric([name], 1.0 if snapshot.phase == name else 0.0)
         yield phase
@@ -275,5 +283,20 @@ class HealthCollector(Collector):
                 "command_line, compilers, stacks, wait_channel, environment, descriptors), "
                 "0 when it is off (/status says why); absent until the processes were sampled.",
                 labels=["evidence"],
+            ),
+            GaugeMetricFamily(
+                "sentinel_restart_budget_held",
+                "1 while the pool's restart budget holds a confirmed hang at unready "
+                "(every restart slot held by other pods) instead of failing liveness.",
+            ),
+            GaugeMetricFamily(
+                "sentinel_restart_budget_slot_held",
+                "1 while this pod holds one of its pool's restart slots (a Lease).",
+            ),
+            GaugeMetricFamily(
+                "sentinel_restart_budget_mode",
+                "How the pool's restart budget applies: 1 on the current mode (off; pool: "
+                "coordinated through Leases; alone: no API access, restarting as without one).",
+                labels=["mode"],
             ),
         )

@@ -17,6 +17,9 @@ and the readiness hysteresis).
   the brake's memory of real restarts (new epochs that followed a red episode).
 * Liveness fails only for confirmed hangs whose action is ``restart``, when
   enforcing, and unless the restart-loop brake is engaged.
+* A confirmed ``restart`` hang whose pool's restart budget is exhausted
+  (``Evidence.restart_gate`` closed) keeps liveness green and fails readiness,
+  naming the budget, until a slot frees.
 * Readiness fails before startup, on any confirmed ``restart``/``unready``
   hang (unless observe-only), while the brake is engaged, and when recent
   canaries fail or run over their latency SLO (out after ``ready_out_after``
@@ -35,6 +38,7 @@ from sentinel.verdict.model import (
     Phase,
     Policy,
     ProbeAnswer,
+    RestartGate,
     Verdict,
     VerdictState,
     hang_kinds,
@@ -51,6 +55,7 @@ __all__ = [
     "Phase",
     "Policy",
     "ProbeAnswer",
+    "RestartGate",
     "Verdict",
     "VerdictState",
     "evaluate",

@@ -1,4 +1,4 @@
-"""The evaluation: confirmed hangs, the restart-loop brake and readiness into kubelet answers."""
+"""The evaluation: confirmed hangs, the restart-loop brake, the restart budget and readiness."""
 
 from __future__ import annotations
 
@@ -76,12 +76,18 @@ def evaluate(
     if restart_hangs and policy.enforce and not in_episode:
         in_episode = True
         braked = len(restarts) >= policy.brake_max_restarts
-        red = red or not braked
     elif not restart_hangs:
         in_episode, braked = False, False
+    # The pool's restart budget: a restart it holds keeps liveness green, unready.
+    wanted = bool(restart_hangs) and policy.enforce and not braked
+    gate = evidence.restart_gate
+    held = wanted and not gate.open
 
-    if restart_hangs and policy.enforce and not braked:
+    if wanted and not held:
         liveness = ProbeAnswer(False, _describe(restart_hangs))
+        red = True
+    elif held:
+        liveness = ProbeAnswer(True, gate.reason + "; not failing liveness until a slot frees")
     elif restart_hangs and braked:
         liveness = ProbeAnswer(
             True,
@@ -115,6 +121,8 @@ def evaluate(
         readiness = ProbeAnswer(False, f"{life.phase.value}: {life.why}")
     elif braked:
         readiness = ProbeAnswer(False, "restart-loop brake engaged: " + _describe(restart_hangs))
+    elif held:
+        readiness = ProbeAnswer(False, f"{gate.reason}: {_describe(restart_hangs)}")
     elif unready_hangs:
         readiness = ProbeAnswer(False, _describe(unready_hangs))
     elif unproven:
@@ -149,6 +157,8 @@ def evaluate(
         brake_engaged=braked,
         would_restart=bool(restart_hangs) and not policy.enforce,
         new_epoch=new_epoch,
+        restart_wanted=wanted,
+        budget_held=held,
     )
     return next_state, verdict
 

@@ -155,6 +155,19 @@ class EngineProgress:
 
 
 @dataclass(frozen=True, slots=True)
+class RestartGate:
+    """The pool's restart budget's answer: may a confirmed restart fail liveness now?
+
+    Closed while every restart slot of the pool is held by others
+    (:mod:`sentinel.budget`); ``reason`` names the pool, the slots and their
+    holders. Open when no budget applies.
+    """
+
+    open: bool = True
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class Evidence:
     """Everything the verdict may use, gathered by the daemon at one instant."""
 
@@ -217,6 +230,8 @@ class Evidence:
     unobserved: tuple[tuple[float, float], ...] = ()
     # The correctness check's fingerprint and vLLM's NaN counter (None: no check runs).
     correctness: CorrectnessEvidence | None = None
+    # The pool's restart budget (sentinel.budget): closed, a restart waits unready.
+    restart_gate: RestartGate = RestartGate()
 
 
 @dataclass(frozen=True, slots=True)
@@ -321,3 +336,6 @@ class Verdict:
     brake_engaged: bool = False
     would_restart: bool = False  # a restart-action hang under observe-only mode
     new_epoch: bool = False
+    # A confirmed restart-action hang, enforcing, brake off: the restart a slot is asked for.
+    restart_wanted: bool = False
+    budget_held: bool = False  # the pool's restart budget holds that restart: unready, live
