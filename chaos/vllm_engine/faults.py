@@ -28,6 +28,11 @@ FAULTS: Mapping[str, Mapping[str, Any]] = {
     "slow_decode": {"factor": 10.0, "step_seconds": None, "engine": None},
     # Weights corrupted in place (the plugin's sentinel_chaos_vllm.weights): zero, layers, nan.
     "corrupt_weights": {"mode": "zero", "engine": None},
+    # The scheduler admits only requests whose priority is below `below` (the plugin's
+    # Scheduler.schedule hook): real traffic starves while the priority canary passes.
+    "starve": {"below": 0},
+    # API-server process `server` (VLLM::APIServer_<server>) blocks its event loop.
+    "api_wedge": {"server": 1},
 }
 
 

@@ -35,7 +35,9 @@ import psutil
 from chaos.ports import free_port
 from chaos.vllm_engine.faults import FAULT_DIR_ENV, FaultSwitch
 
+SERVE_CLI = Path(__file__).with_name("serve_cli.py")
 ENGINE_TITLE = "VLLM::EngineCore"
+API_TITLE = "VLLM::APIServer"
 WORKER_TITLE = "VLLM::Worker"
 STOP_GRACE = 10.0
 _PR_SET_PDEATHSIG = 1
@@ -102,8 +104,10 @@ class VllmServer:
         extra_args: Sequence[str] = (),
         kv_cache_gib: int = 1,
         environment: Mapping[str, str] | None = None,
+        api_server_count: int = 1,
     ) -> None:
         self.python = python
+        self.api_server_count = api_server_count
         self.model = model
         self.served_model_name = served_model_name
         self.faults = FaultSwitch(fault_dir)
@@ -131,10 +135,15 @@ class VllmServer:
         return self._process.pid
 
     def command(self) -> list[str]:
+        # Several API servers take vLLM's own `vllm serve` path (serve_cli.py).
+        entry = (
+            ["-m", "vllm.entrypoints.openai.api_server"]
+            if self.api_server_count == 1
+            else [str(SERVE_CLI), "--api-server-count", str(self.api_server_count)]
+        )
         return [
             str(self.python),
-            "-m",
-            "vllm.entrypoints.openai.api_server",
+            *entry,
             "--model",
             str(self.model),
             "--served-model-name",

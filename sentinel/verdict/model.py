@@ -64,6 +64,7 @@ def hang_kinds() -> tuple[HangKind, ...]:
         HangKind.DEAD,
         HangKind.BROKEN,
         HangKind.LISTENER_DOWN,
+        HangKind.API_SERVER,
         HangKind.PAUSED,
         HangKind.ASLEEP,
     )

@@ -101,6 +101,8 @@ async def test_a_wedged_api_server_holding_pooled_connections_is_named(spin: boo
                 assert f"API-server process {wedged}" in str(hang["reason"]), hang
                 assert "unread" in str(hang["reason"])
                 assert not any(task.done() for task in waiting)  # its users still wait
+                metrics = (await sidecar.client.get(sidecar.url + "/metrics")).text
+                assert 'sentinel_hang_detections_total{kind="api_server"} 1.0' in metrics
                 print(f"wedged API server ({'spinning' if spin else 'blocked'}) red in {took:.1f}s")
                 assert time.monotonic() - started >= API_WINDOW * 0.9  # judged over the window
             finally:

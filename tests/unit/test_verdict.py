@@ -670,10 +670,11 @@ def test_hang_kinds_are_engine_partial_each_path_kind_dead_broken_and_listener()
         HangKind(STRUCTURED),
         HangKind(MULTIMODAL),
     )
-    assert hang_kinds()[-5:] == (
+    assert hang_kinds()[-6:] == (
         HangKind.DEAD,
         HangKind.BROKEN,
         HangKind.LISTENER_DOWN,
+        HangKind.API_SERVER,
         HangKind.PAUSED,
         HangKind.ASLEEP,
     )

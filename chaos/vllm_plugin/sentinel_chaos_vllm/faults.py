@@ -27,6 +27,8 @@ FAULTS = frozenset(
         "stream_stall",
         "slow_decode",
         "corrupt_weights",
+        "starve",
+        "api_wedge",
     }
 )
 POLL_INTERVAL = 0.2

@@ -39,7 +39,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from . import weights
+from . import api_wedge, weights
 from .faults import FAULT_DIR_ENV, PAUSE, FaultBoard
 
 #: Floor for the step time ``slow_decode`` multiplies: a tiny model's steps take
@@ -172,6 +172,27 @@ def _grammar(board: FaultBoard, original: Callable[..., Any]) -> Callable[..., A
     return create_grammar
 
 
+def _starve(board: FaultBoard, original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def schedule(self: Any, *args: Any, **kwargs: Any) -> Any:
+        fault = board.get("starve")
+        if fault is None:
+            return original(self, *args, **kwargs)
+        below = int(fault.get("below", 0))
+        # Out of the queue while the scheduler looks, back before the stats are made:
+        # the waiting gauge shows them, the scheduler never admits them.
+        held = [r for r in self.waiting if getattr(r, "priority", 0) >= below]
+        if held:
+            self.waiting.remove_requests(held)
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            for request in held:
+                self.waiting.add_request(request)
+
+    return schedule
+
+
 def _media(board: FaultBoard, original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     def call_hf_processor(self: Any, hf_processor: Any, data: Any, *args: Any, **kw: Any) -> Any:
@@ -188,6 +209,7 @@ def _media(board: FaultBoard, original: Callable[..., Any]) -> Callable[..., Any
 #: in ``vllm.inputs.registry`` before it moved beside the multimodal processors.
 HOOKS: tuple[tuple[Hook, tuple[tuple[str, str, str], ...]], ...] = (
     (_engine_step, (("vllm.v1.engine.core", "EngineCoreProc", "_process_engine_step"),)),
+    (_starve, (("vllm.v1.core.sched.scheduler", "Scheduler", "schedule"),)),
     (
         _grammar,
         (
@@ -235,4 +257,6 @@ def install(directory: str | None = None) -> list[str]:
             setattr(wrapped, _MARK, True)
             setattr(owner, method, wrapped)
         patched.append(where)
+    if api_wedge.install(board):
+        patched.append("api_wedge (this API-server process's event loop)")
     return patched
