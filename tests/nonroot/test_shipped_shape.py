@@ -12,15 +12,18 @@ so.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 from pathlib import Path
 from typing import Any
 
+import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from chaos.ports import free_port
 from sentinel_sim.launch import SimProcess
+from sentinel_sim.satellite import SERVER_HEADER
 from tests.nonroot.conftest import report
 from tests.nonroot.shape import SETTINGS, NonRootSentinel, nonroot_sentinel, poll
 
@@ -29,6 +32,7 @@ REFUSED = ("descriptors", "environment", "wait_channel", "stacks")
 # "within the dead grace plus the sampling intervals plus 1 s" (issue 25)
 DEAD_BOUND = SETTINGS["dead_grace"] + SETTINGS["process_interval"] + SETTINGS["eval_interval"] + 1
 LISTENER_BOUND = SETTINGS["listener_grace"] + 15.0
+API_WINDOW = 10.0
 
 
 def attributed(sidecar: NonRootSentinel, sim: SimProcess) -> dict[str, Any]:
@@ -159,3 +163,43 @@ def test_the_listener_closing_for_good(
         assert took <= LISTENER_BOUND
         sidecar.stop()
         assert sidecar.writes_outside() == []
+
+
+def test_a_wedged_api_server_among_two_is_seen_though_not_named(
+    other_uid: int, read_only_root: bool, writable: list[Path]
+) -> None:
+    """As uid 10001 the socket table still shows the unread connection; its holder cannot
+    be named (another user's descriptors), and the hang says so."""
+    port = free_port()
+    with SimProcess(api_server_count=2, extra_args=["--port", str(port)]) as two:
+        pooled = []
+        for _ in range(40):  # a router's keep-alive connection held by API server 1
+            client = httpx.Client(base_url=two.base_url, limits=httpx.Limits(max_connections=1))
+            body = {"model": two.model, "prompt": "hi", "max_tokens": 2}
+            if client.post("/v1/completions", json=body).headers.get(SERVER_HEADER) == "1":
+                pooled.append(client)
+                break
+            client.close()
+        assert pooled, "no connection landed on API server 1"
+        with nonroot_sentinel(
+            two.base_url,
+            read_only=read_only_root,
+            writable=writable,
+            port=free_port(),
+            api_window=API_WINDOW,
+        ) as sidecar:
+            attributed(sidecar, two)
+            two.control.set_fault("api_wedge", server=1, duration=120)
+            with contextlib.suppress(httpx.TimeoutException):
+                pooled[0].post("/v1/completions", json=body, timeout=1.0)
+            took = poll(
+                lambda: sidecar.get("/livez").status_code == 503, API_WINDOW + 20, "/livez red"
+            )
+            hangs = sidecar.status()["verdict"]["hangs"]
+            report(f"wedged API server 1 of 2 to /livez red as uid 10001: {took:.2f} s")
+            reason = next(h["reason"] for h in hangs if h["kind"] == "api_server")
+            assert "unread" in reason
+            assert "cannot name" in reason
+            sidecar.stop()
+            assert sidecar.writes_outside() == []
+        pooled[0].close()
