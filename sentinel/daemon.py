@@ -97,7 +97,7 @@ class Daemon:
         self.grpc: GrpcHealthServer | None = None
         self.runner: CanaryRunner | None = None
         self._listeners: list[ResultListener] = [self.fingerprints.observe_result]
-        self.observers = Observers(self.ledger, clock, scrape_interval=settings.scrape_interval)
+        self.observers = Observers(self.ledger, clock)
         self.observers.sample_listeners.append(self.fingerprints.observe_sample)
         self.failures = LoopFailures(clock, self.metrics.loop_failed)
         self.observers.observations.failures = self.failures

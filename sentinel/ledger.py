@@ -80,8 +80,6 @@ class Ledger:
         self.down_ranks: tuple[int, ...] = ()  # tensor-parallel ranks of the down processes
         # Titles and placements seen (pid, start time): a zombie keeps only its short name.
         self._placements: dict[tuple[int, float], ProcessInfo] = {}
-        self.last_canary_activity = float("-inf")
-        self.sends: deque[tuple[float, Mapping[str, float]]] = deque(maxlen=256)
         self.startup_passed = False
         self._token = 0
         self.lifecycle = LifecycleTracker()
@@ -166,9 +164,7 @@ class Ledger:
         self.records[kind].outstanding[self._token] = now
         if engine is not None:
             self.records[kind].aims[self._token] = engine
-        self.last_canary_activity = now
         if budget:
-            self.sends.append((now, budget))
             self.progress.canary_sent(self._token, now, budget, engine)
         return self._token
 
@@ -190,15 +186,6 @@ class Ledger:
             len(record.outstanding) + len(record.awaited) for record in self.records.values()
         )
 
-    def budget_sent_between(self, start: float, end: float) -> dict[str, float]:
-        """The summed work budget of canaries sent in ``(start, end]``."""
-        total: dict[str, float] = {}
-        for at, budget in self.sends:
-            if start < at <= end:
-                for key, value in budget.items():
-                    total[key] = total.get(key, 0.0) + value
-        return total
-
     def canary_done(
         self,
         kind: CanaryKind,
@@ -218,7 +205,6 @@ class Ledger:
         record = self.records[kind]
         record.outstanding.pop(token, None)
         record.aims.pop(token, None)
-        self.last_canary_activity = now
         if result.awaiting_late:
             record.awaited.add(token)
         else:
@@ -242,7 +228,6 @@ class Ledger:
         """
         record = self.records[kind]
         record.awaited.discard(token)
-        self.last_canary_activity = now
         self.progress.canary_finished(token, result, now)
         if epoch != self.epoch:
             return

@@ -185,12 +185,10 @@ class Observers:
         ledger: Ledger,
         clock: Callable[[], float],
         *,
-        scrape_interval: float,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self.ledger = ledger
         self.clock = clock
-        self.scrape_interval = scrape_interval
         self.wall_clock = wall_clock  # bundles show when a /metrics text was taken
         self.observations = Observations()
         # Told every /metrics sample after the ledger (the correctness fingerprint's counters).
@@ -225,11 +223,8 @@ class Observers:
     def scrape_step(self, scraper: MetricsScraper) -> Step:
         """One ``/metrics`` sample into the progress tracker; a counter going down is a restart."""
         ledger, seen = self.ledger, self.observations
-        interval = self.scrape_interval
-        previous_at = float("-inf")
 
         async def step() -> None:
-            nonlocal previous_at
             try:
                 sample = await scraper.scrape()
             except ScrapeError as exc:
@@ -241,15 +236,7 @@ class Observers:
             ledger.saw_answer()
             if scraper.last_text is not None:
                 seen.metrics_texts.append((self.wall_clock(), scraper.last_text))
-            update = ledger.progress.observe(
-                sample,
-                canaries_moving=ledger.last_canary_activity > previous_at,
-                # A canary sent just before the previous sample may show its
-                # first work in this interval: look back one more interval.
-                sent_budget=ledger.budget_sent_between(previous_at - interval, sample.at),
-                own_in_flight=ledger.in_flight(),
-            )
-            previous_at = sample.at
+            update = ledger.progress.observe(sample)
             ledger.observe_lifecycle(self.clock(), gauges=sample.gauges)
             ledger.observe_traffic(sample)
             for listener in self.sample_listeners:

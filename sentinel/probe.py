@@ -24,7 +24,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from sentinel.canary.kinds import KINDS
+from sentinel.canary.kinds import KINDS, skips_unsupported
 from sentinel.canary.result import CanaryKind, CanaryResult, Reason
 from sentinel.canary.runner import CanaryRunner, ModelResolutionError
 from sentinel.catalog import Catalog, CatalogError, load_catalog
@@ -43,9 +43,10 @@ class TargetReport:
     """Everything one target answered.
 
     ``error`` is set when the served model could not be resolved, in which case
-    no canary ran. A multimodal canary the model rejects as unsupported counts
-    as skipped, not unhealthy: a text-only model is not a broken server; an
-    inconclusive canary (a reasoning model that only thought) is not a failure.
+    no canary ran. A canary the model rejects as unsupported counts as skipped
+    where its kind says so (a text-only model asked for an image is not a
+    broken server), not unhealthy; an inconclusive canary (a reasoning model
+    that only thought) is not a failure.
     """
 
     url: str
@@ -60,12 +61,12 @@ class TargetReport:
 
 
 def outcome(result: CanaryResult) -> str:
-    """``ok``, ``skipped`` (the model takes no images), ``inconclusive`` or ``fail``."""
+    """``ok``, ``skipped`` (the model lacks the kind's input), ``inconclusive`` or ``fail``."""
     if result.ok:
         return "ok"
     if result.reason is Reason.INCONCLUSIVE:
         return "inconclusive"
-    if result.reason is Reason.UNSUPPORTED and result.kind is CanaryKind.MULTIMODAL:
+    if result.reason is Reason.UNSUPPORTED and skips_unsupported(result.kind):
         return "skipped"
     return "fail"
 

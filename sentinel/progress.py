@@ -249,7 +249,7 @@ class ProgressTracker:
         if result.completion_tokens is not None and result.prompt_tokens is not None:
             credit.set("engine_tokens", float(result.completion_tokens + result.prompt_tokens))
 
-    def observe(self, sample: MetricsSample, **_ignored: object) -> ProgressUpdate:
+    def observe(self, sample: MetricsSample) -> ProgressUpdate:
         """Compare ``sample`` with the previous one; what remains after credits is progress."""
         previous, self._previous = self._previous, sample
         self.last_sample_at = sample.at

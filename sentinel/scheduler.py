@@ -1,29 +1,28 @@
 """The scheduler owns time for canaries: cadence, jitter, deadlines, idle gating, pairing.
 
 One loop per enabled canary spec, each with at most one canary in flight per
-engine, so canaries never pile up. Text canaries are skipped while real traffic has
-recently proven the engine alive (idle gating, once startup has passed).
-Structured and multimodal canaries run on their own cadence, ungated, each
-paired with a text control sent at the same moment and priority, so a path
-hang can be told from an engine hang. A canary that missed its deadline is
-retried at once instead of waiting a full interval.
+engine, so canaries never pile up. What each kind gets is the kind
+registry's word (:mod:`sentinel.canary.kinds`); no code here names a kind. An
+idle-gated kind (text) is skipped while real traffic has recently proven the
+engine alive (once startup has passed); every other kind runs on its own
+cadence, ungated. A paired kind (every path kind, and correctness) goes out
+with a control canary (text) sent at the same moment and priority, so a path
+hang can be told from an engine hang; an unpaired kind goes out alone. A
+canary that missed its deadline is retried at once instead of waiting a full
+interval.
 
-Under data parallelism (more than one ``engine`` label in the progress
-evidence) every canary is aimed at one engine (vLLM's
-``X-data-parallel-rank``), since vLLM's balancer steers new requests away
-from an engine whose requests never finish and an unaimed canary would never
-reach a stuck one. Each text cadence step sends one canary to every engine
-real traffic has not recently proven alive (an engine whose own work, beyond
-sentinel's canaries, vouched for it within the idle window needs none), all
-at once: each engine gets the single-engine cadence, the per-GPU load a
-one-engine server already gets, and detection does not wait for a rotation
-that grows with the engine count. A step ends when its last canary does, and
-a missed deadline retries the step at once. Each path canary and its control
-go together to the next engine in turn: a path is mostly code every engine
-shares, its canaries are the heaviest (an image, a grammar), and an engine
-that stops serving is the text canaries' to catch. An engine whose aimed
-canary is refused as a bad request (a label that is not a rank the server
-takes) gets unaimed canaries for the rest of the server epoch.
+Under data parallelism canaries are aimed at one engine each
+(:mod:`sentinel.aiming`). Each idle-gated cadence step sends one canary to
+every engine real traffic has not recently proven alive (an engine whose own
+work, beyond sentinel's canaries, vouched for it within the idle window needs
+none), all at once: each engine gets the single-engine cadence, the per-GPU
+load a one-engine server already gets, and detection does not wait for a
+rotation that grows with the engine count. A step ends when its last canary
+does, and a missed deadline retries the step at once. Each canary of any
+other kind (with its control) goes to the next engine in turn: a path is
+mostly code every engine shares, its canaries are the heaviest (an image, a
+grammar), and an engine that stops serving is the text canaries' to catch.
+The model each canary addresses is :mod:`sentinel.served_model`'s.
 
 A late answer is an answer: with ``late_wait`` set, the first canary of a
 kind that misses its deadline is still recorded (and retried) at once, but
@@ -37,13 +36,15 @@ import random
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
-from sentinel.canary.kinds import is_path
+from sentinel.aiming import Aiming
+from sentinel.canary import kinds
 from sentinel.canary.result import CanaryKind, CanaryResult, Reason
-from sentinel.canary.runner import CanaryRunner, ModelResolutionError
+from sentinel.canary.runner import CanaryRunner
 from sentinel.catalog import CanarySpec
 from sentinel.late import LateAnswers
 from sentinel.ledger import Ledger
 from sentinel.progress import canary_budget
+from sentinel.served_model import ServedModel
 from sentinel.telemetry.logging import get_logger
 from sentinel.telemetry.metrics import SentinelMetrics
 
@@ -56,8 +57,6 @@ ErrorHook = Callable[[str, BaseException], None]
 
 DEFAULT_MAX_TOKENS = 16
 DEFAULT_PROMPT_ESTIMATE = 2048.0  # before a canary of the kind succeeded (images cost many)
-# An ``engine`` label above this is no data-parallel rank a header should carry.
-MAX_ENGINE_INDEX = 4096
 
 
 class Scheduler:
@@ -85,21 +84,16 @@ class Scheduler:
         self.ledger = ledger
         self.metrics = metrics
         self.idle_window = idle_window
-        self.configured_model = configured_model
         self.clock = clock
         self.sleep = sleep  # paired with the clock: a virtual clock brings its own sleep
         self.beat = beat
         self.on_result = on_result
         self.on_error = on_error
         self.rng = rng or random.Random()
-        self._model_lock = asyncio.Lock()
-        self._unresolved: Reason | None = None
-        text = [s for s in self.specs if s.kind is CanaryKind.TEXT]
-        self.control_spec = text[0] if text else None
-        self._last_aim: dict[str, int] = {}  # per loop: the engine its last canary went to
-        self._unaimable: set[int] = set()  # engines whose aimed canary was refused, this epoch
-        self._aim_epoch = ledger.epoch
-        self._aimed_at: tuple[int, ...] = ()  # the engines last announced in the log
+        self.served_model = ServedModel(runner, ledger, clock=clock, configured=configured_model)
+        self.aim = Aiming(ledger)
+        controls = [s for s in self.specs if s.kind == kinds.CONTROL]
+        self.control_spec = controls[0] if controls else None
         # Timed-out canaries still awaited, up to late_wait seconds past the send (0: none).
         self.late = LateAnswers(
             ledger, late_wait=late_wait, clock=clock, observe=self._observe, failed=self._failed
@@ -153,7 +147,7 @@ class Scheduler:
         if not record.enabled:
             self.metrics.canary_skipped("disabled")
             return False
-        if is_path(spec.kind) and self.late.awaited(spec.kind):
+        if kinds.is_path(spec.kind) and self.late.awaited(spec.kind):
             # The path's last canary is still awaited: it is the probe of the
             # path until it answers, and another would only queue behind it.
             self.metrics.canary_skipped("awaited")
@@ -162,11 +156,11 @@ class Scheduler:
         if not targets:
             self.metrics.canary_skipped("busy")
             return False
-        model = await self._model(spec)
+        model = await self.served_model.resolve(spec)
         if model is None:
             return False
         epoch = ledger.epoch
-        if spec.kind is CanaryKind.TEXT or self.control_spec is None:
+        if not kinds.is_paired(spec.kind) or self.control_spec is None:
             results = await self._send_each(spec, model, epoch, targets)
         else:
             control = replace(self.control_spec, priority=spec.priority)
@@ -229,52 +223,27 @@ class Scheduler:
         except Exception:  # a broken hook must not take the loop down with it
             log.exception("loop_error_unrecorded", loop=loop)
 
-    # -- aiming at data-parallel engines ----------------------------------------
-    def engines(self) -> tuple[int, ...]:
-        """The data-parallel engines canaries are aimed at; empty: do not aim.
-
-        Aimed only when the progress evidence shows more than one ``engine``
-        label and every label is a rank (a small non-negative integer): a
-        server with one engine never gets the header.
-        """
-        if self.ledger.epoch != self._aim_epoch:
-            self._aim_epoch = self.ledger.epoch
-            self._unaimable.clear()
-        labels = tuple(self.ledger.progress.engines)
-        if len(labels) < 2 or not all(_rank(label) is not None for label in labels):
-            engines: tuple[int, ...] = ()
-        else:
-            engines = tuple(sorted(int(label) for label in labels))
-        if engines != self._aimed_at:
-            self._aimed_at = engines
-            log.info("canaries_aimed", engines=list(engines))
-        return engines
-
     def _targets(self, spec: CanarySpec, now: float) -> tuple[int | None, ...]:
         """Where this step's canaries go: one per engine named (None: unaimed); empty: none.
 
-        Text canaries go to every engine real traffic has not recently proven
-        alive, at once, so each gets the single-engine cadence whatever the
-        engine count. A path canary (with its control) goes to one engine, the
-        next in turn.
+        An idle-gated kind goes to every engine real traffic has not recently
+        proven alive, at once, so each gets the single-engine cadence whatever
+        the engine count. Any other kind's canary (with its control) goes to
+        one engine, the next in turn.
         """
         ledger = self.ledger
-        text = spec.kind is CanaryKind.TEXT
-        engines = self.engines()
+        gated = kinds.is_idle_gated(spec.kind)
+        engines = self.aim.engines()
         if not engines:
-            if text and ledger.startup_passed and ledger.busy(now, self.idle_window):
+            if gated and ledger.startup_passed and ledger.busy(now, self.idle_window):
                 return ()
             return (None,)
-        if not text:
-            last = self._last_aim.get(spec.name)
-            later = [e for e in engines if last is None or e > last]
-            engines = (later[0] if later else engines[0],)
-            self._last_aim[spec.name] = engines[0]
+        if not gated:
+            engines = (self.aim.in_turn(spec.name, engines),)
         elif ledger.startup_passed:
-            # The text canary only where real traffic has not recently proven the engine alive.
+            # Only where real traffic has not recently proven the engine alive.
             engines = tuple(e for e in engines if not self._proven(e, now))
-        # An engine that refused its rank gets an unaimed canary; one per step is enough.
-        return tuple(dict.fromkeys(None if e in self._unaimable else e for e in engines))
+        return self.aim.targets(engines)
 
     def _proven(self, engine: int, now: float) -> bool:
         """Whether the engine's own work vouched for it within the idle window.
@@ -287,19 +256,6 @@ class Scheduler:
         moved = None if track is None else track.vouched_at
         return moved is not None and now - moved <= self.idle_window
 
-    def _refused_aim(self, engine: int, result: CanaryResult) -> bool:
-        """An aimed canary answered 400: the server takes no such rank; aim there no more."""
-        if result.reason is not Reason.HTTP_STATUS or result.http_status != 400:
-            return False
-        self._unaimable.add(engine)
-        log.warning(
-            "canary_aim_refused",
-            engine=engine,
-            detail=result.detail,
-            why="the server refused the data-parallel rank; canaries for it go unaimed",
-        )
-        return True
-
     async def _send_recorded(
         self, spec: CanarySpec, model: str, epoch: int, engine: int | None = None
     ) -> CanaryResult:
@@ -311,7 +267,7 @@ class Scheduler:
             # Cancelled mid-flight: forget the canary rather than leave it outstanding.
             self._abandon(spec.kind, token)
             raise
-        if engine is not None and self._refused_aim(engine, result):
+        if engine is not None and self.aim.refused(engine, result):
             ledger.canary_abandoned(spec.kind, token, self.clock())
             return await self._send_recorded(spec, model, epoch)  # the same canary, unaimed
         ledger.canary_done(spec.kind, token, result, self.clock(), epoch=epoch)
@@ -365,35 +321,3 @@ class Scheduler:
         self.metrics.observe_canary(result)
         if self.on_result is not None:
             self.on_result(result)
-
-    async def _model(self, spec: CanarySpec) -> str | None:
-        """The model to address: configured, given in the spec, or asked of the server."""
-        if "model" in spec.request:
-            return str(spec.request["model"])
-        if self.configured_model:
-            return self.configured_model
-        async with self._model_lock:
-            if self.ledger.model is not None:
-                return self.ledger.model
-            try:
-                model = await self.runner.resolve_model(deadline=spec.deadline)
-            except ModelResolutionError as exc:
-                if exc.reason is Reason.CONNECT:
-                    self.ledger.saw_refusal(self.clock())
-                if exc.reason is not self._unresolved:  # once per cause, not every tick
-                    self._unresolved = exc.reason
-                    log.info("model_unresolved", reason=exc.reason.value, detail=exc.detail)
-                return None
-            self._unresolved = None
-            self.ledger.saw_answer()
-            self.ledger.model = model
-            log.info("model_resolved", model=model)
-            return model
-
-
-def _rank(label: str) -> int | None:
-    """An ``engine`` label as a data-parallel rank, or None when it is none."""
-    if not label.isascii() or not label.isdigit() or len(label) > 5:
-        return None
-    rank = int(label)
-    return rank if rank <= MAX_ENGINE_INDEX else None

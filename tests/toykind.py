@@ -36,6 +36,9 @@ class ToyCanary:
 
     kind = KIND
     path = True
+    paired = True
+    idle_gated = False
+    unsupported_skipped = False
     traffic_counter: str | None = None
     defaults = KindDefaults(deadline=3.0, interval=7.0, jitter=0.0)
     spec_fields: frozenset[str] = frozenset()

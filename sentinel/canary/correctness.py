@@ -19,9 +19,9 @@ log-probabilities cannot be checked: the kind answers UNSUPPORTED and the
 scheduler disables it with a warning.
 
 Not a path kind and not idle-gated: busy servers need the check most, and
-real traffic proves only that answers come, never that they are right. Like
-every kind it is paired with a text control, so a check that fails while the
-control passes tells a corrupt server from a dead one.
+real traffic proves only that answers come, never that they are right. It is
+paired with a text control, so a check that fails while the control passes
+tells a corrupt server from a dead one.
 """
 
 from __future__ import annotations
@@ -66,6 +66,9 @@ class CorrectnessCanary:
 
     kind = CORRECTNESS
     path = False  # judged against its fingerprint, not against a text control
+    paired = True  # a 5xx on the check while its control passed is a departure at once
+    idle_gated = False  # real traffic proves answers come, never that they are right
+    unsupported_skipped = False
     traffic_counter: str | None = None
     defaults = KindDefaults(deadline=8.0, interval=10.0, jitter=0.1)
     spec_fields: frozenset[str] = frozenset()

@@ -1,10 +1,13 @@
 """The one explicit registry of canary kinds.
 
 The catalog rejects any kind not listed here, takes each kind's defaults and
-field checks from it, the runner dispatches through it and the verdict reads
-which kinds are path kinds from it. Adding a kind means adding a module that
-implements :class:`~sentinel.canary.protocol.CanaryKindProbe` and one
-:func:`register` call; nothing else enumerates kinds.
+field checks from it, the runner dispatches through it, the verdict reads
+which kinds are path kinds from it, and the scheduler and ``sentinel probe``
+ask it which kind is the control, which kinds go out paired with it, which
+are idle-gated and which take UNSUPPORTED as a skip. Adding a kind means
+adding a module that implements
+:class:`~sentinel.canary.protocol.CanaryKindProbe` and one :func:`register`
+call; nothing else enumerates or names kinds.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from sentinel.canary.protocol import CanaryKindProbe, ServerFacts
 from sentinel.canary.spec import TEXT, CanaryKind, CanarySpec
 
 CONTROL: CanaryKind = TEXT
-"""The kind every path kind is paired with and judged against."""
+"""The kind every paired kind is sent with (and every path kind judged against)."""
 
 _REGISTRY: dict[CanaryKind, CanaryKindProbe] = {}
 
@@ -26,9 +29,15 @@ KINDS: Mapping[CanaryKind, CanaryKindProbe] = MappingProxyType(_REGISTRY)
 
 
 def register(probe: CanaryKindProbe) -> CanaryKindProbe:
-    """Add a kind; refused when its name is taken, so two modules cannot claim one kind."""
+    """Add a kind; refused when its name is taken, so two modules cannot claim one kind.
+
+    Also refused: a path kind that is not paired (its hang is told by the
+    control passing beside it).
+    """
     if probe.kind in _REGISTRY:
         raise ValueError(f"canary kind {probe.kind.value!r} is already registered")
+    if probe.path and not probe.paired:
+        raise ValueError(f"path kind {probe.kind.value!r} must be paired with a {CONTROL} control")
     _REGISTRY[probe.kind] = probe
     return probe
 
@@ -49,6 +58,24 @@ def is_path(kind: CanaryKind) -> bool:
     """Whether ``kind`` is a registered path kind (judged against a text control)."""
     probe = _REGISTRY.get(kind)
     return probe is not None and probe.path
+
+
+def is_paired(kind: CanaryKind) -> bool:
+    """Whether canaries of ``kind`` go out with a :data:`CONTROL` canary beside them."""
+    probe = _REGISTRY.get(kind)
+    return probe is not None and probe.paired
+
+
+def is_idle_gated(kind: CanaryKind) -> bool:
+    """Whether real traffic that recently proved the engine alive stands in for ``kind``."""
+    probe = _REGISTRY.get(kind)
+    return probe is not None and probe.idle_gated
+
+
+def skips_unsupported(kind: CanaryKind) -> bool:
+    """Whether an UNSUPPORTED canary of ``kind`` is a skip (the model lacks the input)."""
+    probe = _REGISTRY.get(kind)
+    return probe is not None and probe.unsupported_skipped
 
 
 def path_kinds() -> tuple[CanaryKind, ...]:

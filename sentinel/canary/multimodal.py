@@ -94,6 +94,9 @@ class MultimodalCanary:
 
     kind = MULTIMODAL
     path = True
+    paired = True
+    idle_gated = False
+    unsupported_skipped = True  # "is not a multimodal model": a text-only model, not a fault
     traffic_counter: str | None = "mm_queries"  # images preprocessed: vllm:mm_cache_queries
     defaults = KindDefaults(deadline=10.0, interval=10.0)
     spec_fields = frozenset({"image"})

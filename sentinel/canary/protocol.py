@@ -161,6 +161,38 @@ class CanaryKindProbe(Protocol):
 
         A path kind's misses while its control succeeds confirm a *path hang*
         of that kind; the catalog refuses a path kind without a text canary.
+        A path kind is always :attr:`paired` (the registry refuses one that is not).
+        """
+        ...
+
+    @property
+    def paired(self) -> bool:
+        """Whether each canary of this kind goes out with a text control beside it.
+
+        The scheduler sends the control at the same moment, priority and
+        engine, and the ledger keeps it beside the result for the verdict
+        (a path hang; a correctness check that failed while its control
+        passed). An unpaired kind's canaries go out alone.
+        """
+        ...
+
+    @property
+    def idle_gated(self) -> bool:
+        """Whether real traffic stands in for this kind's canaries.
+
+        An idle-gated kind is skipped once startup passed while real work
+        recently proved the engine alive, and under data parallelism goes to
+        every engine not so proven, at once. Any other kind runs on its own
+        cadence whatever the traffic, to one engine in turn.
+        """
+        ...
+
+    @property
+    def unsupported_skipped(self) -> bool:
+        """Whether an UNSUPPORTED answer means the model lacks this input altogether.
+
+        A text-only model asked for an image is no broken server: ``sentinel
+        probe`` reports such a canary as skipped rather than failed.
         """
         ...
 

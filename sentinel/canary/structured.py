@@ -62,6 +62,9 @@ class StructuredCanary:
 
     kind = STRUCTURED
     path = True
+    paired = True
+    idle_gated = False
+    unsupported_skipped = False
     traffic_counter: str | None = None  # vLLM counts no structured-output completions
     defaults = KindDefaults(deadline=10.0, interval=10.0)
     spec_fields = frozenset({"schema"})

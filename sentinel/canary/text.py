@@ -42,6 +42,9 @@ class TextCanary:
 
     kind = TEXT
     path = False  # the text canary is the control every path kind is judged against
+    paired = False
+    idle_gated = True  # real work proves the engine as well as a text canary would
+    unsupported_skipped = False
     traffic_counter: str | None = None
     defaults = KindDefaults(deadline=8.0, interval=5.0, jitter=0.1)
     spec_fields: frozenset[str] = frozenset()

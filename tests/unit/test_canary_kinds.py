@@ -20,6 +20,7 @@ from sentinel.canary.protocol import CanaryRequest, KindDefaults, Reply, ServerF
 from sentinel.canary.result import CanaryKind, Reason
 from sentinel.canary.spec import CanarySpec, SpecFieldError
 from sentinel.catalog import default_directory, load_catalog
+from tests import toykind
 
 CATALOG = load_catalog()
 
@@ -44,6 +45,33 @@ def test_registry_lists_the_builtin_kinds_in_order_each_under_its_own_name() -> 
     assert kinds.path_kinds()[:2] == (CanaryKind.STRUCTURED, CanaryKind.MULTIMODAL)
     assert not kinds.is_path(CanaryKind.TEXT)
     assert not kinds.is_path(CanaryKind("never-registered"))
+
+
+def test_the_registry_says_which_kinds_are_paired_idle_gated_and_skip_when_unsupported() -> None:
+    correctness = CanaryKind("correctness")
+    said = {
+        kind: (kinds.is_paired(kind), kinds.is_idle_gated(kind), kinds.skips_unsupported(kind))
+        for kind in (CanaryKind.TEXT, CanaryKind.STRUCTURED, CanaryKind.MULTIMODAL, correctness)
+    }
+    assert said == {
+        CanaryKind.TEXT: (False, True, False),  # the control, stood in for by real traffic
+        CanaryKind.STRUCTURED: (True, False, False),
+        CanaryKind.MULTIMODAL: (True, False, True),  # a text-only model takes no image
+        correctness: (True, False, False),  # not a path kind, yet it reads its control
+    }
+    unknown = CanaryKind("never-registered")
+    assert not kinds.is_paired(unknown)
+    assert not kinds.is_idle_gated(unknown)
+    assert not kinds.skips_unsupported(unknown)
+
+
+def test_a_path_kind_that_is_not_paired_is_refused() -> None:
+    class Unpaired(toykind.ToyCanary):
+        paired = False
+
+    with pytest.raises(ValueError, match="must be paired"):
+        kinds.register(Unpaired())
+    assert toykind.KIND not in KINDS
 
 
 @pytest.mark.parametrize(
