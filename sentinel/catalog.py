@@ -36,7 +36,7 @@ from sentinel.canary.spec import (
 from sentinel.canary.spec import CanarySpec as CanarySpec
 
 if TYPE_CHECKING:
-    from sentinel.config import CanaryOverride
+    from sentinel.settings import CanaryOverride
 
 # A canary may stay outstanding at most this many intervals: past that, misses
 # would pile up behind one slow request and the scheduler would learn late.

@@ -2,6 +2,10 @@
 
 Exit codes: 0 success (healthy), 1 unhealthy or a runtime failure, 2 a usage
 or configuration error (argparse's own convention for bad usage).
+
+:func:`main` runs :func:`~sentinel.boot.boot` before anything else, so this
+module imports only the standard library and leaf modules at import time; the
+rest (settings, HTTP, logging) is imported where it is used, after the boot.
 """
 
 from __future__ import annotations
@@ -13,11 +17,14 @@ import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sentinel import __version__
-from sentinel.config import ConfigError, Settings, env_name, load_settings
+from sentinel.boot import boot
 from sentinel.exitcode import ExitCode
+
+if TYPE_CHECKING:
+    from sentinel.config import Settings
 
 
 def _bool(value: str) -> bool:
@@ -30,6 +37,8 @@ def _bool(value: str) -> bool:
 
 
 def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    from sentinel.config import Settings
+
     defaults = Settings()
     parser.add_argument("--target", help=f"inference server base URL (default {defaults.target})")
     parser.add_argument("--listen", help=f"HTTP HOST:PORT (default {defaults.listen})")
@@ -75,11 +84,15 @@ RUN_FLAGS = (
 
 
 def settings_from_args(args: argparse.Namespace) -> Settings:
+    from sentinel.config import load_settings
+
     flags = {name: getattr(args, name, None) for name in RUN_FLAGS}
     return load_settings(getattr(args, "config", None), os.environ, flags)
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from sentinel.config import env_name
+
     parser = argparse.ArgumentParser(
         prog="sentinel",
         description="Health-checking sidecar for LLM inference servers: "
@@ -132,6 +145,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    boot()
+    from sentinel.config import ConfigError
+
     args = build_parser().parse_args(argv)
     command: str = args.command
     try:
@@ -188,6 +204,7 @@ def _configure_logging(settings: Settings) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     from sentinel.catalog import CatalogError
+    from sentinel.config import ConfigError
 
     settings = settings_from_args(args)
     _configure_logging(settings)
@@ -254,6 +271,7 @@ async def _serve(daemon: Any) -> int:
 
 def _check_config(path: Path) -> int:
     from sentinel.catalog import CatalogError, apply_overrides, load_catalog
+    from sentinel.config import ConfigError, load_settings
 
     settings = load_settings(path, env={}, flags={})
     try:

@@ -35,7 +35,7 @@ from sentinel.incidents import IncidentRecorder
 from sentinel.k8s_lease import PoolBudget
 from sentinel.ledger import Ledger
 from sentinel.observers import Observations
-from sentinel.serve.status import PriorityReport, Transition, status_document
+from sentinel.serve.status import PriorityReport, StatusInputs, Transition, status_document
 from sentinel.telemetry.logging import get_logger
 from sentinel.telemetry.metrics import SentinelMetrics
 from sentinel.verdict import (
@@ -264,22 +264,24 @@ class Evaluator:
             if (processes := self.ledger.processes) is not None and processes.access is not None
             else {},
             status=status_document(
-                now=now,
-                target=self.settings.target,
-                enforce=self.settings.enforce,
-                config=self.config,
-                ledger=self.ledger,
-                verdict=verdict,
-                episodes=self.verdict_state.restarts,
-                brake_window=self.policy.brake_window,
-                priority=self.priority,
-                stalls=self.stalls,
-                last_scrape_error=self.observations.last_scrape_error,
-                evidence_errors=self.observations.errors_json(now),
-                incident=incidents.current,
-                recent_incidents=incidents.recent,
-                transitions=self.transitions,
-                restart_budget={"mode": "off"} if budget is None else budget.status(),
+                StatusInputs(
+                    now=now,
+                    target=self.settings.target,
+                    enforce=self.settings.enforce,
+                    config=self.config,
+                    ledger=self.ledger,
+                    verdict=verdict,
+                    episodes=self.verdict_state.restarts,
+                    brake_window=self.policy.brake_window,
+                    priority=self.priority,
+                    stalls=self.stalls,
+                    last_scrape_error=self.observations.last_scrape_error,
+                    evidence_errors=self.observations.errors_json(now),
+                    incident=incidents.current,
+                    recent_incidents=incidents.recent,
+                    transitions=self.transitions,
+                    restart_budget={"mode": "off"} if budget is None else budget.status(),
+                )
             ),
         )
 

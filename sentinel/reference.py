@@ -2,7 +2,8 @@
 
 ``docs/configuration.md`` lists every setting of ``sentinel run`` (its
 flag, environment variable, default, range and what it is for, taken from
-the comment above its field in :mod:`sentinel.settings`), and
+the comment above its field in :mod:`sentinel.settings`, or in
+:class:`sentinel.verdict.Policy` for the verdict's thresholds), and
 ``docs/metrics.md`` every ``sentinel_*`` series a daemon registers. A unit
 test regenerates both and fails when the files drift;
 ``python -m sentinel.reference`` writes them.
@@ -13,13 +14,13 @@ from __future__ import annotations
 import ast
 import inspect
 import sys
+import textwrap
 from pathlib import Path
 from typing import Any
 
 from prometheus_client import CollectorRegistry
 from pydantic import BaseModel
 
-from sentinel import settings as settings_module
 from sentinel.config import env_name
 from sentinel.health import HealthState
 from sentinel.settings import RANGES, RestartBudget, Settings
@@ -80,15 +81,15 @@ HELP = {
 }
 
 
-def _field_comments(model: str = "Settings") -> dict[str, str]:
-    """The comment lines right above each field of the class ``model``, joined."""
-    source = inspect.getsource(settings_module)
-    lines = source.splitlines()
-    tree = ast.parse(source)
+def _field_comments(model: type[BaseModel]) -> dict[str, str]:
+    """The comment lines right above each field of ``model`` or a model it inherits, joined."""
     found: dict[str, str] = {}
-    for node in ast.walk(tree):
-        if not (isinstance(node, ast.ClassDef) and node.name == model):
+    for cls in reversed(model.__mro__):
+        if not issubclass(cls, BaseModel) or cls is BaseModel:
             continue
+        lines = textwrap.dedent(inspect.getsource(cls)).splitlines()
+        (node,) = ast.parse("\n".join(lines)).body
+        assert isinstance(node, ast.ClassDef)
         for item in node.body:
             if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
                 above: list[str] = []
@@ -114,11 +115,12 @@ def _default(value: Any) -> str:
 
 def configuration() -> str:
     """``docs/configuration.md``: every setting, from the code."""
-    comments = _field_comments()
+    comments = _field_comments(Settings)
     rows = [
         "# Configuration reference",
         "",
-        "Generated from `sentinel/settings.py` by `python -m sentinel.reference`; a test",
+        "Generated from `sentinel/settings.py` (the verdict's thresholds from `Policy` in",
+        "`sentinel/verdict/model.py`) by `python -m sentinel.reference`; a test",
         "fails when this file and the code disagree. Every setting is a flag of",
         "`sentinel run`, a `SENTINEL_*` environment variable and a key of the YAML",
         "file given with `--config`; flags win over the environment, which wins over",
@@ -143,7 +145,7 @@ def configuration() -> str:
 
 def _section(name: str, model: type[BaseModel]) -> list[str]:
     """The keys of a nested section: given in the file or as one YAML mapping in the variable."""
-    comments = _field_comments(model.__name__)
+    comments = _field_comments(model)
     rows = [
         "",
         f"## `{name}`",

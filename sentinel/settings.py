@@ -25,10 +25,6 @@ from pydantic import (
 
 from sentinel.verdict import Action, Policy
 
-# The verdict's policy holds the decision defaults; settings take theirs from it,
-# so a default is written once.
-_POLICY = Policy()
-
 # Words meaning "no gRPC listener" for ``grpc_listen`` (flag, variable or file).
 GRPC_OFF = frozenset({"", "off", "none", "false", "disabled"})
 
@@ -154,8 +150,13 @@ class RestartBudget(BaseModel):
         return self
 
 
-class Settings(BaseModel):
-    """Every knob of ``sentinel run``; the defaults are the README's defaults table."""
+class Settings(Policy):
+    """Every knob of ``sentinel run``; the defaults are the README's defaults table.
+
+    The verdict's thresholds (``hang_window``, ``engine_policy``, ...) are the
+    fields of :class:`~sentinel.verdict.Policy`, inherited: named, defaulted
+    and described there once; :meth:`policy` hands them to the verdict.
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -164,7 +165,6 @@ class Settings(BaseModel):
     # None: no gRPC listener (``off``); the Kubernetes gRPC-probe variant turns it on.
     grpc_listen: str | None = "0.0.0.0:8472"
     probes: Path | None = None
-    enforce: bool = True
     api_key_file: Path | None = None
     # The /maintenance hook (sentinel.maintenance): the file holding its bearer
     # token (None: the hook is off) and the longest window one request may set.
@@ -188,42 +188,9 @@ class Settings(BaseModel):
     process_interval: float = 1.0
     eval_interval: float = 0.5
     idle_window: float = 5.0
-    hang_window: float = _POLICY.hang_window
-    # The still-engine rule (sentinel.verdict.still): no engine step at all.
-    step_window: float = _POLICY.step_window
-    no_evidence_window: float = _POLICY.no_evidence_window
-    dead_grace: float = _POLICY.dead_grace
-    broken_window: float = _POLICY.broken_window
-    listener_grace: float = _POLICY.listener_grace
-    path_misses: int = _POLICY.path_misses
-    ready_out_after: int = _POLICY.ready_out_after
-    ready_back_after: int = _POLICY.ready_back_after
-    brake_max_restarts: int = _POLICY.brake_max_restarts
-    brake_window: float = _POLICY.brake_window
-    engine_policy: Action = _POLICY.engine_action
-    # One data-parallel engine stuck while the others serve: its share of
-    # requests hangs forever, so restart; unready or alert keep the rest serving.
-    partial_policy: Action = _POLICY.partial_action
-    dead_policy: Action = _POLICY.dead_action
-    broken_policy: Action = _POLICY.broken_action
-    listener_policy: Action = _POLICY.listener_action
-    starved_policy: Action = _POLICY.starved_action
-    # One API-server process of several stopped, or a connection it holds left
-    # unread, this long (sentinel.verdict.api_server).
-    api_window: float = _POLICY.api_window
-    api_policy: Action = _POLICY.api_action
     # Lifecycle (sleep, pause, weight updates): how often /is_sleeping and
-    # /is_paused are asked (where the server runs VLLM_SERVER_DEV_MODE=1), how
-    # long a pause may last before it is reported, and whether sleep is bounded.
+    # /is_paused are asked (where the server runs VLLM_SERVER_DEV_MODE=1).
     lifecycle_interval: float = 5.0
-    pause_bound: float = _POLICY.pause_bound
-    paused_policy: Action = _POLICY.paused_action
-    sleep_bound: float | None = _POLICY.sleep_bound
-    asleep_policy: Action = _POLICY.asleep_action
-    # A long engine step with a compiler process busy under the engine.
-    compile_grace: float = _POLICY.compile_grace
-    # Correctness checks that left the model's fingerprint (sentinel.verdict.corrupt).
-    corrupt_policy: Action = _POLICY.corrupt_action
     shutdown_timeout: float = 5.0
     # Caps on what the target may send (hostile or merely huge answers).
     # vLLM's whole exposition is well under 1 MiB and the series sentinel
@@ -332,34 +299,8 @@ class Settings(BaseModel):
         return self.scrape_interval * 2 + self.scrape_timeout
 
     def policy(self) -> Policy:
-        return Policy(
-            enforce=self.enforce,
-            hang_window=self.hang_window,
-            step_window=self.step_window,
-            no_evidence_window=self.no_evidence_window,
-            dead_grace=self.dead_grace,
-            path_misses=self.path_misses,
-            ready_out_after=self.ready_out_after,
-            ready_back_after=self.ready_back_after,
-            brake_max_restarts=self.brake_max_restarts,
-            brake_window=self.brake_window,
-            engine_action=self.engine_policy,
-            partial_action=self.partial_policy,
-            dead_action=self.dead_policy,
-            broken_window=self.broken_window,
-            listener_grace=self.listener_grace,
-            broken_action=self.broken_policy,
-            listener_action=self.listener_policy,
-            starved_action=self.starved_policy,
-            api_window=self.api_window,
-            api_action=self.api_policy,
-            pause_bound=self.pause_bound,
-            paused_action=self.paused_policy,
-            sleep_bound=self.sleep_bound,
-            asleep_action=self.asleep_policy,
-            compile_grace=self.compile_grace,
-            corrupt_action=self.corrupt_policy,
-        )
+        """The verdict's thresholds as configured: every field of :class:`Policy`."""
+        return Policy(**{name: getattr(self, name) for name in Policy.model_fields})
 
 
 def split_host_port(value: str) -> tuple[str, int]:

@@ -12,18 +12,13 @@ and ``OSError`` exceptions are mapped here and nowhere else, into the closed
 :class:`TransportFailure` enum. Callers translate that enum into their own
 vocabulary (the canary :class:`~sentinel.canary.result.Reason`, the evidence
 :class:`~sentinel.evidence.failure.EvidenceFailure`), never the exceptions.
-
-It also owns what the HTTP stack asks of the interpreter on every exchange
-(:func:`settle_async_library_probe`, run on import).
 """
 
 from __future__ import annotations
 
 import errno
-import importlib.util
 import socket
 import ssl
-import sys
 import zlib
 from collections.abc import AsyncIterator, Iterator
 from enum import StrEnum
@@ -37,32 +32,7 @@ __all__ = [
     "classify_transport",
     "iter_capped",
     "read_capped",
-    "settle_async_library_probe",
 ]
-
-
-def settle_async_library_probe() -> bool:
-    """Make httpcore's per-exchange ``import sniffio`` cheap when sniffio is not installed.
-
-    httpcore asks which async library runs it by importing sniffio inside
-    every lock, event and shielded close (several times per request). With
-    sniffio absent (anyio no longer needs it), each of those imports fails
-    the slow way, searching every ``sys.path`` entry again, because a failed
-    import is not remembered: about 40 us each, a sixth of the CPU a scrape,
-    a ``/health`` poll or a canary costs. A ``None`` entry in ``sys.modules``
-    is Python's own record of "no such module": the import then fails at
-    once, and httpcore takes its documented fallback (asyncio), exactly as it
-    did before. Nothing changes where sniffio is installed.
-
-    Returns whether the entry was made.
-    """
-    if "sniffio" in sys.modules or importlib.util.find_spec("sniffio") is not None:
-        return False
-    sys.modules["sniffio"] = None  # type: ignore[assignment]
-    return True
-
-
-settle_async_library_probe()
 
 
 class TransportFailure(StrEnum):

@@ -47,6 +47,7 @@ from sentinel.telemetry.logging import configure_logging, get_logger
 from sentinel.telemetry.redact import redact, structlog_processor
 
 CHILD_MODULE = "sentinel.diagnostics.child"
+CHILD_ENTRY = "sentinel.diagnostics"  # its __main__ boots, then runs main() below
 CHILD_NICENESS = 10
 # Interpreter start and imports (about 0.5 s idle, several seconds on a loaded
 # node), then the store write, on top of the capture's own budget.
@@ -205,7 +206,7 @@ async def capture_in_child(
             python,
             "-P",  # the working folder is not searched: sentinel's own modules only
             "-m",
-            CHILD_MODULE,
+            CHILD_ENTRY,
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
@@ -335,7 +336,3 @@ def _capture_and_store(header: Mapping[str, Any], texts: list[str]) -> StoredInc
     )
     incident = asyncio.run(capture(context))
     return StoredIncident.of(incident, store.write(incident))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,8 +1,8 @@
 """The ``/status`` document, built by one pure function.
 
-:func:`status_document` reads nothing but its arguments: no clock, no I/O, no
-event loop. Every age in the document is ``now`` minus a time it was given, so
-a table-driven test can pin the whole document at one instant. The evaluator
+:func:`status_document` reads nothing but its :class:`StatusInputs`: no clock,
+no I/O, no event loop. Every age in the document is ``now`` minus a time it was
+given, so a table-driven test can pin the whole document at one instant. The evaluator
 calls it once per evaluation and publishes the result inside the health
 snapshot; the HTTP view only serves what was published.
 """
@@ -50,26 +50,36 @@ class PriorityReport:
         return None if self.policy is None else self.policy == SchedulingPolicy.PRIORITY.value
 
 
-def status_document(
-    *,
-    now: float,
-    target: str,
-    enforce: bool,
-    config: Mapping[str, Any],
-    ledger: Ledger,
-    verdict: Verdict,
-    episodes: Iterable[float],
-    brake_window: float,
-    priority: PriorityReport,
-    stalls: int,
-    last_scrape_error: str,
-    incident: OpenIncident | None,
-    recent_incidents: Sequence[IncidentRecord],
-    transitions: Iterable[Transition],
-    evidence_errors: Mapping[str, Any] | None = None,
-    restart_budget: Mapping[str, Any] | None = None,
-) -> dict[str, Any]:
-    """The JSON-able ``/status`` body at ``now`` (monotonic seconds, like every time given)."""
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StatusInputs:
+    """Everything the ``/status`` document is built from, gathered by the evaluator.
+
+    ``now`` is monotonic seconds, like every time held by the ledger and given
+    here; the document's ages are ``now`` minus those times.
+    """
+
+    now: float
+    target: str
+    enforce: bool
+    config: Mapping[str, Any]
+    ledger: Ledger
+    verdict: Verdict
+    episodes: Iterable[float]  # the brake's memory: real restarts that followed a red episode
+    brake_window: float
+    priority: PriorityReport
+    stalls: int
+    last_scrape_error: str
+    incident: OpenIncident | None
+    recent_incidents: Sequence[IncidentRecord]
+    transitions: Iterable[Transition]
+    evidence_errors: Mapping[str, Any] | None = None
+    restart_budget: Mapping[str, Any] | None = None
+
+
+def status_document(inputs: StatusInputs) -> dict[str, Any]:
+    """The JSON-able ``/status`` body at ``inputs.now``."""
+    now, ledger, verdict = inputs.now, inputs.ledger, inputs.verdict
+    priority, incident = inputs.priority, inputs.incident
 
     def age(t: float | None) -> float | None:
         return None if t is None else round(now - t, 3)
@@ -88,9 +98,9 @@ def status_document(
     processes = ledger.processes
     return {
         "version": __version__,
-        "target": target,
+        "target": inputs.target,
         "model": ledger.model,
-        "enforce": enforce,
+        "enforce": inputs.enforce,
         "server": {
             "epoch": ledger.epoch,
             "epoch_age": age(ledger.epoch_started),
@@ -137,11 +147,11 @@ def status_document(
             "prefill_age": age(ledger.progress.last_prefill_at),
             "compiling_for": age(ledger.compiling.since),
             "compiling": ledger.compiling.detail or None,
-            "last_scrape_error": last_scrape_error or None,
+            "last_scrape_error": inputs.last_scrape_error or None,
             # Why the last /health poll gave no evidence, and what each loop
             # survived (loop name -> errors, last, ago): failed reads and
             # parses are recorded, never fatal.
-            "errors": dict(evidence_errors or {}),
+            "errors": dict(inputs.evidence_errors or {}),
             "engine_down": ledger.engine_down_detail or None,
             # How the API server was found (the socket's owner, or its command line
             # and the socket's uid where the owner is unreadable), what could not
@@ -191,13 +201,15 @@ def status_document(
             ],
             "brake_engaged": verdict.brake_engaged,
             "would_restart": verdict.would_restart,
-            "sentinel_stalls": stalls,
-            "hang_episodes_last_hour": len([t for t in episodes if now - t < brake_window]),
+            "sentinel_stalls": inputs.stalls,
+            "hang_episodes_last_hour": len(
+                [t for t in inputs.episodes if now - t < inputs.brake_window]
+            ),
             "restart_wanted": verdict.restart_wanted,
             "budget_held": verdict.budget_held,
         },
         # The pool's restart budget (sentinel.k8s_lease.PoolBudget.status).
-        "restart_budget": dict(restart_budget or {"mode": "off"}),
+        "restart_budget": dict(inputs.restart_budget or {"mode": "off"}),
         "incidents": {
             "open": None
             if incident is None
@@ -207,13 +219,13 @@ def status_document(
                 "for": age(incident.opened),
                 "bundle": None if incident.record is None else incident.record.path,
             },
-            "recent": [r.to_json() for r in recent_incidents[:RECENT_INCIDENTS]],
+            "recent": [r.to_json() for r in inputs.recent_incidents[:RECENT_INCIDENTS]],
         },
         "history": [
             {"ago": age(t.at), "probe": t.probe, "ok": t.ok, "reason": t.reason}
-            for t in transitions
+            for t in inputs.transitions
         ],
-        "config": config,
+        "config": inputs.config,
     }
 
 

@@ -12,10 +12,11 @@ on any line of a multi-line value) is removed from the traceback that is
 written; callers may add their own processors with ``redactors``.
 
 Until :func:`configure_logging` runs (``sentinel probe``, ``diagnose``,
-``doctor``, library use), structlog's own default would print unredacted lines
-to stdout, which also breaks ``probe --json``. Importing this module installs
-a default instead: redacted lines on stderr at INFO. Every command gets that
-without asking; ``run`` then replaces it with the configured one.
+``doctor``), structlog's own default would print unredacted lines to stdout,
+which also breaks ``probe --json``. :func:`sentinel.boot.boot`, run by every
+entry point, installs a default instead: redacted lines on stderr at INFO.
+Every command gets that without asking; ``run`` then replaces it with the
+configured one.
 """
 
 from __future__ import annotations
@@ -153,6 +154,3 @@ def get_logger(name: str) -> structlog.stdlib.BoundLogger:
     """A named structlog logger; the name shows as ``logger`` in every event."""
     logger: structlog.stdlib.BoundLogger = structlog.stdlib.get_logger(name)
     return logger
-
-
-configure_default_logging()

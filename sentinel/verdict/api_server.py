@@ -30,7 +30,7 @@ def api_server(
         return None
     return Hang(
         HangKind.API_SERVER,
-        policy.api_action,
+        policy.api_policy,
         f"API server stuck: {evidence.api_stuck_detail} for {elapsed:.0f}s",
         since,
     )

@@ -255,4 +255,4 @@ def _describe(departures: Sequence[Departure]) -> str:
 
 def _hang(policy: Policy, what: str, since: float, engines: tuple[int, ...] = ()) -> Hang:
     reason = f"corrupt output: {what}"
-    return Hang(HangKind.CORRUPT, policy.corrupt_action, reason, since, engines)
+    return Hang(HangKind.CORRUPT, policy.corrupt_policy, reason, since, engines)

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import ClassVar
 
+from pydantic import BaseModel, ConfigDict
+
 from sentinel.canary.correctness import CorrectnessEvidence
 from sentinel.canary.kinds import path_kinds
 from sentinel.canary.result import CanaryResult
@@ -235,9 +237,17 @@ class Evidence:
     restart_gate: RestartGate = RestartGate()
 
 
-@dataclass(frozen=True, slots=True)
-class Policy:
-    """Thresholds of the verdict (the README's defaults table)."""
+class Policy(BaseModel):
+    """Thresholds of the verdict (the README's defaults table).
+
+    The one definition of each threshold: its name, its default and the
+    comment above it. :class:`sentinel.settings.Settings` inherits these
+    fields, so each is a setting under the same name (a YAML key, a
+    ``SENTINEL_*`` variable) and ``docs/configuration.md`` shows its comment.
+    A ``*_policy`` field is the action its hang kind takes.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     enforce: bool = True
     hang_window: float = 15.0
@@ -254,31 +264,31 @@ class Policy:
     ready_back_after: int = 3
     brake_max_restarts: int = 3
     brake_window: float = 3600.0
-    engine_action: Action = Action.RESTART
-    # One engine stuck among several leaves its share of requests hanging
-    # forever: restart is the honest default; unready or alert keep the
-    # other engines serving while an operator looks.
-    partial_action: Action = Action.RESTART
-    dead_action: Action = Action.RESTART
-    broken_action: Action = Action.RESTART
-    listener_action: Action = Action.RESTART
-    # A leaked KV cache or a scheduler admitting nothing but the canary does
-    # not heal itself.
-    starved_action: Action = Action.RESTART
-    # An API-server process stopped, or a connection left unread, this long
-    # (sentinel.verdict.api_server): its users wait forever; it does not heal.
+    engine_policy: Action = Action.RESTART
+    # One data-parallel engine stuck while the others serve: its share of
+    # requests hangs forever, so restart; unready or alert keep the rest serving.
+    partial_policy: Action = Action.RESTART
+    dead_policy: Action = Action.RESTART
+    broken_policy: Action = Action.RESTART
+    listener_policy: Action = Action.RESTART
+    # Starved real traffic (canaries passing): a leaked KV cache or a scheduler
+    # admitting nothing but the canary does not heal itself.
+    starved_policy: Action = Action.RESTART
+    # One API-server process of several stopped, or a connection it holds left
+    # unread, this long (sentinel.verdict.api_server): its users wait forever.
     api_window: float = 60.0
-    api_action: Action = Action.RESTART
+    api_policy: Action = Action.RESTART
     # A pause (or weight update, or maintenance window) longer than this is
     # reported as a hang kind of its own; sleep has no bound unless one is set.
     pause_bound: float = 900.0
-    paused_action: Action = Action.ALERT
+    paused_policy: Action = Action.ALERT
     sleep_bound: float | None = None
-    asleep_action: Action = Action.ALERT
+    asleep_policy: Action = Action.ALERT
     # A long engine step with a compiler busy under the engine is held this long.
     compile_grace: float = 300.0
-    # Answers that left the model's fingerprint: out of rotation while someone looks.
-    corrupt_action: Action = Action.UNREADY
+    # Correctness checks that left the model's fingerprint (sentinel.verdict.corrupt):
+    # out of rotation while someone looks.
+    corrupt_policy: Action = Action.UNREADY
 
 
 @dataclass(frozen=True, slots=True)

@@ -163,7 +163,7 @@ def engine_hang(
         return None
     return Hang(
         HangKind.ENGINE,
-        policy.engine_action,
+        policy.engine_policy,
         f"engine hang: canary unanswered for {elapsed:.0f}s with {basis}",
         since,
     )
@@ -227,7 +227,7 @@ def partial_hang(
     others = [e.engine for e in evidence.engines if e.engine not in named]
     return Hang(
         HangKind.PARTIAL,
-        policy.partial_action,
+        policy.partial_policy,
         f"partial hang: {_engines(named)} made no progress for {elapsed:.0f}s with a canary "
         f"unanswered; other engines progressed ({', '.join(others)})",
         since,
@@ -333,7 +333,7 @@ def dead(
         elapsed = observed(since, now, evidence.unobserved)
         if elapsed >= policy.dead_grace:
             reason = f"engine dead: {what} for {elapsed:.0f}s"
-            return Hang(HangKind.DEAD, policy.dead_action, reason, since, engines, ranks)
+            return Hang(HangKind.DEAD, policy.dead_policy, reason, since, engines, ranks)
     return None
 
 
@@ -364,7 +364,7 @@ def broken(
         return None
     return Hang(
         HangKind.BROKEN,
-        policy.broken_action,
+        policy.broken_policy,
         f"broken: every canary failed fast for {elapsed:.0f}s and no other request completed",
         since,
     )
@@ -380,7 +380,7 @@ def listener_down(evidence: Evidence, policy: Policy, now: float) -> Hang | None
         return None
     return Hang(
         HangKind.LISTENER_DOWN,
-        policy.listener_action,
+        policy.listener_policy,
         f"listener down: connections refused for {elapsed:.0f}s while the API server lives",
         since,
     )

@@ -33,9 +33,9 @@ def lifecycle_bound(evidence: Evidence, policy: Policy, now: float) -> Hang | No
     """A pause (or sleep, where bounded) that outlasted its bound."""
     life = evidence.lifecycle
     if life.phase is Phase.PAUSED:
-        bound, kind, action = policy.pause_bound, HangKind.PAUSED, policy.paused_action
+        bound, kind, action = policy.pause_bound, HangKind.PAUSED, policy.paused_policy
     elif life.phase is Phase.ASLEEP and policy.sleep_bound is not None:
-        bound, kind, action = policy.sleep_bound, HangKind.ASLEEP, policy.asleep_action
+        bound, kind, action = policy.sleep_bound, HangKind.ASLEEP, policy.asleep_policy
     else:
         return None
     elapsed = observed(life.since, now, evidence.unobserved)

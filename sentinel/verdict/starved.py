@@ -38,7 +38,7 @@ def starved(
         return None
     return Hang(
         HangKind.STARVED,
-        policy.starved_action,
+        policy.starved_policy,
         f"starved: {evidence.waiting_real:.0f} real requests waiting for {elapsed:.0f}s "
         "with no real progress while canaries pass",
         start,

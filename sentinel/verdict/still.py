@@ -77,7 +77,7 @@ def still_engine(
         return None
     return Hang(
         HangKind.ENGINE,
-        policy.engine_action,
+        policy.engine_policy,
         f"engine hang: canary unanswered for {elapsed:.0f}s with no engine step at all",
         since,
     )

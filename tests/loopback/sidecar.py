@@ -19,6 +19,7 @@ import grpc
 import httpx
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from sentinel.boot import boot
 from sentinel.config import load_settings
 from sentinel.daemon import Daemon
 
@@ -90,6 +91,7 @@ async def running_sidecar(target: str, **overrides: Any) -> AsyncIterator[Sideca
     if "diagnostics_dir" not in flags:
         flags["diagnostics"] = False
         flags["diagnostics_dir"] = Path("/nonexistent")
+    boot()  # the process-wide set-up `sentinel run` starts with (idempotent)
     settings = load_settings(None, env={}, flags=flags)
     async with Daemon(settings).serving() as daemon:
         assert daemon.http is not None

@@ -161,7 +161,7 @@ def test_the_child_reports_a_bad_context_in_one_redacted_line(tmp_path: Path) ->
         "trigger": {"kind": "x", "reason": f"token {diag.API_KEY}"},
     }  # no process_match: a KeyError inside the child
     done = subprocess.run(
-        [sys.executable, "-m", "sentinel.diagnostics.child"],
+        [sys.executable, "-m", "sentinel.diagnostics"],
         input=json.dumps(header).encode() + b"\n",
         capture_output=True,
         timeout=60,

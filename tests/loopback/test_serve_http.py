@@ -17,7 +17,7 @@ from sentinel.canary.result import CanaryKind, CanaryResult, Reason
 from sentinel.health import HealthState, ProbeAnswer
 from sentinel.ledger import Ledger
 from sentinel.serve.http import AnswerBodies, HttpServer
-from sentinel.serve.status import PriorityReport, Transition, status_document
+from sentinel.serve.status import PriorityReport, StatusInputs, Transition, status_document
 from sentinel.telemetry.metrics import SentinelMetrics
 from sentinel.verdict import Action, Policy, VerdictState, evaluate
 from tests.metric_contract import CONTRACT
@@ -207,20 +207,22 @@ def test_status_document_is_built_from_its_inputs_alone() -> None:
 
     def document() -> dict[str, Any]:
         return status_document(
-            now=110.0,
-            target="http://vllm:8000",
-            enforce=True,
-            config={"listen": ":8081"},
-            ledger=ledger,
-            verdict=verdict,
-            episodes=[0.0, 55.0, 109.0],
-            brake_window=60.0,
-            priority=PriorityReport("priority", "config"),
-            stalls=2,
-            last_scrape_error="",
-            incident=None,
-            recent_incidents=[],
-            transitions=[Transition(105.0, "startup", True, "every kind passed")],
+            StatusInputs(
+                now=110.0,
+                target="http://vllm:8000",
+                enforce=True,
+                config={"listen": ":8081"},
+                ledger=ledger,
+                verdict=verdict,
+                episodes=[0.0, 55.0, 109.0],
+                brake_window=60.0,
+                priority=PriorityReport("priority", "config"),
+                stalls=2,
+                last_scrape_error="",
+                incident=None,
+                recent_incidents=[],
+                transitions=[Transition(105.0, "startup", True, "every kind passed")],
+            )
         )
 
     doc = document()

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from sentinel.config import ConfigError, Settings, load_settings, read_api_key, split_host_port
-from sentinel.verdict import Action
+from sentinel.verdict import Action, Policy
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -138,8 +138,20 @@ def test_api_key_file_from_the_environment(tmp_path: Path) -> None:
 def test_policies_map_onto_the_verdict() -> None:
     s = load_settings(None, {}, {"engine_policy": "alert", "enforce": False})
     policy = s.policy()
-    assert policy.engine_action is Action.ALERT
+    assert policy.engine_policy is Action.ALERT
     assert policy.enforce is False
+
+
+def test_every_verdict_threshold_is_a_setting_of_its_own_name(tmp_path: Path) -> None:
+    file = tmp_path / "sentinel.yaml"
+    file.write_text("engine_policy: alert\nhang_window: 20\n", encoding="utf-8")
+    s = load_settings(file, {"SENTINEL_STARVED_POLICY": "unready"}, {"dead_grace": 7.0})
+    policy = s.policy()
+    assert (policy.engine_policy, policy.hang_window) == (Action.ALERT, 20.0)
+    assert (policy.starved_policy, policy.dead_grace) == (Action.UNREADY, 7.0)
+    assert policy == Policy(
+        engine_policy=Action.ALERT, hang_window=20.0, starved_policy=Action.UNREADY, dead_grace=7.0
+    )
 
 
 @pytest.mark.parametrize(

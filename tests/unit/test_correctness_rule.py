@@ -186,7 +186,7 @@ def test_policy_decides_what_the_kubelet_sees(action: Action) -> None:
     text = KindEvidence(TEXT, results=(control(1), control(11)))
     ev = Evidence(kinds={**ev.kinds, TEXT: text}, correctness=ev.correctness, epoch_started=0.0)
     state = VerdictState(epoch=0, startup_passed=True)
-    _, verdict = evaluate(state, ev, Policy(corrupt_action=action), 20.0)
+    _, verdict = evaluate(state, ev, Policy(corrupt_policy=action), 20.0)
     assert [h.kind for h in verdict.hangs] == [HangKind.CORRUPT]
     assert verdict.readiness.ok is (action is Action.ALERT)
     assert verdict.liveness.ok is (action is not Action.RESTART)

@@ -59,6 +59,46 @@ def test_a_daemon_start_imports_no_incident_only_library(tmp_path: Path) -> None
     assert loaded == {"enabled": True, "loaded": []}
 
 
+def test_importing_sentinel_changes_no_global_state() -> None:
+    state = _fresh(
+        """
+        import json, sys
+        import sentinel.cli, sentinel.daemon, sentinel.transport, sentinel.telemetry.logging
+        import structlog
+        print(json.dumps({"structlog_configured": structlog.is_configured(),
+                          "blocked": sorted(n for n, m in sys.modules.items() if m is None)}))
+        """
+    )
+    assert state == {"structlog_configured": False, "blocked": []}
+
+
+def test_the_command_boots_before_it_imports_http_or_logging_libraries() -> None:
+    """``sentinel.cli`` imports neither, so ``main()``'s boot hides their optional extras."""
+    state = _fresh(
+        """
+        import importlib.util, json, sys
+        import sentinel.cli
+        before = [m for m in ("httpx", "structlog") if m in sys.modules]
+        from sentinel.boot import boot
+        boot()
+        import structlog
+        print(json.dumps({
+            "before": before,
+            "extras": [m for m in ("rich", "click", "pygments") if m in sys.modules],
+            "structlog_configured": structlog.is_configured(),
+            "sniffio_settled": "sniffio" in sys.modules
+            or importlib.util.find_spec("sniffio") is not None,
+        }))
+        """
+    )
+    assert state == {
+        "before": [],
+        "extras": [],
+        "structlog_configured": True,
+        "sniffio_settled": True,
+    }
+
+
 def test_in_cluster_credentials_say_what_is_missing(tmp_path: Path) -> None:
     account = _service_account(tmp_path)
     env = {"KUBERNETES_SERVICE_HOST": "10.0.0.1", "KUBERNETES_SERVICE_PORT": "443"}

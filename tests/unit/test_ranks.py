@@ -291,7 +291,7 @@ def test_one_engine_alone_is_never_partial() -> None:
 def test_partial_policy_decides_the_kubelet_answers(
     action: Action, live: bool, ready: bool
 ) -> None:
-    policy = Policy(partial_action=action)
+    policy = Policy(partial_policy=action)
     state, _ = evaluate(VerdictState(), dp_evidence(ok(1.0)), policy, 2.0)  # startup passes
     _, verdict = evaluate(state, dp_evidence(*STUCK), policy, 27.0)
     (hang,) = verdict.hangs

@@ -16,7 +16,7 @@ def test_reference_is_current(name: str) -> None:
 
 
 def test_every_setting_says_what_it_is_for() -> None:
-    comments = _field_comments()
+    comments = _field_comments(Settings)
     missing = [n for n in Settings.model_fields if not (comments.get(n) or HELP.get(n))]
     assert missing == []
 

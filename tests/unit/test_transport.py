@@ -18,10 +18,11 @@ import httpcore
 import httpx
 import pytest
 
+from sentinel.boot import settle_async_library_probe
 from sentinel.canary.result import Reason
 from sentinel.canary.runner import classify
 from sentinel.evidence.failure import EvidenceFailure, classify_transport_error
-from sentinel.transport import TransportFailure, classify_transport, settle_async_library_probe
+from sentinel.transport import TransportFailure, classify_transport
 
 F = TransportFailure
 
@@ -192,6 +193,7 @@ def test_httpcore_learns_its_async_library_without_searching_the_path(
         searched.append(name)
         return find_spec(name, path, target)  # type: ignore[arg-type]
 
+    settle_async_library_probe()  # what boot() does first thing in every entry point
     monkeypatch.setattr(PathFinder, "find_spec", counting)
 
     async def ask() -> list[str]:

@@ -762,7 +762,7 @@ def test_engine_dead_after_the_grace(ev: Evidence, now: float, dead: bool) -> No
 
 def test_dead_action_follows_the_policy() -> None:
     ev = evidence(text(ok(1)), health_failing_since=100)
-    verdict = once(ev, 110.0, Policy(dead_action=Action.UNREADY))
+    verdict = once(ev, 110.0, Policy(dead_policy=Action.UNREADY))
     assert verdict.liveness.ok
     assert not verdict.readiness.ok
     assert hang_of(verdict, HangKind.DEAD) is not None

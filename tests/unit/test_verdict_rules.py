@@ -146,7 +146,7 @@ def test_broken_every_canary_failing_fast_for_the_window(
 
 def test_broken_has_its_own_action() -> None:
     ev = Evidence(kinds=kinds(*STORM), progress_available=True, last_progress_at=190.0)
-    _, verdict = evaluate(VerdictState(), ev, Policy(broken_action=Action.ALERT), 70.0)
+    _, verdict = evaluate(VerdictState(), ev, Policy(broken_policy=Action.ALERT), 70.0)
     broken = [h for h in verdict.hangs if h.kind is HangKind.BROKEN]
     assert broken
     assert broken[0].action is Action.ALERT
