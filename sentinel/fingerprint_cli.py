@@ -16,14 +16,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
 
 from sentinel.exitcode import ExitCode
-from sentinel.maintenance import TokenError, read_token
-from sentinel.maintenance_cli import RETRYABLE, TOKEN_FILE_ENV, add_client_options
+from sentinel.maintenance_cli import (
+    TOKEN_FILE_ENV,
+    ClientError,
+    add_client_options,
+    ask_sentinel,
+    bearer_token,
+)
 
 
 def add_fingerprint_arguments(parser: argparse.ArgumentParser) -> None:
@@ -42,51 +46,19 @@ def add_fingerprint_arguments(parser: argparse.ArgumentParser) -> None:
 
 def fingerprint_main(args: argparse.Namespace) -> int:
     """One request to ``/fingerprint``; prints what it says and returns the exit status."""
-    import httpx
-
-    name = f"sentinel fingerprint {args.action}"
-
-    def fail(code: ExitCode, message: str) -> int:
-        print(f"{name}: {message}", file=sys.stderr)
-        return code
-
-    headers: dict[str, str] = {}
-    body: dict[str, Any] | None = None
-    if args.action == "rebaseline":
-        token_file: Path | None = args.token_file
-        if token_file is None and os.environ.get(TOKEN_FILE_ENV):
-            token_file = Path(os.environ[TOKEN_FILE_ENV])
-        if token_file is None:
-            return fail(ExitCode.USAGE, f"no token: give --token-file or set {TOKEN_FILE_ENV}")
-        try:
-            headers["Authorization"] = f"Bearer {read_token(token_file)}"
-        except TokenError as exc:
-            return fail(ExitCode.USAGE, f"token file {exc}")
-        body = {"reason": args.reason}
-    url = str(args.url).rstrip("/")
-    if not url.startswith(("http://", "https://")):
-        return fail(ExitCode.USAGE, f"--url must be an http:// or https:// URL, got {url!r}")
+    rebaseline = args.action == "rebaseline"
     try:
-        with httpx.Client(timeout=args.timeout, follow_redirects=False) as client:
-            method = "POST" if body is not None else "GET"
-            answer = client.request(method, url + "/fingerprint", json=body, headers=headers)
-    except httpx.InvalidURL as exc:
-        return fail(ExitCode.USAGE, f"--url {url!r}: {exc}")
-    except httpx.HTTPError as exc:
-        return fail(ExitCode.UNHEALTHY, f"no answer from {url}: {exc or type(exc).__name__}")
-    try:
-        document = answer.json()
-    except ValueError:
-        document = None
-    if not isinstance(document, dict):
-        return fail(ExitCode.UNHEALTHY, f"{url} answered {answer.status_code} without JSON")
-    status = answer.status_code
-    if status != 200:
-        refused = 400 <= status < 500 and status not in RETRYABLE
-        return fail(
-            ExitCode.USAGE if refused else ExitCode.UNHEALTHY,
-            f"refused ({status}): {document.get('error') or document}",
+        document = ask_sentinel(
+            str(args.url),
+            "/fingerprint",
+            method="POST" if rebaseline else "GET",
+            timeout=args.timeout,
+            body={"reason": args.reason} if rebaseline else None,
+            token=bearer_token(args.token_file) if rebaseline else None,
         )
+    except ClientError as exc:
+        print(f"sentinel fingerprint {args.action}: {exc.message}", file=sys.stderr)
+        return exc.code
     print(json.dumps(document, indent=2) if args.json else describe(document))
     return ExitCode.OK
 

@@ -74,58 +74,89 @@ def add_client_options(action: argparse.ArgumentParser) -> None:
     action.add_argument("--json", action="store_true", help="print sentinel's JSON answer")
 
 
-def maintenance_main(args: argparse.Namespace) -> int:
-    """One request to ``/maintenance``; prints the window, or why not, and returns the status."""
-    import httpx
+class ClientError(Exception):
+    """Why a command talking to sentinel's HTTP port gave up, and its exit status."""
 
-    name = f"sentinel maintenance {args.action}"
+    def __init__(self, code: ExitCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
 
-    def fail(code: ExitCode, message: str) -> int:
-        print(f"{name}: {message}", file=sys.stderr)
-        return code
 
-    token_file: Path | None = args.token_file
+def bearer_token(token_file: Path | None) -> str:
+    """The token from ``--token-file``, else the file ``$SENTINEL_MAINTENANCE_TOKEN_FILE`` names."""
     if token_file is None and os.environ.get(TOKEN_FILE_ENV):
         token_file = Path(os.environ[TOKEN_FILE_ENV])
     if token_file is None:
-        return fail(ExitCode.USAGE, f"no token: give --token-file or set {TOKEN_FILE_ENV}")
+        raise ClientError(ExitCode.USAGE, f"no token: give --token-file or set {TOKEN_FILE_ENV}")
     try:
-        token = read_token(token_file)
+        return read_token(token_file)
     except TokenError as exc:
-        return fail(ExitCode.USAGE, f"token file {exc}")
-    url = str(args.url).rstrip("/")
+        raise ClientError(ExitCode.USAGE, f"token file {exc}") from exc
+
+
+def ask_sentinel(
+    url: str,
+    path: str,
+    *,
+    method: str,
+    timeout: float,
+    body: dict[str, Any] | None = None,
+    token: str | None = None,
+) -> dict[str, Any]:
+    """One request to sentinel's HTTP port; its JSON object, or :class:`ClientError`.
+
+    No redirects: a token goes to the URL given and nowhere else. A refusal
+    the caller can fix (4xx other than the retryable ones) is a usage error.
+    """
+    import httpx
+
+    url = url.rstrip("/")
     if not url.startswith(("http://", "https://")):
-        return fail(ExitCode.USAGE, f"--url must be an http:// or https:// URL, got {url!r}")
-    body = {"seconds": args.seconds, "reason": args.reason} if args.action == "set" else None
+        raise ClientError(ExitCode.USAGE, f"--url must be an http:// or https:// URL, got {url!r}")
+    headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
     try:
-        # No redirects: the token goes to the URL given and nowhere else.
-        with httpx.Client(timeout=args.timeout, follow_redirects=False) as client:
-            answer = client.request(
-                METHODS[args.action],
-                url + "/maintenance",
-                json=body,
-                headers={"Authorization": f"Bearer {token}"},
-            )
+        with httpx.Client(timeout=timeout, follow_redirects=False) as client:
+            answer = client.request(method, url + path, json=body, headers=headers)
     except httpx.InvalidURL as exc:
-        return fail(ExitCode.USAGE, f"--url {url!r}: {exc}")
+        raise ClientError(ExitCode.USAGE, f"--url {url!r}: {exc}") from exc
     except httpx.HTTPError as exc:
-        return fail(ExitCode.UNHEALTHY, f"no answer from {url}: {exc or type(exc).__name__}")
+        raise ClientError(
+            ExitCode.UNHEALTHY, f"no answer from {url}: {exc or type(exc).__name__}"
+        ) from exc
     try:
         document = answer.json()
     except ValueError:
         document = None
-    if not isinstance(document, dict):
-        return fail(
-            ExitCode.UNHEALTHY,
-            f"{url} answered {answer.status_code} without a JSON object; is it sentinel?",
-        )
     status = answer.status_code
+    if not isinstance(document, dict):
+        raise ClientError(
+            ExitCode.UNHEALTHY, f"{url} answered {status} without a JSON object; is it sentinel?"
+        )
     if status != 200:
         refused = 400 <= status < 500 and status not in RETRYABLE
-        return fail(
+        raise ClientError(
             ExitCode.USAGE if refused else ExitCode.UNHEALTHY,
             f"refused ({status}): {document.get('error') or document}",
         )
+    return document
+
+
+def maintenance_main(args: argparse.Namespace) -> int:
+    """One request to ``/maintenance``; prints the window, or why not, and returns the status."""
+    body = {"seconds": args.seconds, "reason": args.reason} if args.action == "set" else None
+    try:
+        document = ask_sentinel(
+            str(args.url),
+            "/maintenance",
+            method=METHODS[args.action],
+            timeout=args.timeout,
+            body=body,
+            token=bearer_token(args.token_file),
+        )
+    except ClientError as exc:
+        print(f"sentinel maintenance {args.action}: {exc.message}", file=sys.stderr)
+        return exc.code
     print(json.dumps(document, indent=2) if args.json else describe(args.action, document))
     return ExitCode.OK
 
