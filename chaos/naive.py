@@ -20,7 +20,7 @@ from typing import Any
 
 import httpx
 
-from sentinel.catalog import CanarySpec
+from sentinel.canary.spec import CanarySpec
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,7 +18,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from sentinel.config import ConfigError, Settings, load_settings
+from sentinel.config import ConfigError, load_settings
+from sentinel.settings import Settings
 
 SCENARIO_DIR = Path(__file__).resolve().parent / "scenarios"
 MANIFEST = Path(__file__).resolve().parent.parent / "manifests" / "base" / "deployment.yaml"

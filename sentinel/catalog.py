@@ -26,14 +26,12 @@ from sentinel.canary.spec import (
     DEFAULT_PRIORITY,
     KIND_FIELDS,
     CanaryKind,
+    CanarySpec,
     Endpoint,
     Policy,
     ReasoningOption,
     SpecFieldError,
 )
-
-# Re-exported: the spec is what the catalog produces, and callers name it from here.
-from sentinel.canary.spec import CanarySpec as CanarySpec
 
 if TYPE_CHECKING:
     from sentinel.settings import CanaryOverride

@@ -24,7 +24,7 @@ from sentinel.boot import boot
 from sentinel.exitcode import ExitCode
 
 if TYPE_CHECKING:
-    from sentinel.config import Settings
+    from sentinel.settings import Settings
 
 
 def _bool(value: str) -> bool:
@@ -37,7 +37,7 @@ def _bool(value: str) -> bool:
 
 
 def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
-    from sentinel.config import Settings
+    from sentinel.settings import Settings
 
     defaults = Settings()
     parser.add_argument("--target", help=f"inference server base URL (default {defaults.target})")

@@ -22,38 +22,17 @@ import yaml
 from pydantic import ValidationError
 
 from sentinel.catalog import CatalogError, apply_overrides, load_catalog
-
-# The model lives in sentinel.settings; its names stay importable from here.
-from sentinel.settings import (
-    COUNT_RANGES,
-    DAY,
-    GRPC_OFF,
-    RANGES,
-    SECONDS_RANGES,
-    CanaryOverride,
-    RestartBudget,
-    Settings,
-    split_host_port,
-)
+from sentinel.settings import Settings
 
 __all__ = [
-    "COUNT_RANGES",
-    "DAY",
     "ENV_PREFIX",
     "FIELDS",
-    "GRPC_OFF",
     "MAX_CONFIG_BYTES",
-    "RANGES",
-    "SECONDS_RANGES",
-    "CanaryOverride",
     "ConfigError",
-    "RestartBudget",
-    "Settings",
     "effective_config",
     "env_name",
     "load_settings",
     "read_api_key",
-    "split_host_port",
     "unknown_env",
 ]
 

@@ -35,7 +35,7 @@ from sentinel import __version__
 from sentinel.canary.result import CanaryKind, CanaryResult
 from sentinel.canary.runner import CanaryRunner
 from sentinel.catalog import Catalog, apply_overrides, load_catalog
-from sentinel.config import Settings, effective_config, read_api_key, split_host_port
+from sentinel.config import effective_config, read_api_key
 from sentinel.diagnostics.bundle import DiagnosticsContext, Trigger
 from sentinel.diagnostics.procs import ProcessMatch
 from sentinel.evaluator import Evaluator
@@ -49,6 +49,7 @@ from sentinel.scheduler import Scheduler
 from sentinel.serve.fingerprint import fingerprint_routes
 from sentinel.serve.maintenance import MaintenanceHook
 from sentinel.serve.probe_thread import ThreadedHttpServer
+from sentinel.settings import Settings, split_host_port
 from sentinel.telemetry.logging import get_logger
 from sentinel.telemetry.metrics import SentinelMetrics
 from sentinel.telemetry.redact import redact_url

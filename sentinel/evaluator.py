@@ -29,13 +29,13 @@ from sentinel.canary.kinds import unvalidatable
 from sentinel.canary.protocol import ServerFacts
 from sentinel.canary.result import CanaryKind, Reason
 from sentinel.canary.spec import CanarySpec
-from sentinel.config import Settings
 from sentinel.health import HealthSnapshot, HealthState
 from sentinel.incidents import IncidentRecorder
 from sentinel.k8s_lease import PoolBudget
 from sentinel.ledger import Ledger
 from sentinel.observers import Observations
 from sentinel.serve.status import PriorityReport, StatusInputs, Transition, status_document
+from sentinel.settings import Settings
 from sentinel.telemetry.logging import get_logger
 from sentinel.telemetry.metrics import SentinelMetrics
 from sentinel.verdict import (

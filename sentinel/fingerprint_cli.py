@@ -26,7 +26,7 @@ from sentinel.maintenance_cli import (
     ClientError,
     add_client_options,
     ask_sentinel,
-    bearer_token,
+    client_token,
 )
 
 
@@ -54,7 +54,7 @@ def fingerprint_main(args: argparse.Namespace) -> int:
             method="POST" if rebaseline else "GET",
             timeout=args.timeout,
             body={"reason": args.reason} if rebaseline else None,
-            token=bearer_token(args.token_file) if rebaseline else None,
+            token=client_token(args.token_file) if rebaseline else None,
         )
     except ClientError as exc:
         print(f"sentinel fingerprint {args.action}: {exc.message}", file=sys.stderr)

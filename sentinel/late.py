@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 from sentinel.canary.late import Adopter, LateCanary
 from sentinel.canary.result import CanaryKind, CanaryResult
-from sentinel.catalog import CanarySpec
+from sentinel.canary.spec import CanarySpec
 from sentinel.ledger import Ledger
 from sentinel.telemetry.logging import get_logger
 

@@ -83,7 +83,7 @@ class ClientError(Exception):
         self.message = message
 
 
-def bearer_token(token_file: Path | None) -> str:
+def client_token(token_file: Path | None) -> str:
     """The token from ``--token-file``, else the file ``$SENTINEL_MAINTENANCE_TOKEN_FILE`` names."""
     if token_file is None and os.environ.get(TOKEN_FILE_ENV):
         token_file = Path(os.environ[TOKEN_FILE_ENV])
@@ -152,7 +152,7 @@ def maintenance_main(args: argparse.Namespace) -> int:
             method=METHODS[args.action],
             timeout=args.timeout,
             body=body,
-            token=bearer_token(args.token_file),
+            token=client_token(args.token_file),
         )
     except ClientError as exc:
         print(f"sentinel maintenance {args.action}: {exc.message}", file=sys.stderr)

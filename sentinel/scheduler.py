@@ -40,7 +40,7 @@ from sentinel.aiming import Aiming
 from sentinel.canary import kinds
 from sentinel.canary.result import CanaryKind, CanaryResult, Reason
 from sentinel.canary.runner import CanaryRunner
-from sentinel.catalog import CanarySpec
+from sentinel.canary.spec import CanarySpec
 from sentinel.late import LateAnswers
 from sentinel.ledger import Ledger
 from sentinel.progress import canary_budget

@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 from sentinel.canary.result import Reason
 from sentinel.canary.runner import CanaryRunner, ModelResolutionError
-from sentinel.catalog import CanarySpec
+from sentinel.canary.spec import CanarySpec
 from sentinel.ledger import Ledger
 from sentinel.telemetry.logging import get_logger
 

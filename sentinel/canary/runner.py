@@ -55,10 +55,8 @@ from sentinel.transport import classify_transport, iter_capped, read_capped
 
 __all__ = [
     "DP_RANK_HEADER",
-    "CanaryFailure",
     "CanaryRunner",
     "ModelResolutionError",
-    "classify",
     "new_nonce",
 ]
 

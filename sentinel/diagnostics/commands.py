@@ -21,10 +21,11 @@ import time
 from pathlib import Path
 
 from sentinel import __version__
-from sentinel.config import ConfigError, Settings, effective_config, load_settings
+from sentinel.config import ConfigError, effective_config, load_settings
 from sentinel.diagnostics import cgroup, procs
 from sentinel.diagnostics.bundle import DEFAULT_BUDGET_S, DiagnosticsContext, Trigger, capture
 from sentinel.exitcode import ExitCode
+from sentinel.settings import Settings
 
 
 def _add_common(parser: argparse.ArgumentParser) -> None:

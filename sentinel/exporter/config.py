@@ -22,7 +22,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from sentinel.canary.kinds import KINDS
 from sentinel.canary.spec import CanaryKind
 from sentinel.catalog import Catalog, CatalogError, load_catalog
-from sentinel.config import ConfigError, read_api_key, split_host_port
+from sentinel.config import ConfigError, read_api_key
+from sentinel.settings import split_host_port
 
 DEFAULT_LISTEN = "0.0.0.0:9116"
 MAX_CONFIG_BYTES = 1024 * 1024

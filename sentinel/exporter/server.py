@@ -27,7 +27,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from sentinel.catalog import Catalog
-from sentinel.config import ConfigError, split_host_port
+from sentinel.config import ConfigError
 from sentinel.exitcode import ExitCode
 from sentinel.exporter.allowlist import Allowlist
 from sentinel.exporter.config import (
@@ -42,6 +42,7 @@ from sentinel.exporter.own_metrics import ExporterMetrics
 from sentinel.exporter.prober import Prober, Refusal
 from sentinel.exporter.state import TargetStore
 from sentinel.exporter.target import Resolver, TargetError, parse_target, system_resolver
+from sentinel.settings import split_host_port
 
 log = structlog.get_logger("sentinel.exporter")
 

@@ -20,7 +20,8 @@ from aiohttp import web
 from chaos.ports import free_port
 from sentinel.canary.result import CanaryKind, Reason
 from sentinel.canary.runner import CanaryRunner, ModelResolutionError
-from sentinel.catalog import CanarySpec, load_catalog
+from sentinel.canary.spec import CanarySpec
+from sentinel.catalog import load_catalog
 
 CATALOG = load_catalog()
 TEXT = CATALOG.get("text")

@@ -11,7 +11,8 @@ import pytest
 from sentinel.canary.kinds import KINDS
 from sentinel.canary.result import CanaryKind, Reason
 from sentinel.canary.runner import CanaryRunner
-from sentinel.catalog import CanarySpec, load_catalog
+from sentinel.canary.spec import CanarySpec
+from sentinel.catalog import load_catalog
 from sentinel.probe import probe_targets
 from sentinel_sim.launch import SimProcess
 

@@ -11,7 +11,7 @@ import yaml
 
 from sentinel.canary.result import CanaryKind
 from sentinel.catalog import CatalogError, apply_overrides, default_directory, load_catalog
-from sentinel.config import CanaryOverride
+from sentinel.settings import CanaryOverride
 from sentinel.verdict import Action
 
 ASSET = Path(str(default_directory().joinpath("assets", "canary.png")))

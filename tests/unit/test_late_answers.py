@@ -28,7 +28,8 @@ from structlog.testing import capture_logs
 from sentinel.canary.late import LateCanary
 from sentinel.canary.result import CanaryKind, CanaryResult, Reason
 from sentinel.canary.runner import CanaryRunner
-from sentinel.catalog import CanarySpec, load_catalog
+from sentinel.canary.spec import CanarySpec
+from sentinel.catalog import load_catalog
 from sentinel.config import ConfigError, load_settings
 from sentinel.evidence.metrics import MetricsSample
 from sentinel.late import LateAnswers

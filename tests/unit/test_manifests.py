@@ -48,7 +48,8 @@ from packaging.requirements import Requirement
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from sentinel.config import FIELDS, Settings, env_name, load_settings, split_host_port
+from sentinel.config import FIELDS, env_name, load_settings
+from sentinel.settings import Settings, split_host_port
 from tests.metric_contract import CONTRACT_METRICS
 
 REPO = Path(__file__).resolve().parents[2]

@@ -24,7 +24,8 @@ from prometheus_client import CollectorRegistry
 
 from sentinel.canary.result import CanaryKind, CanaryResult, Reason
 from sentinel.canary.runner import CanaryRunner
-from sentinel.catalog import CanarySpec, load_catalog
+from sentinel.canary.spec import CanarySpec
+from sentinel.catalog import load_catalog
 from sentinel.evidence.metrics import MetricsSample
 from sentinel.ledger import Ledger
 from sentinel.scheduler import Scheduler

@@ -23,7 +23,7 @@ from prometheus_client import CollectorRegistry
 
 from sentinel.canary.result import CanaryKind, CanaryResult, Reason
 from sentinel.canary.runner import DP_RANK_HEADER, CanaryRunner
-from sentinel.catalog import CanarySpec
+from sentinel.canary.spec import CanarySpec
 from sentinel.evidence.metrics import MetricsSample
 from sentinel.ledger import Ledger
 from sentinel.scheduler import Scheduler

@@ -13,7 +13,8 @@ import httpx
 
 from sentinel.canary.result import CanaryKind
 from sentinel.canary.runner import CanaryRunner
-from sentinel.catalog import CanarySpec, load_catalog
+from sentinel.canary.spec import CanarySpec
+from sentinel.catalog import load_catalog
 from sentinel.ledger import Ledger
 from sentinel.served_model import ServedModel
 from sentinel.verdict import Action

@@ -19,8 +19,8 @@ import httpx
 import pytest
 
 from sentinel.boot import settle_async_library_probe
+from sentinel.canary.replies import classify
 from sentinel.canary.result import Reason
-from sentinel.canary.runner import classify
 from sentinel.evidence.failure import EvidenceFailure, classify_transport_error
 from sentinel.transport import TransportFailure, classify_transport
 
