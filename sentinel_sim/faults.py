@@ -240,18 +240,6 @@ def _at_least_one(name: str) -> Callable[[Any], int]:
     return check
 
 
-def _optional_positive(name: str) -> Callable[[Any], float]:
-    """0 means "not set" (the simulator's own setting applies)."""
-
-    def check(value: Any) -> float:
-        number = float(value)
-        if number < 0:
-            raise FaultError(f"{name} must be >= 0, got {value!r}")
-        return number
-
-    return check
-
-
 def _status(value: Any) -> int:
     number = int(value)
     if not 500 <= number <= 599:
@@ -300,7 +288,7 @@ _PARAMS: dict[Fault, dict[str, tuple[Callable[[Any], Any], Any]]] = {
     Fault.LONG_PREFILL: {
         "tokens": (_at_least_one("tokens"), 60000),
         "chunk": (_count, 0),
-        "prefill_tps": (_optional_positive("prefill_tps"), 0.0),
+        "prefill_tps": (_non_negative("prefill_tps"), 0.0),  # 0: not set
         "max_tokens": (_at_least_one("max_tokens"), 16),
         "priority": (int, 0),
     },
