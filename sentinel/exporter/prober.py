@@ -22,8 +22,8 @@ from dataclasses import dataclass
 
 import httpx
 
-from sentinel.canary.kinds import KINDS
-from sentinel.canary.result import CanaryKind, CanaryResult, Reason
+from sentinel.canary.kinds import CONTROL, KINDS
+from sentinel.canary.result import CanaryResult, Reason
 from sentinel.canary.runner import CanaryRunner, ModelResolutionError
 from sentinel.canary.spec import CanarySpec
 from sentinel.catalog import Catalog
@@ -83,7 +83,7 @@ class ProbeOutcome:
         return self.failure is None
 
     def text_result(self) -> CanaryResult | None:
-        return next((r for r in self.results if r.kind == CanaryKind.TEXT and r.ok), None)
+        return next((r for r in self.results if r.kind == CONTROL and r.ok), None)
 
 
 def first_failure(results: Sequence[CanaryResult]) -> CanaryResult | None:
