@@ -25,13 +25,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from sentinel.evidence.listen_table import MAX_TABLE_BYTES
+from sentinel.evidence.listen_table import table_rows
 
 # The kernel's TCP states, as the tables print them: a connection still open
 # (ESTABLISHED), or closed by the client and not yet by the server (CLOSE_WAIT:
 # the client gave up waiting, the server never read nor closed).
-_HELD_STATES = frozenset({"01", "08"})
-_TABLES = ("tcp", "tcp6")
+CLOSE_WAIT = "08"
+_HELD_STATES = frozenset({"01", CLOSE_WAIT})
 MAX_FDS = 65536  # descriptors read per process when naming an owner
 
 
@@ -45,38 +45,16 @@ class HeldSocket:
     owner: int | None = None  # the PID holding it (None: unknown or unreadable)
 
 
-def _rows(text: str, port: int) -> list[HeldSocket]:
-    found: list[HeldSocket] = []
-    for line in text.splitlines()[1:]:
-        fields = line.split()
-        # sl local rem st tx:rx tr:tm retrnsmt uid timeout inode ...
-        if len(fields) < 10 or fields[3] not in _HELD_STATES:
-            continue
-        try:
-            if int(fields[1].rpartition(":")[2], 16) != port:
-                continue
-            unread = int(fields[4].partition(":")[2], 16)
-            inode = int(fields[9])
-        except ValueError:
-            continue
-        if unread > 0 and inode > 0:
-            found.append(HeldSocket(inode, unread, fields[3] == "08"))
-    return found
-
-
 def unread_connections(port: int, net: Path) -> tuple[HeldSocket, ...] | None:
     """Server-side connections on ``port`` holding unread bytes (None: no table readable)."""
-    found: list[HeldSocket] = []
-    read_any = False
-    for table in _TABLES:
-        try:
-            with open(net / table, "rb") as handle:
-                text = handle.read(MAX_TABLE_BYTES).decode("ascii", "replace")
-        except OSError:
-            continue
-        read_any = True
-        found += _rows(text, port)
-    return tuple(found) if read_any else None
+    rows = table_rows(port, net)
+    if rows is None:
+        return None
+    return tuple(
+        HeldSocket(r.inode, r.unread, r.state == CLOSE_WAIT)
+        for r in rows
+        if r.state in _HELD_STATES and r.unread > 0 and r.inode > 0
+    )
 
 
 def socket_inodes(pid: int, proc: Path = Path("/proc")) -> frozenset[int] | None:
@@ -135,24 +113,23 @@ class UnreadTracker:
     """
 
     def __init__(self) -> None:
-        self._since: dict[int, tuple[float, int]] = {}
-        self._last: tuple[HeldSocket, ...] = ()
+        self._held: dict[int, tuple[float, HeldSocket]] = {}  # inode -> (unread since, last seen)
 
     def observe(self, held: Sequence[HeldSocket] | None, now: float) -> None:
         if held is None:
             return
-        since: dict[int, tuple[float, int]] = {}
+        before = self._held
+        self._held = {}
         for h in held:
-            first, before = self._since.get(h.inode, (now, h.unread))
-            since[h.inode] = (now if h.unread < before else first, h.unread)
-        self._since, self._last = since, tuple(held)
+            since, last = before.get(h.inode, (now, h))
+            self._held[h.inode] = (now if h.unread < last.unread else since, h)
 
     def reset(self) -> None:
-        self._since, self._last = {}, ()
+        self._held = {}
 
     def oldest(self) -> Unread | None:
         """The connection unread the longest, or None when every one is read."""
-        if not self._last:
+        if not self._held:
             return None
-        h = min(self._last, key=lambda h: self._since[h.inode][0])
-        return Unread(self._since[h.inode][0], len(self._last), h.unread, h.owner)
+        since, h = min(self._held.values(), key=lambda entry: entry[0])
+        return Unread(since, len(self._held), h.unread, h.owner)

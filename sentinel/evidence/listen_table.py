@@ -35,32 +35,42 @@ class ListeningSocket:
     family: str  # "tcp" or "tcp6"
 
 
-def _parse(text: str, family: str, port: int) -> list[ListeningSocket]:
-    found: list[ListeningSocket] = []
+@dataclass(frozen=True, slots=True)
+class TableRow:
+    """One socket of the table on a port: its state, unread bytes, creator uid and inode."""
+
+    port: int
+    state: str  # the kernel's state, as the table prints it ("0A": listening)
+    unread: int  # bytes in the receive queue
+    uid: int
+    inode: int  # 0: no process holds it yet (a connection waiting to be accepted)
+    family: str  # "tcp" or "tcp6"
+
+
+def _parse(text: str, family: str, port: int) -> list[TableRow]:
+    found: list[TableRow] = []
     for line in text.splitlines()[1:]:
         fields = line.split()
         # sl local rem st tx:rx tr:tm retrnsmt uid timeout inode ...
-        if len(fields) < 10 or fields[3] != TCP_LISTEN:
+        if len(fields) < 10:
             continue
-        _, _, local_port = fields[1].rpartition(":")
         try:
-            if int(local_port, 16) != port:
+            if int(fields[1].rpartition(":")[2], 16) != port:
                 continue
-            found.append(ListeningSocket(port, int(fields[7]), int(fields[9]), family))
+            unread = int(fields[4].partition(":")[2], 16)
+            found.append(TableRow(port, fields[3], unread, int(fields[7]), int(fields[9]), family))
         except ValueError:
             continue
     return found
 
 
-def listening(port: int, net: Path = Path("/proc/net")) -> tuple[ListeningSocket, ...] | None:
-    """The sockets listening on ``port`` in the namespace whose tables are under ``net``.
+def table_rows(port: int, net: Path = Path("/proc/net")) -> tuple[TableRow, ...] | None:
+    """Every socket on local port ``port`` in the namespace whose tables are under ``net``.
 
-    ``net`` is ``/proc/net`` for sentinel's own namespace and
-    ``/proc/<pid>/net`` for a process's. None when no table could be read at
-    all (a process gone, or a kernel without them); a missing ``tcp6`` (IPv6
-    off) is no table, not an error.
+    None when no table could be read at all (a process gone, or a kernel
+    without them); a missing ``tcp6`` (IPv6 off) is no table, not an error.
     """
-    found: list[ListeningSocket] = []
+    found: list[TableRow] = []
     read_any = False
     for family in _TABLES:
         try:
@@ -71,6 +81,20 @@ def listening(port: int, net: Path = Path("/proc/net")) -> tuple[ListeningSocket
         read_any = True
         found.extend(_parse(text, family, port))
     return tuple(found) if read_any else None
+
+
+def listening(port: int, net: Path = Path("/proc/net")) -> tuple[ListeningSocket, ...] | None:
+    """The sockets listening on ``port`` in the namespace whose tables are under ``net``.
+
+    ``net`` is ``/proc/net`` for sentinel's own namespace and
+    ``/proc/<pid>/net`` for a process's; None when no table could be read.
+    """
+    rows = table_rows(port, net)
+    if rows is None:
+        return None
+    return tuple(
+        ListeningSocket(r.port, r.uid, r.inode, r.family) for r in rows if r.state == TCP_LISTEN
+    )
 
 
 def process_net(pid: int, proc_root: Path = Path("/proc")) -> Path:
