@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sentinel.verdict.clock import observed
+from sentinel.verdict.clock import held_for
 from sentinel.verdict.model import Evidence, Hang, HangKind, KindEvidence, Policy
 
 
@@ -23,10 +23,8 @@ def api_server(
 ) -> Hang | None:
     """An API-server process stopped, or a connection unread, for the API window."""
     since = evidence.api_stuck_since
-    if since is None:
-        return None
-    elapsed = observed(since, now, evidence.unobserved)
-    if elapsed < policy.api_window:
+    elapsed = held_for(since, policy.api_window, now, evidence.unobserved)
+    if since is None or elapsed is None:
         return None
     return Hang(
         HangKind.API_SERVER,

@@ -17,3 +17,16 @@ def observed(since: float, now: float, unobserved: Iterable[tuple[float, float]]
         return 0.0
     blind = sum(max(0.0, min(end, now) - max(start, since)) for start, end in unobserved)
     return max(0.0, now - since - blind)
+
+
+def held_for(
+    since: float | None, window: float, now: float, unobserved: Iterable[tuple[float, float]]
+) -> float | None:
+    """The observed seconds a condition held since ``since``, once they reach ``window``.
+
+    None while it does not hold (``since`` None) or has not held the whole window.
+    """
+    if since is None:
+        return None
+    elapsed = observed(since, now, unobserved)
+    return elapsed if elapsed >= window else None

@@ -32,7 +32,7 @@ from sentinel.canary.result import CanaryResult, Reason
 from sentinel.verdict.aim import answered, server_wide, worked_since
 from sentinel.verdict.aim import sends as aimed_sends
 from sentinel.verdict.api_server import api_server
-from sentinel.verdict.clock import observed
+from sentinel.verdict.clock import held_for, observed
 from sentinel.verdict.corrupt import corrupt_hang
 from sentinel.verdict.model import (
     EngineProgress,
@@ -328,10 +328,8 @@ def dead(
         ),
     )
     for since, what, engines, ranks in causes:
-        if since is None:
-            continue
-        elapsed = observed(since, now, evidence.unobserved)
-        if elapsed >= policy.dead_grace:
+        elapsed = held_for(since, policy.dead_grace, now, evidence.unobserved)
+        if elapsed is not None and since is not None:
             reason = f"engine dead: {what} for {elapsed:.0f}s"
             return Hang(HangKind.DEAD, policy.dead_policy, reason, since, engines, ranks)
     return None
@@ -359,8 +357,8 @@ def broken(
     if not run:
         return None
     since = run[0]
-    elapsed = observed(since, now, evidence.unobserved)
-    if elapsed < policy.broken_window:
+    elapsed = held_for(since, policy.broken_window, now, evidence.unobserved)
+    if elapsed is None:
         return None
     return Hang(
         HangKind.BROKEN,
@@ -373,10 +371,8 @@ def broken(
 def listener_down(evidence: Evidence, policy: Policy, now: float) -> Hang | None:
     """Connections refused past the grace while the API-server process lives."""
     since = evidence.refused_since
-    if since is None or evidence.api_alive is not True:
-        return None
-    elapsed = observed(since, now, evidence.unobserved)
-    if elapsed < policy.listener_grace:
+    elapsed = held_for(since, policy.listener_grace, now, evidence.unobserved)
+    if since is None or elapsed is None or evidence.api_alive is not True:
         return None
     return Hang(
         HangKind.LISTENER_DOWN,
