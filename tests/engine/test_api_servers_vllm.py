@@ -212,6 +212,50 @@ class TestTwoApiServers:
                 await asyncio.gather(*users, return_exceptions=True)
             await eventually(sidecar.green, GREEN, "green again after the starvation ends")
 
+    async def test_a_working_pair_under_load_with_pooled_and_dropped_connections_stays_green(
+        self, two_api: VllmServer
+    ) -> None:
+        """The same clothes, working: both processes busy, pooled keep-alive connections on
+        each, and clients that give up mid-stream (the server sees a FIN it must read)."""
+        body = {"model": MODEL, "prompt": "tell me a story", "max_tokens": 48, "stream": True}
+        stop = asyncio.Event()
+
+        async def pooled_user(client: httpx.AsyncClient) -> None:
+            while not stop.is_set():
+                with contextlib.suppress(httpx.HTTPError):
+                    await client.post("/v1/completions", json={**body, "stream": False})
+
+        async def impatient_user() -> None:
+            while not stop.is_set():
+                async with httpx.AsyncClient(base_url=two_api.base_url, timeout=30) as client:
+                    with contextlib.suppress(httpx.HTTPError):
+                        async with client.stream("POST", "/v1/completions", json=body) as reply:
+                            async for _ in reply.aiter_bytes():
+                                break  # the first chunk, then hang up mid-stream
+
+        async with (
+            running_sidecar(two_api.base_url, **TIMINGS) as sidecar,
+            _pooled_on(two_api, _api_process(two_api, 0), 2) as on_0,
+            _pooled_on(two_api, _api_process(two_api, 1), 2) as on_1,
+        ):
+            await eventually(sidecar.green, GREEN, "startup, readiness and liveness 200")
+            users = [asyncio.create_task(pooled_user(c)) for c in (*on_0, *on_1)]
+            users += [asyncio.create_task(impatient_user()) for _ in range(2)]
+            failures, samples, end = 0, 0, time.monotonic() + API_WINDOW * 3
+            try:
+                while time.monotonic() < end:
+                    samples += 1
+                    if await sidecar.code("/livez") != 200:
+                        failures += 1
+                    await asyncio.sleep(0.5)  # the polling interval, not a wait for a state
+            finally:
+                stop.set()
+                await asyncio.gather(*users, return_exceptions=True)
+            status = await sidecar.json("/status")
+            print(f"\nworking pair under load: {failures} liveness failures in {samples} samples")
+            assert failures == 0
+            assert [h for h in status["verdict"]["hangs"] if h["kind"] == "api_server"] == []
+
 
 def test_the_launcher_is_vllm_serve(tmp_path: Path) -> None:
     """The launcher runs vLLM's own parser: a bad flag is vLLM's usage error."""
