@@ -36,7 +36,7 @@ class ApiWatch:
             )
         else:
             self.stopped_since, self.stopped_detail = None, ""
-        self._unread.observe(snapshot.held, now)
+        self._unread.observe(snapshot.held, now, snapshot.served)
 
     def reset(self) -> None:
         self.stopped_since, self.stopped_detail = None, ""

@@ -13,6 +13,15 @@ Naming the process that holds it needs its descriptors (``/proc/<pid>/fd``),
 which the kernel refuses a sidecar running as another user: there the
 connection is still seen, and reported without an owner.
 
+A working process leaves bytes unread too: uvicorn (vLLM's HTTP server)
+pauses reading a connection whose client pipelines a request behind one
+still being answered, until that answer ends, so a client pipelining behind
+a long stream holds unread bytes on a healthy server for minutes. What a
+stuck loop cannot do is accept or close a connection: where the holder's
+descriptors are readable, a change in its set of connections to the port
+(sentinel's own ``/health`` poll opens a fresh connection every poll) shows
+it serving, and the unread connection's clock starts again.
+
 :class:`UnreadTracker` keeps, per connection, since when it has been unread;
 the ledger feeds it each process sample and the verdict's API-server rule
 (:mod:`sentinel.verdict.api_server`) judges the oldest.
@@ -21,11 +30,11 @@ the ledger feeds it each process sample and the verdict's API-server rule
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from sentinel.evidence.listen_table import table_rows
+from sentinel.evidence.listen_table import TCP_LISTEN, table_rows
 
 # The kernel's TCP states, as the tables print them: a connection still open
 # (ESTABLISHED), or closed by the client and not yet by the server (CLOSE_WAIT:
@@ -45,16 +54,20 @@ class HeldSocket:
     owner: int | None = None  # the PID holding it (None: unknown or unreadable)
 
 
-def unread_connections(port: int, net: Path) -> tuple[HeldSocket, ...] | None:
-    """Server-side connections on ``port`` holding unread bytes (None: no table readable)."""
+def unread_connections(
+    port: int, net: Path
+) -> tuple[tuple[HeldSocket, ...], frozenset[int]] | None:
+    """Server-side connections on ``port`` holding unread bytes, and every held connection's
+    inode (None: no table readable)."""
     rows = table_rows(port, net)
     if rows is None:
         return None
-    return tuple(
+    unread = tuple(
         HeldSocket(r.inode, r.unread, r.state == CLOSE_WAIT)
         for r in rows
         if r.state in _HELD_STATES and r.unread > 0 and r.inode > 0
     )
+    return unread, frozenset(r.inode for r in rows if r.state != TCP_LISTEN and r.inode > 0)
 
 
 def socket_inodes(pid: int, proc: Path = Path("/proc")) -> frozenset[int] | None:
@@ -79,18 +92,32 @@ def socket_inodes(pid: int, proc: Path = Path("/proc")) -> frozenset[int] | None
 
 
 def with_owners(
-    held: Sequence[HeldSocket], pids: Iterable[int], proc: Path = Path("/proc")
-) -> tuple[HeldSocket, ...]:
-    """``held`` with each connection's holder among ``pids`` named where readable."""
+    held: Sequence[HeldSocket],
+    pids: Iterable[int],
+    connections: Iterable[int] = (),
+    proc: Path = Path("/proc"),
+) -> tuple[tuple[HeldSocket, ...], dict[int, frozenset[int]]]:
+    """``held`` with each holder among ``pids`` named where readable, and what each serves.
+
+    The second part maps each readable pid to the ``connections`` (inodes of
+    the port's connections) among its descriptors.
+    """
     if not held:
-        return ()
+        return (), {}
     owners: dict[int, int] = {}
+    served: dict[int, frozenset[int]] = {}
+    ports = frozenset(connections)
     for pid in pids:
-        for inode in socket_inodes(pid, proc) or ():
+        inodes = socket_inodes(pid, proc)
+        if inodes is None:
+            continue
+        served[pid] = inodes & ports
+        for inode in inodes:
             owners.setdefault(inode, pid)
-    return tuple(
+    named = tuple(
         HeldSocket(h.inode, h.unread, h.closed_by_client, owners.get(h.inode)) for h in held
     )
+    return named, served
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,18 +141,32 @@ class UnreadTracker:
 
     def __init__(self) -> None:
         self._held: dict[int, tuple[float, HeldSocket]] = {}  # inode -> (unread since, last seen)
+        self._served: Mapping[int, frozenset[int]] = {}  # pid -> its connections, last sample
 
-    def observe(self, held: Sequence[HeldSocket] | None, now: float) -> None:
+    def observe(
+        self,
+        held: Sequence[HeldSocket] | None,
+        now: float,
+        served: Mapping[int, frozenset[int]] | None = None,
+    ) -> None:
+        """One sample; ``served``: each readable holder's connections (see :func:`with_owners`)."""
         if held is None:
             return
+        served = served or {}
+        serving = {
+            pid
+            for pid, connections in served.items()
+            if pid in self._served and connections != self._served[pid]
+        }
         before = self._held
-        self._held = {}
+        self._held, self._served = {}, served
         for h in held:
             since, last = before.get(h.inode, (now, h))
-            self._held[h.inode] = (now if h.unread < last.unread else since, h)
+            restart = h.unread < last.unread or h.owner in serving
+            self._held[h.inode] = (now if restart else since, h)
 
     def reset(self) -> None:
-        self._held = {}
+        self._held, self._served = {}, {}
 
     def oldest(self) -> Unread | None:
         """The connection unread the longest, or None when every one is read."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 import psutil
@@ -330,6 +330,8 @@ class ProcessSnapshot:
     # Connections to the server's port holding unread bytes, with their holder
     # where readable (None: the socket table was not read).
     held: tuple[HeldSocket, ...] | None = None
+    # Each readable holder's connections to the port (inodes), sampled with ``held``.
+    served: Mapping[int, frozenset[int]] = field(default_factory=dict)
 
     @property
     def api_identity(self) -> tuple[int, float] | None:

@@ -180,7 +180,7 @@ class ProcessWatcher:
                 key=lambda p: p.pid,
             )
         )
-        held = self._held(api, api_processes)
+        held, served = self._held(api, api_processes)
         # Shown, never judged: a data-parallel coordinator carries no request.
         coordinators = [
             row.info(ProcessRole.COORDINATOR)
@@ -222,6 +222,7 @@ class ProcessWatcher:
             compilers=compilers_under(live) if live else (),
             api_processes=api_processes,
             held=held,
+            served=served,
             at=at,
             api=api,
             engines=tuple(sorted(engines, key=lambda p: p.pid)),
@@ -235,14 +236,14 @@ class ProcessWatcher:
 
     def _held(
         self, api: ProcessInfo | None, children: Sequence[ProcessInfo]
-    ) -> tuple[HeldSocket, ...] | None:
-        """The server's connections holding unread bytes, their holders named where readable."""
-        if api is None or self.listen_port is None:
-            return None
-        held = unread_connections(self.listen_port, PROC / str(api.pid) / "net")
-        if not held:
-            return held
-        return with_owners(held, [api.pid, *(p.pid for p in children)])
+    ) -> tuple[tuple[HeldSocket, ...] | None, dict[int, frozenset[int]]]:
+        """The connections holding unread bytes, holders named, and what each holder serves."""
+        port, net = self.listen_port, PROC / str(api.pid if api else 0) / "net"
+        found = None if api is None or port is None else unread_connections(port, net)
+        if api is None or found is None:
+            return None, {}
+        held, connections = found
+        return with_owners(held, [api.pid, *(p.pid for p in children)], connections)
 
     def _rows(self) -> tuple[list[Row], tuple[Row | None, Attribution, str] | None]:
         """The rows to judge, and the attribution when following the known server settled it."""

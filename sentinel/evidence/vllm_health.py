@@ -81,8 +81,15 @@ class VllmHealthPoller:
         status: int | None = None
         try:
             async with asyncio.timeout(self._timeout):
+                # A fresh connection each poll: accepted by whichever API-server
+                # process takes it, which shows that process serving
+                # (sentinel.evidence.held_sockets).
                 async with self._client.stream(
-                    "GET", self._url, timeout=self._timeout, follow_redirects=False
+                    "GET",
+                    self._url,
+                    headers={"Connection": "close"},
+                    timeout=self._timeout,
+                    follow_redirects=False,
                 ) as response:
                     status = response.status_code
                     async for _ in iter_capped(response, MAX_BODY_BYTES):

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import signal
 import time
@@ -255,6 +256,43 @@ class TestTwoApiServers:
             print(f"\nworking pair under load: {failures} liveness failures in {samples} samples")
             assert failures == 0
             assert [h for h in status["verdict"]["hangs"] if h["kind"] == "api_server"] == []
+
+    async def test_a_client_pipelining_behind_a_long_stream_is_no_wedge(
+        self, two_api: VllmServer
+    ) -> None:
+        """uvicorn stops reading a connection whose client pipelines requests behind one still
+        streaming, so its bytes sit unread on a working process as on a wedged one."""
+        body = json.dumps(
+            {"model": MODEL, "prompt": "hi", "max_tokens": 200, "min_tokens": 200, "stream": True}
+        ).encode()
+        request = (
+            b"POST /v1/completions HTTP/1.1\r\nHost: vllm\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+        )
+        async with running_sidecar(two_api.base_url, **TIMINGS) as sidecar:
+            await eventually(sidecar.green, GREEN, "startup, readiness and liveness 200")
+            two_api.faults.set("slow_decode", step_seconds=0.25)  # a 50 s stream
+            reader, writer = await asyncio.open_connection("127.0.0.1", two_api.port)
+            try:
+                for _ in range(3):  # the third arrives after reading paused: unread
+                    writer.write(request)
+                    await writer.drain()
+                    await asyncio.sleep(1.0)  # requests apart, as a pipelining client sends them
+                failures, kinds, end = 0, set(), time.monotonic() + API_WINDOW * 2
+                while time.monotonic() < end:
+                    if await sidecar.code("/livez") != 200:
+                        failures += 1
+                    status = await sidecar.json("/status")
+                    kinds |= {h["kind"] for h in status["verdict"]["hangs"]}
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(0.5):  # keep reading the stream
+                            await reader.read(65536)
+                print(f"\npipelining client: {failures} liveness failures, hang kinds {kinds}")
+                assert "api_server" not in kinds
+                assert failures == 0
+            finally:
+                two_api.faults.clear("slow_decode")
+                writer.close()
 
 
 def test_the_launcher_is_vllm_serve(tmp_path: Path) -> None:

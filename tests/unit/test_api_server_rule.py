@@ -54,18 +54,21 @@ def test_only_held_connections_on_the_port_with_unread_bytes_count(tmp_path: Pat
         "garbage line\n",
         tcp6=_row(8000, "01", 7, 17),
     )
-    held = unread_connections(8000, net)
-    assert held is not None
+    found = unread_connections(8000, net)
+    assert found is not None
+    held, connections = found
     assert {(h.inode, h.unread, h.closed_by_client) for h in held} == {
         (13, 300, False),
         (14, 261, True),
         (17, 7, False),
     }
+    # Every connection held on the port, read or not; never the listener or the accept queue.
+    assert connections == {12, 13, 14, 16, 17}
 
 
 def test_no_table_is_no_evidence_and_an_empty_one_is_none_unread(tmp_path: Path) -> None:
     assert unread_connections(8000, tmp_path / "missing") is None
-    assert unread_connections(8000, _table(tmp_path)) == ()
+    assert unread_connections(8000, _table(tmp_path)) == ((), frozenset())
 
 
 def test_owners_are_named_from_readable_descriptors(tmp_path: Path) -> None:
@@ -73,9 +76,33 @@ def test_owners_are_named_from_readable_descriptors(tmp_path: Path) -> None:
     fd.mkdir(parents=True)
     (fd / "7").symlink_to("socket:[13]")
     (fd / "8").symlink_to("/dev/null")
+    (fd / "9").symlink_to("socket:[20]")  # not a connection to the port
     held = (HeldSocket(13, 300, False), HeldSocket(14, 261, True))
-    named = with_owners(held, [4242, 999], proc=tmp_path)  # 999: unreadable
-    assert [h.owner for h in named] == [4242, None]
+    named, served = with_owners(held, [4242, 999], connections={13, 14}, proc=tmp_path)
+    assert [h.owner for h in named] == [4242, None]  # 999: unreadable
+    assert served == {4242: {13}}
+
+
+def test_a_holder_that_accepts_or_closes_connections_is_serving_and_its_clock_restarts() -> None:
+    """uvicorn leaves a pipelined request unread on a working server; a stuck loop also
+    never accepts nor closes a connection."""
+    tracker = UnreadTracker()
+    pipelined = (HeldSocket(1, 186, False, owner=41),)
+    tracker.observe(pipelined, 10.0, {41: frozenset({1, 2})})
+    tracker.observe(pipelined, 11.0, {41: frozenset({1, 2})})  # nothing new: still stuck?
+    oldest = tracker.oldest()
+    assert oldest is not None
+    assert oldest.since == 10.0
+    tracker.observe(pipelined, 12.0, {41: frozenset({1, 3})})  # accepted 3, closed 2
+    oldest = tracker.oldest()
+    assert oldest is not None
+    assert oldest.since == 12.0
+    # A peer's churn says nothing of the holder.
+    tracker.observe(pipelined, 13.0, {41: frozenset({1, 3}), 42: frozenset({7})})
+    tracker.observe(pipelined, 14.0, {41: frozenset({1, 3}), 42: frozenset({8})})
+    oldest = tracker.oldest()
+    assert oldest is not None
+    assert oldest.since == 12.0
 
 
 def test_tracker_keeps_the_oldest_unread_and_restarts_a_queue_being_read() -> None:
