@@ -18,8 +18,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from sentinel.config import ConfigError, load_settings
-from sentinel.settings import Settings
+from sentinel.config.loader import ConfigError, load_settings
+from sentinel.config.settings import Settings
 
 SCENARIO_DIR = Path(__file__).resolve().parent / "scenarios"
 MANIFEST = Path(__file__).resolve().parent.parent / "manifests" / "base" / "deployment.yaml"

@@ -14,8 +14,8 @@ import threading
 from collections.abc import Callable
 
 from sentinel.canary.result import CanaryResult
+from sentinel.config.settings import Settings
 from sentinel.daemon import Daemon
-from sentinel.settings import Settings
 
 
 class SentinelStartError(RuntimeError):

@@ -24,7 +24,7 @@ from sentinel.boot import boot
 from sentinel.exitcode import ExitCode
 
 if TYPE_CHECKING:
-    from sentinel.settings import Settings
+    from sentinel.config.settings import Settings
 
 
 def _bool(value: str) -> bool:
@@ -37,7 +37,7 @@ def _bool(value: str) -> bool:
 
 
 def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
-    from sentinel.settings import Settings
+    from sentinel.config.settings import Settings
 
     defaults = Settings()
     parser.add_argument("--target", help=f"inference server base URL (default {defaults.target})")
@@ -84,14 +84,14 @@ RUN_FLAGS = (
 
 
 def settings_from_args(args: argparse.Namespace) -> Settings:
-    from sentinel.config import load_settings
+    from sentinel.config.loader import load_settings
 
     flags = {name: getattr(args, name, None) for name in RUN_FLAGS}
     return load_settings(getattr(args, "config", None), os.environ, flags)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from sentinel.config import env_name
+    from sentinel.config.loader import env_name
 
     parser = argparse.ArgumentParser(
         prog="sentinel",
@@ -106,7 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="the sidecar daemon")
     _add_run_arguments(run)
 
-    from sentinel.probe import add_probe_arguments
+    from sentinel.commands.probe import add_probe_arguments
 
     probe = sub.add_parser("probe", help="one-shot canary probe of OpenAI-compatible endpoints")
     add_probe_arguments(probe)
@@ -126,12 +126,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_diagnose_arguments(sub.add_parser("diagnose", help="capture a diagnostics bundle now"))
     add_doctor_arguments(sub.add_parser("doctor", help="check the pod's setup for pitfalls"))
-    from sentinel.maintenance_cli import add_maintenance_arguments
+    from sentinel.maintenance.cli import add_maintenance_arguments
 
     add_maintenance_arguments(
         sub.add_parser("maintenance", help="set, clear or show a running sentinel's maintenance")
     )
-    from sentinel.fingerprint_cli import add_fingerprint_arguments
+    from sentinel.fingerprint.cli import add_fingerprint_arguments
 
     add_fingerprint_arguments(
         sub.add_parser("fingerprint", help="show or re-take a running sentinel's fingerprint")
@@ -146,7 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     boot()
-    from sentinel.config import ConfigError
+    from sentinel.config.loader import ConfigError
 
     args = build_parser().parse_args(argv)
     command: str = args.command
@@ -154,11 +154,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if command == "run":
             return _run(args)
         if command == "probe":
-            from sentinel.probe import probe_main
+            from sentinel.commands.probe import probe_main
 
             return probe_main(args)
         if command == "demo":
-            from sentinel.demo import demo_main
+            from sentinel.commands.demo import demo_main
 
             return demo_main(args)
         if command == "check-config":
@@ -172,11 +172,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             return doctor_main(args)
         if command == "maintenance":
-            from sentinel.maintenance_cli import maintenance_main
+            from sentinel.maintenance.cli import maintenance_main
 
             return maintenance_main(args)
         if command == "fingerprint":
-            from sentinel.fingerprint_cli import fingerprint_main
+            from sentinel.fingerprint.cli import fingerprint_main
 
             return fingerprint_main(args)
         if command == "exporter":
@@ -203,8 +203,8 @@ def _configure_logging(settings: Settings) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from sentinel.catalog import CatalogError
-    from sentinel.config import ConfigError
+    from sentinel.canary.catalog import CatalogError
+    from sentinel.config.loader import ConfigError
 
     settings = settings_from_args(args)
     _configure_logging(settings)
@@ -270,8 +270,8 @@ async def _serve(daemon: Any) -> int:
 
 
 def _check_config(path: Path) -> int:
-    from sentinel.catalog import CatalogError, apply_overrides, load_catalog
-    from sentinel.config import ConfigError, load_settings
+    from sentinel.canary.catalog import CatalogError, apply_overrides, load_catalog
+    from sentinel.config.loader import ConfigError, load_settings
 
     settings = load_settings(path, env={}, flags={})
     try:

@@ -14,8 +14,8 @@ probes go away), then the loops stop, then each server is stopped once (gRPC
 marks every service NOT_SERVING on its way down), then the clients close.
 
 What lives elsewhere: judging and publishing health in
-:mod:`sentinel.evaluator` (the single writer of :class:`HealthState`), the
-evidence loops in :mod:`sentinel.observers`, the ``/status`` document in
+:mod:`sentinel.evaluation.evaluator` (the single writer of :class:`HealthState`), the
+evidence loops in :mod:`sentinel.record.observers`, the ``/status`` document in
 :mod:`sentinel.serve.status`.
 """
 
@@ -32,24 +32,24 @@ import httpx
 from prometheus_client import CollectorRegistry
 
 from sentinel import __version__
+from sentinel.canary.catalog import Catalog, apply_overrides, load_catalog
 from sentinel.canary.result import CanaryKind, CanaryResult
 from sentinel.canary.runner import CanaryRunner
-from sentinel.catalog import Catalog, apply_overrides, load_catalog
-from sentinel.config import effective_config, read_api_key
+from sentinel.config.loader import effective_config, read_api_key
+from sentinel.config.settings import Settings, split_host_port
 from sentinel.diagnostics.bundle import DiagnosticsContext, Trigger
 from sentinel.diagnostics.procs import ProcessMatch
-from sentinel.evaluator import Evaluator
-from sentinel.fingerprint import build_book, bundle_section, weights_steps
-from sentinel.health import HealthState
-from sentinel.incidents import IncidentRecorder, in_child
-from sentinel.k8s_lease import PoolBudget
-from sentinel.ledger import Ledger
-from sentinel.observers import LoopFailures, Observers, Step, every, supervised
-from sentinel.scheduler import Scheduler
-from sentinel.serve.fingerprint import fingerprint_routes
-from sentinel.serve.maintenance import MaintenanceHook
+from sentinel.evaluation.evaluator import Evaluator
+from sentinel.evaluation.health import HealthState
+from sentinel.evaluation.incidents import IncidentRecorder, in_child
+from sentinel.fingerprint.book import build_book, bundle_section, weights_steps
+from sentinel.fingerprint.endpoint import fingerprint_routes
+from sentinel.fleet.lease import PoolBudget
+from sentinel.maintenance.endpoint import MaintenanceHook
+from sentinel.record.ledger import Ledger
+from sentinel.record.observers import LoopFailures, Observers, Step, every, supervised
+from sentinel.scheduling.scheduler import Scheduler
 from sentinel.serve.probe_thread import ThreadedHttpServer
-from sentinel.settings import Settings, split_host_port
 from sentinel.telemetry.logging import get_logger
 from sentinel.telemetry.metrics import SentinelMetrics
 from sentinel.telemetry.redact import redact_url
@@ -91,7 +91,7 @@ class Daemon:
         self.maintenance_hook = MaintenanceHook.build(settings, clock, self.metrics)
         self.maintenance = self.maintenance_hook.window
         self.ledger = Ledger(self._kinds(), clock())
-        # The correctness check's fingerprint (sentinel.fingerprint), on disk beside the bundles.
+        # The correctness check's fingerprint (sentinel.fingerprint.book), beside the bundles.
         self.fingerprints = build_book(settings, self.specs)
         self.started = asyncio.Event()
         self.http: ThreadedHttpServer | None = None

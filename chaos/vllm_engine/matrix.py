@@ -54,7 +54,7 @@ from chaos.load import LoadConfig, run_load
 from chaos.vllm_engine import env as engine_env
 from chaos.vllm_engine.compat import metric_names, structured_fields
 from chaos.vllm_engine.server import ENGINE_TITLE, ServerError, VllmServer
-from sentinel.config import load_settings
+from sentinel.config.loader import load_settings
 from sentinel.daemon import Daemon
 from sentinel.evidence.vllm_releases import recognise
 

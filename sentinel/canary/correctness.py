@@ -14,7 +14,7 @@ generated, one generation per prompt sent, token ids and log-probabilities
 present and in agreement with ``usage``. Whether the generations still match
 the model's fingerprint is the verdict's business
 (:mod:`sentinel.verdict.corrupt`), against the fingerprint the sidecar keeps
-(:mod:`sentinel.fingerprint`). A server that gives no token ids or
+(:mod:`sentinel.fingerprint.book`). A server that gives no token ids or
 log-probabilities cannot be checked: the kind answers UNSUPPORTED and the
 scheduler disables it with a warning.
 

@@ -1,6 +1,6 @@
 """Credits: the work one of sentinel's canaries can explain, charged before anything is progress.
 
-Pure bookkeeping for :mod:`sentinel.progress`. A credit holds, per work
+Pure bookkeeping for :mod:`sentinel.progress.tracker`. A credit holds, per work
 counter, how much a canary may explain in all (``allowed``: while in flight
 its prefill and first token, once done the usage its reply reported) and how
 much has been charged to it, once in the server's total and once on each

@@ -104,7 +104,7 @@ class DiagnosticsContext:
     section_max_bytes: int = DEFAULT_SECTION_MAX_BYTES
     bundle_max_bytes: int = DEFAULT_BUNDLE_MAX_BYTES
     # The correctness fingerprint and the recent checks against it
-    # (sentinel.fingerprint.bundle_section; empty: no correctness check runs).
+    # (sentinel.fingerprint.book.bundle_section; empty: no correctness check runs).
     correctness: Mapping[str, Any] = field(default_factory=dict)
 
 

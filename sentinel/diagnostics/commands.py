@@ -21,11 +21,11 @@ import time
 from pathlib import Path
 
 from sentinel import __version__
-from sentinel.config import ConfigError, effective_config, load_settings
+from sentinel.config.loader import ConfigError, effective_config, load_settings
+from sentinel.config.settings import Settings
 from sentinel.diagnostics import cgroup, procs
 from sentinel.diagnostics.bundle import DEFAULT_BUDGET_S, DiagnosticsContext, Trigger, capture
 from sentinel.exitcode import ExitCode
-from sentinel.settings import Settings
 
 
 def _add_common(parser: argparse.ArgumentParser) -> None:
@@ -128,7 +128,7 @@ def diagnose_main(args: argparse.Namespace) -> int:
 
 def doctor_main(args: argparse.Namespace) -> int:
     """Run every check, print the table, exit 0 (no problems) or 1."""
-    from sentinel.catalog import CatalogError, apply_overrides, load_catalog
+    from sentinel.canary.catalog import CatalogError, apply_overrides, load_catalog
     from sentinel.diagnostics.doctor import ProbeTimings, render_report, run_doctor
 
     try:

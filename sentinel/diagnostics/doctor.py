@@ -36,10 +36,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from rich.console import Console
 from rich.table import Table
 
+from sentinel.canary.catalog import load_catalog
 from sentinel.canary.kinds import unvalidatable
 from sentinel.canary.protocol import ServerFacts
 from sentinel.canary.spec import CanaryKind, CanarySpec
-from sentinel.catalog import load_catalog
 from sentinel.diagnostics import access, cgroup, procs
 from sentinel.evidence.process_model import ProcessRole, ProcessSnapshot, reasoning_parser
 

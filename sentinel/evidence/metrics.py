@@ -50,7 +50,7 @@ COUNTER_SAMPLES: Mapping[str, str] = MappingProxyType(
         # Images through preprocessing (counted once the processor ran): the
         # multimodal path's own traffic. Never progress of the engine.
         "vllm:mm_cache_queries_total": "mm_queries",
-        # NaN-logit requests, finished weight transfers: sentinel.fingerprint's.
+        # NaN-logit requests, finished weight transfers: sentinel.fingerprint.book's.
         "vllm:corrupted_requests_total": "corrupted_requests",
         "vllm:rl_weight_update_operation_duration_seconds_count": "weight_operations",
     }

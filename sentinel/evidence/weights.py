@@ -1,6 +1,6 @@
 """Model and weight identity: ``GET /v1/models`` and vLLM's ``GET /weight_info``.
 
-The correctness fingerprint (:mod:`sentinel.fingerprint`) is keyed by what
+The correctness fingerprint (:mod:`sentinel.fingerprint.book`) is keyed by what
 the server serves, never by the server process: the model's id and root (the
 weights' path) from ``/v1/models``, and the weight version vLLM reports at
 ``/weight_info`` (registered with ``VLLM_SERVER_DEV_MODE=1``; set by an RL

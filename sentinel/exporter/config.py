@@ -1,7 +1,7 @@
 """The exporter's configuration file: listen address, allowlist, state bounds, modules.
 
-Typed and strict like :mod:`sentinel.settings`: unknown keys are errors, every
-number is ranged, and every problem is one :class:`~sentinel.config.ConfigError`
+Typed and strict like :mod:`sentinel.config.settings`: unknown keys are errors, every
+number is ranged, and every problem is one :class:`~sentinel.config.loader.ConfigError`
 naming the file and the key. Modules are checked against the canary catalog
 here, at start-up, so a module naming a kind the catalog has no enabled
 canary of never reaches a scrape.
@@ -19,11 +19,11 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from sentinel.canary.catalog import Catalog, CatalogError, load_catalog
 from sentinel.canary.kinds import KINDS
 from sentinel.canary.spec import CanaryKind
-from sentinel.catalog import Catalog, CatalogError, load_catalog
-from sentinel.config import ConfigError, read_api_key
-from sentinel.settings import split_host_port
+from sentinel.config.loader import ConfigError, read_api_key
+from sentinel.config.settings import split_host_port
 
 DEFAULT_LISTEN = "0.0.0.0:9116"
 MAX_CONFIG_BYTES = 1024 * 1024

@@ -14,8 +14,8 @@ from typing import Protocol
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
 
 from sentinel.canary.result import CanaryKind, CanaryResult
+from sentinel.commands.probe import outcome
 from sentinel.exporter.prober import ProbeOutcome, TargetEvidence
-from sentinel.probe import outcome
 
 PHASE_VALUES = ("serving", "asleep", "paused")
 

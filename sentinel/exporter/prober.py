@@ -22,11 +22,12 @@ from dataclasses import dataclass
 
 import httpx
 
+from sentinel.canary.catalog import Catalog
 from sentinel.canary.kinds import CONTROL, KINDS
 from sentinel.canary.result import CanaryResult, Reason
 from sentinel.canary.runner import CanaryRunner, ModelResolutionError
 from sentinel.canary.spec import CanarySpec
-from sentinel.catalog import Catalog
+from sentinel.commands.probe import outcome
 from sentinel.evidence.metrics import MetricsScraper, ScrapeError
 from sentinel.exporter.allowlist import Allowlist
 from sentinel.exporter.config import ModuleRuntime
@@ -39,8 +40,7 @@ from sentinel.exporter.target import (
     resolve,
     system_resolver,
 )
-from sentinel.lifecycle import Readings, phase_of
-from sentinel.probe import outcome
+from sentinel.record.lifecycle import Readings, phase_of
 from sentinel.verdict import Phase
 
 RESOLVE_FAILURE = "resolve"

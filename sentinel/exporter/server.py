@@ -26,8 +26,9 @@ import structlog
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from sentinel.catalog import Catalog
-from sentinel.config import ConfigError
+from sentinel.canary.catalog import Catalog
+from sentinel.config.loader import ConfigError
+from sentinel.config.settings import split_host_port
 from sentinel.exitcode import ExitCode
 from sentinel.exporter.allowlist import Allowlist
 from sentinel.exporter.config import (
@@ -42,7 +43,6 @@ from sentinel.exporter.own_metrics import ExporterMetrics
 from sentinel.exporter.prober import Prober, Refusal
 from sentinel.exporter.state import TargetStore
 from sentinel.exporter.target import Resolver, TargetError, parse_target, system_resolver
-from sentinel.settings import split_host_port
 
 log = structlog.get_logger("sentinel.exporter")
 

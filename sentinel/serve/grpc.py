@@ -32,7 +32,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 # ``health.aio`` in grpcio-health-checking itself.
 from grpc_health.v1.health import aio as health_aio  # type: ignore[attr-defined]
 
-from sentinel.health import HealthSnapshot, HealthState, ProbeAnswer
+from sentinel.evaluation.health import HealthSnapshot, HealthState, ProbeAnswer
 
 SIDECAR_SERVICE = ""
 SERVICES = ("liveness", "readiness", "startup")

@@ -34,9 +34,9 @@ from aiohttp.web_protocol import RequestHandler
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 
-from sentinel.health import HealthSnapshot, HealthState, ProbeAnswer
-from sentinel.serve.fingerprint import FINGERPRINT_PATH
-from sentinel.serve.maintenance import (
+from sentinel.evaluation.health import HealthSnapshot, HealthState, ProbeAnswer
+from sentinel.fingerprint.endpoint import FINGERPRINT_PATH
+from sentinel.maintenance.endpoint import (
     MAINTENANCE_KEY,
     MAINTENANCE_PATH,
     MaintenanceHook,

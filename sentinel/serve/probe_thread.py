@@ -9,7 +9,7 @@ event loop in its own thread:
 
 - the four probe endpoints (``/livez``, ``/readyz``, ``/startupz``,
   ``/healthz``) are answered in that thread from the published
-  :class:`~sentinel.health.HealthSnapshot` (an immutable object swapped in
+  :class:`~sentinel.evaluation.health.HealthSnapshot` (an immutable object swapped in
   one assignment) and its pre-rendered bodies, touching nothing else;
 - every other route (``/status``, ``/metrics``, ``/incidents``) reads daemon
   state, which belongs to the daemon's loop, so its handler runs there
@@ -36,7 +36,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from sentinel.health import HealthState
+from sentinel.evaluation.health import HealthState
+from sentinel.maintenance.endpoint import MaintenanceHook
 from sentinel.serve.http import (
     DEFAULT_SHUTDOWN_TIMEOUT,
     PROBE_PATHS,
@@ -44,7 +45,6 @@ from sentinel.serve.http import (
     HttpServer,
     ServerLimits,
 )
-from sentinel.serve.maintenance import MaintenanceHook
 from sentinel.telemetry.logging import get_logger
 
 log = get_logger("sentinel.serve")

@@ -16,11 +16,11 @@ from typing import Any
 from sentinel import __version__
 from sentinel.canary.result import CanaryResult, Reason
 from sentinel.diagnostics.store import IncidentRecord
+from sentinel.evaluation.incidents import OpenIncident
 from sentinel.evidence.process_model import ProcessInfo, SchedulingPolicy
-from sentinel.incidents import OpenIncident
-from sentinel.ledger import Ledger
-from sentinel.maintenance import MaintenanceInfo
-from sentinel.progress import STEP_COUNTER
+from sentinel.maintenance.window import MaintenanceInfo
+from sentinel.progress.tracker import STEP_COUNTER
+from sentinel.record.ledger import Ledger
 from sentinel.verdict import Verdict
 
 RECENT_RESULTS = 10  # canary results shown per kind
@@ -208,7 +208,7 @@ def status_document(inputs: StatusInputs) -> dict[str, Any]:
             "restart_wanted": verdict.restart_wanted,
             "budget_held": verdict.budget_held,
         },
-        # The pool's restart budget (sentinel.k8s_lease.PoolBudget.status).
+        # The pool's restart budget (sentinel.fleet.lease.PoolBudget.status).
         "restart_budget": dict(inputs.restart_budget or {"mode": "off"}),
         "incidents": {
             "open": None

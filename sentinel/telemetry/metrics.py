@@ -19,10 +19,10 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from sentinel.budget import Mode
 from sentinel.canary.kinds import names as canary_kinds
 from sentinel.canary.result import CanaryResult, Reason
-from sentinel.health import HealthState
+from sentinel.evaluation.health import HealthState
+from sentinel.fleet.budget import Mode
 from sentinel.verdict import HangKind, Phase, hang_kinds
 
 # Canary latencies span a 1-token answer on an idle GPU (tens of ms) to a

@@ -3,7 +3,7 @@
 A correctness check (:mod:`sentinel.canary.correctness`) sends fixed prompts at
 temperature 0 and gets token ids with their log-probabilities; the sidecar
 keeps the first such answer for the model and weights served as their
-fingerprint (:mod:`sentinel.fingerprint`). Here each later check is compared
+fingerprint (:mod:`sentinel.fingerprint.book`). Here each later check is compared
 with it, prompt by prompt, and corruption is confirmed (docs/design.md,
 "Correctness"):
 

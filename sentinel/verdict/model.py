@@ -130,7 +130,7 @@ class KindEvidence:
     controls: tuple[CanaryResult | None, ...] = ()
     latency_slo: float | None = None
     # When real (not sentinel's) traffic on this path last got through, where
-    # the server counts it (:mod:`sentinel.path_traffic`); None: unknown.
+    # the server counts it (:mod:`sentinel.progress.path_traffic`); None: unknown.
     traffic_at: float | None = None
 
 
@@ -162,7 +162,7 @@ class RestartGate:
     """The pool's restart budget's answer: may a confirmed restart fail liveness now?
 
     Closed while every restart slot of the pool is held by others
-    (:mod:`sentinel.budget`); ``reason`` names the pool, the slots and their
+    (:mod:`sentinel.fleet.budget`); ``reason`` names the pool, the slots and their
     holders. Open when no budget applies.
     """
 
@@ -185,7 +185,7 @@ class Evidence:
     decode_available: bool = False
     last_decode_at: float | None = None
     # A prompt prefilled in chunks set a new KV-cache high while a real request
-    # ran and none was admitted (:mod:`sentinel.prefill`): work that moves no counter.
+    # ran and none was admitted (:mod:`sentinel.progress.prefill`): work that moves no counter.
     last_prefill_at: float | None = None
     # Tokens processed by engine steps in a fresh sample: the engine loop's
     # heartbeat. ``last_step_at``: the last sample in which any work counter
@@ -233,7 +233,7 @@ class Evidence:
     unobserved: tuple[tuple[float, float], ...] = ()
     # The correctness check's fingerprint and vLLM's NaN counter (None: no check runs).
     correctness: CorrectnessEvidence | None = None
-    # The pool's restart budget (sentinel.budget): closed, a restart waits unready.
+    # The pool's restart budget (sentinel.fleet.budget): closed, a restart waits unready.
     restart_gate: RestartGate = RestartGate()
 
 
@@ -241,7 +241,7 @@ class Policy(BaseModel):
     """Thresholds of the verdict (the README's defaults table).
 
     The one definition of each threshold: its name, its default and the
-    comment above it. :class:`sentinel.settings.Settings` inherits these
+    comment above it. :class:`sentinel.config.settings.Settings` inherits these
     fields, so each is a setting under the same name (a YAML key, a
     ``SENTINEL_*`` variable) and ``docs/configuration.md`` shows its comment.
     A ``*_policy`` field is the action its hang kind takes.

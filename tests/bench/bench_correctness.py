@@ -43,7 +43,7 @@ from chaos.vllm_engine import env as engine_env
 from chaos.vllm_engine.server import VllmServer
 from sentinel.canary.correctness import CORRECTNESS
 from sentinel.canary.result import CanaryResult
-from sentinel.config import load_settings
+from sentinel.config.loader import load_settings
 from sentinel.daemon import Daemon
 from sentinel.verdict.corrupt import compare
 

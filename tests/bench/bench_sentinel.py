@@ -60,7 +60,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from rich.console import Console
 from rich.table import Table
 
-from sentinel.config import load_settings
+from sentinel.config.loader import load_settings
 from sentinel.daemon import Daemon
 from sentinel.telemetry.logging import configure_logging
 from sentinel_sim.control import AsyncSimControl

@@ -20,7 +20,7 @@ import httpx
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from sentinel.boot import boot
-from sentinel.config import load_settings
+from sentinel.config.loader import load_settings
 from sentinel.daemon import Daemon
 
 FAST: dict[str, Any] = {

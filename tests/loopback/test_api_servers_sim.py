@@ -21,9 +21,9 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
+from sentinel.canary.catalog import load_catalog
 from sentinel.canary.result import Reason
 from sentinel.canary.runner import CanaryRunner
-from sentinel.catalog import load_catalog
 from sentinel_sim.launch import SimProcess
 from sentinel_sim.satellite import SERVER_HEADER
 from tests.loopback.sidecar import Sidecar, eventually, running_sidecar

@@ -8,12 +8,12 @@ from dataclasses import replace
 import httpx
 import pytest
 
+from sentinel.canary.catalog import load_catalog
 from sentinel.canary.kinds import KINDS
 from sentinel.canary.result import CanaryKind, Reason
 from sentinel.canary.runner import CanaryRunner
 from sentinel.canary.spec import CanarySpec
-from sentinel.catalog import load_catalog
-from sentinel.probe import probe_targets
+from sentinel.commands.probe import probe_targets
 from sentinel_sim.launch import SimProcess
 
 CATALOG = load_catalog()

@@ -28,7 +28,7 @@ from sentinel.canary.result import CanaryKind, CanaryResult, Reason
 from sentinel.diagnostics.bundle import DiagnosticsContext, capture
 from sentinel.diagnostics.child import ChildCaptureError, StoredIncident, capture_in_child
 from sentinel.diagnostics.store import IncidentStore
-from sentinel.incidents import MIN_CAPTURE_GAP, IncidentRecorder, capture_here, in_child
+from sentinel.evaluation.incidents import MIN_CAPTURE_GAP, IncidentRecorder, capture_here, in_child
 from sentinel.telemetry.metrics import SentinelMetrics
 from tests.loopback import test_diagnostics as diag
 from tests.loopback import test_secrets

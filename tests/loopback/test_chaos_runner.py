@@ -25,8 +25,8 @@ from chaos.records import CanaryPoint, Event, ResultInbox, RunRecord, Sample, Sc
 from chaos.runner import ScenarioRun
 from chaos.scenario import MANIFEST, BlackboxSpec, ScenarioError, load_scenario, parse_scenario
 from chaos.targets import SimTarget
+from sentinel.canary.catalog import load_catalog
 from sentinel.canary.result import CanaryKind, CanaryResult, Reason
-from sentinel.catalog import load_catalog
 
 VALID: dict[str, Any] = {
     "name": "t",

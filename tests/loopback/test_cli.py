@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from chaos.ports import free_port
-from sentinel.catalog import default_directory
+from sentinel.canary.catalog import default_directory
 from sentinel_sim.launch import SimProcess
 
 

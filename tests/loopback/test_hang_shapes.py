@@ -42,7 +42,7 @@ import yaml
 from chaos.load import LoadConfig, run_load
 from chaos.ports import free_port
 from chaos.scenario import SCENARIO_DIR, load_scenario
-from sentinel.settings import Settings
+from sentinel.config.settings import Settings
 from sentinel_sim.launch import SimProcess
 from tests.loopback.sidecar import FAST, Sidecar, eventually, running_sidecar
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from sentinel.observers import LoopFailures, every, supervised
+from sentinel.record.observers import LoopFailures, every, supervised
 from tests.hostile_target import HostileProcess
 from tests.loopback.sidecar import Sidecar, eventually, running_sidecar
 

@@ -18,7 +18,7 @@ import pytest
 import structlog
 from aiohttp import web
 
-from sentinel.k8s import (
+from sentinel.telemetry.events import (
     MESSAGE_LIMIT,
     EventReason,
     EventReporter,

@@ -22,12 +22,12 @@ import pytest
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
+from sentinel.canary.catalog import load_catalog
 from sentinel.canary.late import LateCanary
 from sentinel.canary.result import CanaryKind, CanaryResult, Reason
 from sentinel.canary.runner import CanaryRunner
-from sentinel.catalog import load_catalog
-from sentinel.ledger import Ledger
-from sentinel.scheduler import Scheduler
+from sentinel.record.ledger import Ledger
+from sentinel.scheduling.scheduler import Scheduler
 from sentinel.telemetry.metrics import SentinelMetrics
 from sentinel.verdict import Action
 

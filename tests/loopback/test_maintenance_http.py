@@ -21,11 +21,11 @@ import structlog
 from prometheus_client import CollectorRegistry
 
 from sentinel.cli import main
+from sentinel.evaluation.health import HealthState
 from sentinel.exitcode import ExitCode
-from sentinel.health import HealthState
-from sentinel.maintenance import MAX_BODY_BYTES, MaintenanceWindow, TokenFile
+from sentinel.maintenance.endpoint import MaintenanceHook
+from sentinel.maintenance.window import MAX_BODY_BYTES, MaintenanceWindow, TokenFile
 from sentinel.serve.http import HttpServer
-from sentinel.serve.maintenance import MaintenanceHook
 from sentinel.serve.probe_thread import ThreadedHttpServer
 from sentinel.telemetry.metrics import SentinelMetrics
 from tests.loopback.sidecar import running_sidecar

@@ -13,7 +13,7 @@ import pytest
 from chaos.ports import free_port
 from sentinel.canary.kinds import KINDS
 from sentinel.canary.result import CanaryKind, Reason
-from sentinel.probe import (
+from sentinel.commands.probe import (
     add_probe_arguments,
     exit_code,
     normalize_url,
@@ -143,7 +143,7 @@ async def test_unreachable_target_is_one_failed_row() -> None:
 
 def test_table_does_not_read_details_as_markup() -> None:
     from sentinel.canary.result import CanaryResult
-    from sentinel.probe import TargetReport
+    from sentinel.commands.probe import TargetReport
 
     result = CanaryResult("text", CanaryKind.TEXT, Reason.BAD_BODY, 0.0, 0.1, detail="[DONE] [b]x")
     table = render_table([TargetReport("http://a.test", "tiny", (result,))])

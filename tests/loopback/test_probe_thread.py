@@ -12,7 +12,7 @@ import pytest
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from sentinel.health import HealthState, ProbeAnswer, initial_snapshot
+from sentinel.evaluation.health import HealthState, ProbeAnswer, initial_snapshot
 from sentinel.serve import probe_thread
 from sentinel.serve.probe_thread import THREAD_NAME, ThreadedHttpServer
 

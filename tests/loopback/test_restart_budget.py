@@ -21,11 +21,11 @@ from typing import Any
 import httpx
 import pytest
 
-from sentinel.budget import LeaseConflict, LeaseMissing, Mode, Wish, take_slot
-from sentinel.config import load_settings
+from sentinel.config.loader import load_settings
 from sentinel.daemon import Daemon
-from sentinel.k8s import EventReporter, PodIdentity, host_connect
-from sentinel.k8s_lease import LeaseSlots, PoolBudget
+from sentinel.fleet.budget import LeaseConflict, LeaseMissing, Mode, Wish, take_slot
+from sentinel.fleet.lease import LeaseSlots, PoolBudget
+from sentinel.telemetry.events import EventReporter, PodIdentity, host_connect
 from sentinel_sim.launch import SimProcess
 from tests.k8s_fake_api import FakeApiServer, fake_api_server
 from tests.loopback.sidecar import FAST, eventually

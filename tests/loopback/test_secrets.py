@@ -32,8 +32,8 @@ from sentinel.canary.result import CanaryKind, CanaryResult, Reason
 from sentinel.diagnostics.bundle import DiagnosticsContext, Incident, Trigger, capture
 from sentinel.diagnostics.procs import ProcessMatch
 from sentinel.diagnostics.store import IncidentStore
-from sentinel.incidents import IncidentRecorder
-from sentinel.k8s import EventReason, PodIdentity, build_event
+from sentinel.evaluation.incidents import IncidentRecorder
+from sentinel.telemetry.events import EventReason, PodIdentity, build_event
 from sentinel.telemetry.logging import configure_default_logging, configure_logging, get_logger
 from sentinel.telemetry.metrics import SentinelMetrics
 from sentinel_sim.launch import SimProcess

@@ -11,7 +11,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from sentinel.health import HealthState, ProbeAnswer
+from sentinel.evaluation.health import HealthState, ProbeAnswer
 from sentinel.serve.grpc import GrpcHealthServer
 
 SERVING = health_pb2.HealthCheckResponse.SERVING

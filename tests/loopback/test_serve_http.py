@@ -14,8 +14,8 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
 from sentinel.canary.result import CanaryKind, CanaryResult, Reason
-from sentinel.health import HealthState, ProbeAnswer
-from sentinel.ledger import Ledger
+from sentinel.evaluation.health import HealthState, ProbeAnswer
+from sentinel.record.ledger import Ledger
 from sentinel.serve.http import AnswerBodies, HttpServer
 from sentinel.serve.status import PriorityReport, StatusInputs, Transition, status_document
 from sentinel.telemetry.metrics import SentinelMetrics

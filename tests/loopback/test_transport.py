@@ -19,9 +19,9 @@ import httpx
 import pytest
 
 from chaos.ports import free_port
+from sentinel.canary.catalog import load_catalog
 from sentinel.canary.result import Reason
 from sentinel.canary.runner import CanaryRunner
-from sentinel.catalog import load_catalog
 from sentinel.transport import TransportFailure, classify_transport
 
 Behaviour = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from sentinel.aiming import MAX_ENGINE_INDEX, Aiming, rank
 from sentinel.canary.result import CanaryKind, CanaryResult, Reason
 from sentinel.evidence.metrics import MetricsSample
-from sentinel.ledger import Ledger
+from sentinel.record.ledger import Ledger
+from sentinel.scheduling.aiming import MAX_ENGINE_INDEX, Aiming, rank
 from sentinel.verdict import Action
 
 TEXT = CanaryKind("text")

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 
 import pytest
 
-from sentinel.budget import (
+from sentinel.fleet.budget import (
     Lease,
     LeaseConflict,
     LeaseMissing,

@@ -11,8 +11,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from sentinel.budget import slot_count, slot_names
-from sentinel.k8s_lease import POOL_ENV
+from sentinel.fleet.budget import slot_count, slot_names
+from sentinel.fleet.lease import POOL_ENV
 from tests.unit.test_manifests import (
     REPO,
     build_with_components,
@@ -23,7 +23,7 @@ from tests.unit.test_manifests import (
     validate,
 )
 
-# The client calls sentinel.k8s_lease makes, and the grant each needs.
+# The client calls sentinel.fleet.lease makes, and the grant each needs.
 LEASE_CALLS = {
     "read_namespaced_lease": ("coordination.k8s.io", "leases", "get"),
     "replace_namespaced_lease": ("coordination.k8s.io", "leases", "update"),
@@ -46,7 +46,7 @@ def test_the_component_validates_and_grants_get_update_on_its_leases_only(
     assert rule["resources"] == ["leases"]
     assert sorted(rule["resourceNames"]) == leases
     granted = {("coordination.k8s.io", "leases", verb) for verb in rule["verbs"]}
-    source = (REPO / "sentinel" / "k8s_lease.py").read_text(encoding="utf-8")
+    source = (REPO / "sentinel" / "fleet" / "lease.py").read_text(encoding="utf-8")
     needed = {grant for call, grant in LEASE_CALLS.items() if re.search(rf"\b{call}\b", source)}
     assert (
         granted

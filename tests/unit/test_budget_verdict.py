@@ -1,7 +1,7 @@
 """The restart budget in the verdict and in this pod's component, on virtual clocks.
 
 The verdict applies the budget's gate as evidence (pure tables); the
-component :class:`~sentinel.k8s_lease.PoolBudget` turns wishes into slot
+component :class:`~sentinel.fleet.lease.PoolBudget` turns wishes into slot
 steps through an in-memory Lease store and says "alone" without the API.
 """
 
@@ -11,10 +11,10 @@ from dataclasses import dataclass, replace
 
 import structlog
 
-from sentinel.budget import Lease, LeaseUnavailable, Mode, Step, Wish
-from sentinel.k8s import PodIdentity
-from sentinel.k8s_lease import PoolBudget
-from sentinel.settings import RestartBudget
+from sentinel.config.settings import RestartBudget
+from sentinel.fleet.budget import Lease, LeaseUnavailable, Mode, Step, Wish
+from sentinel.fleet.lease import PoolBudget
+from sentinel.telemetry.events import PodIdentity
 from sentinel.verdict import Evidence, Policy, RestartGate
 from tests.unit.test_budget import NOW, Store, slot, store
 from tests.unit.test_verdict import Sidecar, evidence, ok, text, timeout

@@ -15,11 +15,11 @@ from PIL import Image
 
 import sentinel.canary.spec as spec_module
 from sentinel.canary import kinds
+from sentinel.canary.catalog import default_directory, load_catalog
 from sentinel.canary.kinds import KINDS
 from sentinel.canary.protocol import CanaryRequest, KindDefaults, Reply, ServerFacts
 from sentinel.canary.result import CanaryKind, Reason
 from sentinel.canary.spec import CanarySpec, SpecFieldError
-from sentinel.catalog import default_directory, load_catalog
 from tests import toykind
 
 CATALOG = load_catalog()

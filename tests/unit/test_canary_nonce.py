@@ -11,11 +11,11 @@ import httpx
 import pytest
 import yaml
 
+from sentinel.canary.catalog import CatalogError, load_catalog
 from sentinel.canary.kinds import KINDS
 from sentinel.canary.protocol import NONCE_FIELD
 from sentinel.canary.runner import CanaryRunner
 from sentinel.canary.spec import CHAT_ENDPOINT, COMPLETIONS_ENDPOINT, CanarySpec
-from sentinel.catalog import CatalogError, load_catalog
 
 CATALOG = load_catalog()
 COMPLETIONS_REQUEST = {"prompt": "Say ok.", "max_tokens": 2, "temperature": 0}

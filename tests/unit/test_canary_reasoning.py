@@ -16,15 +16,18 @@ import yaml
 from prometheus_client import CollectorRegistry
 
 from sentinel.canary import kinds
+from sentinel.canary.catalog import CatalogError, load_catalog
 from sentinel.canary.kinds import KINDS
 from sentinel.canary.protocol import Reply, ServerFacts
 from sentinel.canary.replies import parse_reply
 from sentinel.canary.result import CanaryKind, Reason
 from sentinel.canary.runner import CanaryRunner
 from sentinel.canary.spec import COMPLETIONS_ENDPOINT, CanarySpec
-from sentinel.catalog import CatalogError, load_catalog
+from sentinel.config.settings import Settings
 from sentinel.diagnostics.doctor import Severity, check_canary_kinds
-from sentinel.evaluator import Evaluator
+from sentinel.evaluation.evaluator import Evaluator
+from sentinel.evaluation.health import HealthState
+from sentinel.evaluation.incidents import IncidentRecorder
 from sentinel.evidence.process_model import (
     ProcessInfo,
     ProcessRole,
@@ -32,11 +35,8 @@ from sentinel.evidence.process_model import (
     ProcessState,
     reasoning_parser,
 )
-from sentinel.health import HealthState
-from sentinel.incidents import IncidentRecorder
-from sentinel.ledger import Ledger
-from sentinel.observers import Observations
-from sentinel.settings import Settings
+from sentinel.record.ledger import Ledger
+from sentinel.record.observers import Observations
 from sentinel.telemetry.metrics import SentinelMetrics
 from sentinel.verdict import Action
 

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 import yaml
 
+from sentinel.canary.catalog import CatalogError, apply_overrides, default_directory, load_catalog
 from sentinel.canary.result import CanaryKind
-from sentinel.catalog import CatalogError, apply_overrides, default_directory, load_catalog
-from sentinel.settings import CanaryOverride
+from sentinel.config.settings import CanaryOverride
 from sentinel.verdict import Action
 
 ASSET = Path(str(default_directory().joinpath("assets", "canary.png")))
@@ -242,7 +242,7 @@ def test_empty_and_missing_directories_are_refused(tmp_path: Path) -> None:
 def test_catalog_reaches_canary_code_only_through_the_registry_and_the_spec() -> None:
     import ast
 
-    import sentinel.catalog as module
+    import sentinel.canary.catalog as module
 
     tree = ast.parse(Path(module.__file__).read_text())
     canary = {
@@ -256,7 +256,7 @@ def test_catalog_reaches_canary_code_only_through_the_registry_and_the_spec() ->
 def test_catalog_module_does_no_network_or_event_loop_io() -> None:
     import ast
 
-    import sentinel.catalog as module
+    import sentinel.canary.catalog as module
 
     tree = ast.parse(Path(module.__file__).read_text())
     imported = {

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from sentinel.config import ConfigError, load_settings, read_api_key
-from sentinel.settings import Settings, split_host_port
+from sentinel.config.loader import ConfigError, load_settings, read_api_key
+from sentinel.config.settings import Settings, split_host_port
 from sentinel.verdict import Action, Policy
 
 

@@ -21,8 +21,8 @@ from sentinel.canary.result import CanaryResult, Generation, Reason
 from sentinel.canary.spec import COMPLETIONS_ENDPOINT, CanarySpec
 from sentinel.evidence.metrics import MetricsSample
 from sentinel.evidence.weights import Identity, model_of
-from sentinel.fingerprint import SETTLE, FingerprintBook, bundle_section
-from sentinel.fingerprint_store import MAX_FILE_BYTES, FingerprintStore, fingerprint_json
+from sentinel.fingerprint.book import SETTLE, FingerprintBook, bundle_section
+from sentinel.fingerprint.store import MAX_FILE_BYTES, FingerprintStore, fingerprint_json
 
 SPEC = CanarySpec(
     "correctness", CORRECTNESS, COMPLETIONS_ENDPOINT, {"prompt": ["a", "b"], "max_tokens": 4}

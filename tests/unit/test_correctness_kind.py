@@ -14,13 +14,13 @@ from typing import Any
 
 import pytest
 
+from sentinel.canary.catalog import CatalogError, load_catalog
 from sentinel.canary.correctness import CANARY, CORRECTNESS, prompts_of
 from sentinel.canary.kinds import KINDS, is_path
 from sentinel.canary.protocol import NONCE_FIELD, CanaryRequest, Reply
 from sentinel.canary.replies import generations_of, parse_reply
 from sentinel.canary.result import Generation, Reason
 from sentinel.canary.spec import CHAT_ENDPOINT, COMPLETIONS_ENDPOINT, CanarySpec
-from sentinel.catalog import CatalogError, load_catalog
 
 PROMPTS = ["1, 2, 3,", "The capital of France is"]
 

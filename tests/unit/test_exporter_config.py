@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from sentinel.cli import main
-from sentinel.config import ConfigError
+from sentinel.config.loader import ConfigError
 from sentinel.exporter.config import load_config, prepare_modules, read_catalog
 
 GOOD = """\

@@ -15,7 +15,7 @@ import textwrap
 from pathlib import Path
 
 from sentinel.daemon import tls_context
-from sentinel.k8s import in_cluster_credentials
+from sentinel.telemetry.events import in_cluster_credentials
 
 INCIDENT_ONLY = ("kubernetes", "pynvml", "matplotlib")
 
@@ -48,7 +48,7 @@ def test_a_daemon_start_imports_no_incident_only_library(tmp_path: Path) -> None
         import json, sys
         from pathlib import Path
         import sentinel.cli, sentinel.daemon
-        from sentinel.k8s import EventReporter
+        from sentinel.telemetry.events import EventReporter
         env = {{"POD_NAME": "vllm-0", "KUBERNETES_SERVICE_HOST": "10.0.0.1",
                "KUBERNETES_SERVICE_PORT": "443"}}
         reporter = EventReporter.from_environment(env, account=Path({str(account)!r}))

@@ -25,17 +25,17 @@ import pytest
 from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 
+from sentinel.canary.catalog import load_catalog
 from sentinel.canary.late import LateCanary
 from sentinel.canary.result import CanaryKind, CanaryResult, Reason
 from sentinel.canary.runner import CanaryRunner
 from sentinel.canary.spec import CanarySpec
-from sentinel.catalog import load_catalog
-from sentinel.config import ConfigError, load_settings
+from sentinel.config.loader import ConfigError, load_settings
+from sentinel.config.settings import Settings
 from sentinel.evidence.metrics import MetricsSample
-from sentinel.late import LateAnswers
-from sentinel.ledger import HISTORY, Ledger
-from sentinel.scheduler import Scheduler
-from sentinel.settings import Settings
+from sentinel.record.ledger import HISTORY, Ledger
+from sentinel.scheduling.late import LateAnswers
+from sentinel.scheduling.scheduler import Scheduler
 from sentinel.telemetry.metrics import SentinelMetrics
 from sentinel.verdict import Action
 

@@ -15,7 +15,7 @@ from sentinel.evidence.process_model import (
     ProcessSnapshot,
     ProcessState,
 )
-from sentinel.ledger import HISTORY, Ledger
+from sentinel.record.ledger import HISTORY, Ledger
 from sentinel.verdict import Action
 
 TEXT, STRUCTURED = CanaryKind("text"), CanaryKind("structured")
@@ -209,7 +209,7 @@ def test_the_process_step_tells_the_watcher_of_each_new_refusal_once() -> None:
     """A refusal sends the watcher to the target's socket at the next sample, once per episode."""
     import asyncio
 
-    from sentinel.observers import Observers
+    from sentinel.record.observers import Observers
 
     class Watcher:
         def __init__(self) -> None:

@@ -16,9 +16,9 @@ import pytest
 from sentinel.canary.result import CanaryKind, CanaryResult, Reason
 from sentinel.evidence.compilers import compilers_under
 from sentinel.evidence.metrics import parse_vllm_metrics
-from sentinel.lifecycle import LifecycleTracker, Readings, phase_of
-from sentinel.path_traffic import PathTraffic
-from sentinel.prefill import PrefillWatch
+from sentinel.progress.path_traffic import PathTraffic
+from sentinel.progress.prefill import PrefillWatch
+from sentinel.record.lifecycle import LifecycleTracker, Readings, phase_of
 from sentinel.verdict import (
     Evidence,
     HangKind,
@@ -407,7 +407,7 @@ def test_starvation(fields: dict[str, object], starved_kind: bool) -> None:
 
 def test_one_token_completions_prove_no_decode() -> None:
     from sentinel.evidence.metrics import MetricsSample
-    from sentinel.progress import ProgressTracker
+    from sentinel.progress.tracker import ProgressTracker
 
     tracker = ProgressTracker()
 

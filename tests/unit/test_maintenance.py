@@ -13,8 +13,8 @@ import structlog
 from prometheus_client import CollectorRegistry
 from pydantic import ValidationError
 
-from sentinel.config import ConfigError, load_settings
-from sentinel.maintenance import (
+from sentinel.config.loader import ConfigError, load_settings
+from sentinel.maintenance.window import (
     MAX_TOKEN_FILE_BYTES,
     MIN_TOKEN_CHARS,
     REASON_MAX_CHARS,
@@ -274,7 +274,7 @@ def test_the_comparison_is_constant_time(tmp_path: Path, monkeypatch: pytest.Mon
         compared.append((a, b))
         return real(a, b)
 
-    monkeypatch.setattr(hmac, "compare_digest", spy)  # what sentinel.maintenance calls
+    monkeypatch.setattr(hmac, "compare_digest", spy)  # what sentinel.maintenance.window calls
     assert token.check(TOKEN)
     assert not token.check("x" * 40)
     assert len(compared) == 2

@@ -48,8 +48,8 @@ from packaging.requirements import Requirement
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from sentinel.config import FIELDS, env_name, load_settings
-from sentinel.settings import Settings, split_host_port
+from sentinel.config.loader import FIELDS, env_name, load_settings
+from sentinel.config.settings import Settings, split_host_port
 from tests.metric_contract import CONTRACT_METRICS
 
 REPO = Path(__file__).resolve().parents[2]
@@ -74,7 +74,7 @@ PROBE_FIELDS = {
 SIDECAR_HEALTH_PATH = "/healthz"
 # What sentinel may do with the API server: nothing beyond these.
 ALLOWED_RULES = {("", "events", "create"), ("", "pods", "get")}
-# The Kubernetes client calls sentinel.k8s may make, and the grant each needs.
+# The Kubernetes client calls sentinel.telemetry.events may make, and the grant each needs.
 CLIENT_CALLS = {
     "create_namespaced_event": ("", "events", "create"),
     "read_namespaced_pod": ("", "pods", "get"),
@@ -408,7 +408,7 @@ def test_rbac_grants_only_what_sentinel_calls() -> None:
                     granted.add((group, resource, verb))
     assert granted <= ALLOWED_RULES
     # Exactly what sentinel's Kubernetes adapter calls: no unused grant, no missing one.
-    source = (REPO / "sentinel" / "k8s.py").read_text(encoding="utf-8")
+    source = (REPO / "sentinel" / "telemetry" / "events.py").read_text(encoding="utf-8")
     needed = {grant for call, grant in CLIENT_CALLS.items() if re.search(rf"\b{call}\b", source)}
     assert ("", "events", "create") in needed
     assert granted == needed
@@ -756,7 +756,7 @@ def test_metric_names_exist_in_sentinel_exposition() -> None:
     import asyncio
     from dataclasses import replace
 
-    from sentinel.health import HealthState
+    from sentinel.evaluation.health import HealthState
     from sentinel.telemetry.metrics import SentinelMetrics
 
     state = HealthState()

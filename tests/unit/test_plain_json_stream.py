@@ -13,9 +13,9 @@ from dataclasses import replace
 import httpx
 import pytest
 
+from sentinel.canary.catalog import load_catalog
 from sentinel.canary.result import Reason
 from sentinel.canary.runner import CanaryRunner
-from sentinel.catalog import load_catalog
 
 CATALOG = load_catalog(None)
 

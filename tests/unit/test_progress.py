@@ -11,7 +11,7 @@ import pytest
 
 from sentinel.canary.result import CanaryKind, CanaryResult, Reason
 from sentinel.evidence.metrics import MetricsSample
-from sentinel.progress import RECENT, ProgressTracker, canary_budget
+from sentinel.progress.tracker import RECENT, ProgressTracker, canary_budget
 
 
 def sample(

@@ -24,7 +24,7 @@ import pytest
 
 from sentinel.canary.result import CanaryKind, CanaryResult, Reason
 from sentinel.evidence.metrics import MetricsSample
-from sentinel.progress import ProgressTracker, canary_budget
+from sentinel.progress.tracker import ProgressTracker, canary_budget
 
 BUDGET = canary_budget(reply_tokens=4.0, prompt_tokens=8.0)
 IDLE: dict[str, float] = {

@@ -28,8 +28,8 @@ from sentinel.evidence.process_model import (
     named_placements,
     placed,
 )
-from sentinel.ledger import Ledger
-from sentinel.progress import ProgressTracker
+from sentinel.progress.tracker import ProgressTracker
+from sentinel.record.ledger import Ledger
 from sentinel.verdict import (
     Action,
     EngineProgress,

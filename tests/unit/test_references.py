@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from sentinel.reference import DOCS, HELP, REFERENCES, _field_comments
-from sentinel.settings import Settings
+from sentinel.config.reference import DOCS, HELP, REFERENCES, _field_comments
+from sentinel.config.settings import Settings
 
 
 @pytest.mark.parametrize("name", sorted(REFERENCES))
 def test_reference_is_current(name: str) -> None:
     assert (DOCS / name).read_text(encoding="utf-8") == REFERENCES[name](), (
-        "regenerate: .venv/bin/python -m sentinel.reference"
+        "regenerate: .venv/bin/python -m sentinel.config.reference"
     )
 
 
@@ -22,7 +22,7 @@ def test_every_setting_says_what_it_is_for() -> None:
 
 
 def test_the_example_configuration_is_valid() -> None:
-    from sentinel.config import load_settings
+    from sentinel.config.loader import load_settings
 
     example = DOCS / "sentinel.example.yaml"
     settings = load_settings(example, env={}, flags={})

@@ -22,13 +22,13 @@ import httpx
 import pytest
 from prometheus_client import CollectorRegistry
 
+from sentinel.canary.catalog import load_catalog
 from sentinel.canary.result import CanaryKind, CanaryResult, Reason
 from sentinel.canary.runner import CanaryRunner
 from sentinel.canary.spec import CanarySpec
-from sentinel.catalog import load_catalog
 from sentinel.evidence.metrics import MetricsSample
-from sentinel.ledger import Ledger
-from sentinel.scheduler import Scheduler
+from sentinel.record.ledger import Ledger
+from sentinel.scheduling.scheduler import Scheduler
 from sentinel.telemetry.metrics import SentinelMetrics
 from sentinel.verdict import Action
 

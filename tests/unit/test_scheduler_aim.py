@@ -25,8 +25,8 @@ from sentinel.canary.result import CanaryKind, CanaryResult, Reason
 from sentinel.canary.runner import DP_RANK_HEADER, CanaryRunner
 from sentinel.canary.spec import CanarySpec
 from sentinel.evidence.metrics import MetricsSample
-from sentinel.ledger import Ledger
-from sentinel.scheduler import Scheduler
+from sentinel.record.ledger import Ledger
+from sentinel.scheduling.scheduler import Scheduler
 from sentinel.telemetry.metrics import SentinelMetrics
 from tests.unit.test_scheduler import T0, VirtualClock, _kind_of, _ledger, _specs
 

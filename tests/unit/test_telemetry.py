@@ -17,7 +17,7 @@ from structlog.typing import EventDict
 
 from sentinel.canary.kinds import KINDS
 from sentinel.canary.result import CanaryKind, CanaryResult, Reason
-from sentinel.health import HealthState, ProbeAnswer
+from sentinel.evaluation.health import HealthState, ProbeAnswer
 from sentinel.telemetry.logging import (
     REDACTED,
     configure_default_logging,

@@ -21,12 +21,12 @@ import pytest
 import yaml
 from prometheus_client import CollectorRegistry
 
+from sentinel.canary.catalog import CatalogError, describe, load_catalog
 from sentinel.canary.result import CanaryResult, Reason
 from sentinel.canary.runner import CanaryRunner
 from sentinel.canary.spec import TEXT
-from sentinel.catalog import CatalogError, describe, load_catalog
-from sentinel.ledger import Ledger
-from sentinel.scheduler import Scheduler
+from sentinel.record.ledger import Ledger
+from sentinel.scheduling.scheduler import Scheduler
 from sentinel.telemetry.metrics import SentinelMetrics
 from sentinel.verdict import Action, HangKind, Policy, VerdictState, evaluate, hang_kinds
 from tests import toykind

@@ -22,7 +22,7 @@ import pytest
 
 from sentinel.canary.result import CanaryKind, CanaryResult, Reason
 from sentinel.evidence.metrics import MetricsSample
-from sentinel.progress import ProgressTracker, canary_budget
+from sentinel.progress.tracker import ProgressTracker, canary_budget
 from sentinel.verdict import Evidence, HangKind, KindEvidence, Policy
 from sentinel.verdict.rules import engine_hang
 

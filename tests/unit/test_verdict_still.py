@@ -13,8 +13,8 @@ import pytest
 
 from sentinel.canary.result import CanaryKind, CanaryResult, Reason
 from sentinel.evidence.metrics import MetricsSample
-from sentinel.ledger import Ledger
-from sentinel.progress import STEP_COUNTER, ProgressTracker, canary_budget
+from sentinel.progress.tracker import STEP_COUNTER, ProgressTracker, canary_budget
+from sentinel.record.ledger import Ledger
 from sentinel.verdict import (
     Action,
     Evidence,

@@ -1,0 +1,1 @@
+"""One-shot commands beside the daemon: ``sentinel probe`` and ``sentinel demo``."""

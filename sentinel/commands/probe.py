@@ -1,0 +1,270 @@
+"""``sentinel probe``: a one-shot black-box probe of OpenAI-compatible endpoints.
+
+It owns the command's arguments, the fan-out over targets and the rendering
+(a table for people, JSON for machines). The canaries themselves are the
+daemon's: the same catalog and the same runner, so what ``probe`` reports is
+what the sidecar would see.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import io
+import json
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from sentinel.canary.catalog import Catalog, CatalogError, load_catalog
+from sentinel.canary.kinds import KINDS, skips_unsupported
+from sentinel.canary.result import CanaryKind, CanaryResult, Reason
+from sentinel.canary.runner import CanaryRunner, ModelResolutionError
+from sentinel.config.loader import ConfigError, read_api_key
+from sentinel.exitcode import ExitCode
+
+RESOLVE_DEADLINE = 10.0  # seconds for /v1/models when --timeout is not given
+
+
+class ProbeUsageError(ValueError):
+    """A usage or configuration problem: the command exits 2 with this message."""
+
+
+@dataclass(frozen=True, slots=True)
+class TargetReport:
+    """Everything one target answered.
+
+    ``error`` is set when the served model could not be resolved, in which case
+    no canary ran. A canary the model rejects as unsupported counts as skipped
+    where its kind says so (a text-only model asked for an image is not a
+    broken server), not unhealthy; an inconclusive canary (a reasoning model
+    that only thought) is not a failure.
+    """
+
+    url: str
+    model: str | None
+    results: tuple[CanaryResult, ...] = ()
+    error: str | None = None
+    error_reason: Reason | None = None
+
+    @property
+    def healthy(self) -> bool:
+        return self.error is None and all(outcome(r) != "fail" for r in self.results)
+
+
+def outcome(result: CanaryResult) -> str:
+    """``ok``, ``skipped`` (the model lacks the kind's input), ``inconclusive`` or ``fail``."""
+    if result.ok:
+        return "ok"
+    if result.reason is Reason.INCONCLUSIVE:
+        return "inconclusive"
+    if result.reason is Reason.UNSUPPORTED and skips_unsupported(result.kind):
+        return "skipped"
+    return "fail"
+
+
+def normalize_url(url: str) -> str:
+    """Accept the server root or its ``/v1`` base, as people paste either."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ProbeUsageError(f"not an http(s) URL: {url!r}")
+    base = url.rstrip("/")
+    return base[: -len("/v1")] if base.endswith("/v1") else base
+
+
+async def probe_targets(
+    urls: Sequence[str],
+    *,
+    kinds: Iterable[CanaryKind] | None = None,
+    timeout: float | None = None,  # noqa: ASYNC109 - a per-canary deadline, not a call timeout
+    api_key: str | None = None,
+    concurrency: int = 4,
+    catalog: Catalog | None = None,
+    client: httpx.AsyncClient | None = None,
+) -> list[TargetReport]:
+    """Resolve each target's model and run each enabled canary of ``kinds`` once.
+
+    Canaries of one target run one after another (they should not compete with
+    each other for the server's slots); targets run concurrently, at most
+    ``concurrency`` at a time. Reports come back in the order of ``urls``.
+    """
+    if concurrency < 1:
+        raise ProbeUsageError("--concurrency must be at least 1")
+    if timeout is not None and timeout <= 0:
+        raise ProbeUsageError("--timeout must be positive")
+    catalog = catalog if catalog is not None else load_catalog()
+    wanted = tuple(kinds) if kinds is not None else catalog.kinds()
+    missing = [k.value for k in wanted if not catalog.of_kind(k)]
+    if missing:
+        raise ProbeUsageError(f"no enabled canary of kind {', '.join(missing)} in the catalog")
+    # Text first: when a path canary then fails, the text control says the engine is fine.
+    order = list(KINDS)
+    specs = sorted(
+        (s for s in catalog.enabled() if s.kind in wanted), key=lambda s: order.index(s.kind)
+    )
+    bases = [normalize_url(u) for u in urls]
+    gate = asyncio.Semaphore(concurrency)
+
+    async def one(http: httpx.AsyncClient, base: str) -> TargetReport:
+        async with gate:
+            runner = CanaryRunner(http, base, api_key=api_key)
+            try:
+                model = await runner.resolve_model(deadline=timeout or RESOLVE_DEADLINE)
+            except ModelResolutionError as exc:
+                return TargetReport(base, None, error=exc.detail, error_reason=exc.reason)
+            results = [
+                await runner.run(spec, model=model, deadline=timeout or spec.deadline)
+                for spec in specs
+            ]
+            return TargetReport(base, model, tuple(results))
+
+    async def all_targets(http: httpx.AsyncClient) -> list[TargetReport]:
+        return list(await asyncio.gather(*(one(http, b) for b in bases)))
+
+    if client is not None:
+        return await all_targets(client)
+    async with httpx.AsyncClient() as http:
+        return await all_targets(http)
+
+
+def exit_code(reports: Iterable[TargetReport]) -> int:
+    return ExitCode.OK if all(r.healthy for r in reports) else ExitCode.UNHEALTHY
+
+
+def _seconds(value: float | None) -> str:
+    return "" if value is None else f"{value:.3f} s"
+
+
+def render_table(reports: Sequence[TargetReport], *, width: int = 140) -> str:
+    """A plain-text table, one row per canary (or per unreachable target)."""
+    table = Table(title="sentinel probe", show_lines=False)
+    for column in ("target", "model", "kind", "result", "reason", "latency", "TTFT", "detail"):
+        table.add_column(column, overflow="fold")
+    for report in reports:
+        if report.error is not None:
+            reason = report.error_reason.value if report.error_reason else ""
+            _add_row(table, report.url, "", "", "fail", reason, "", "", report.error)
+            continue
+        for r in report.results:
+            _add_row(
+                table,
+                report.url,
+                report.model or "",
+                r.kind.value if r.name == r.kind.value else f"{r.kind.value} ({r.name})",
+                outcome(r),
+                r.reason.value,
+                _seconds(r.duration),
+                _seconds(r.ttft),
+                r.detail,
+            )
+    out = io.StringIO()
+    Console(file=out, width=width, color_system=None, force_terminal=False).print(table)
+    return out.getvalue()
+
+
+def _add_row(table: Table, *cells: str) -> None:
+    # Text, not str: details quote server replies, and rich would read "[...]" as markup.
+    table.add_row(*(Text(cell) for cell in cells))
+
+
+def report_dict(report: TargetReport) -> dict[str, Any]:
+    return {
+        "url": report.url,
+        "model": report.model,
+        "healthy": report.healthy,
+        "error": report.error,
+        "error_reason": report.error_reason.value if report.error_reason else None,
+        "results": [
+            {
+                "name": r.name,
+                "kind": r.kind.value,
+                "outcome": outcome(r),
+                "reason": r.reason.value,
+                "duration": r.duration,
+                "ttft": r.ttft,
+                "http_status": r.http_status,
+                "prompt_tokens": r.prompt_tokens,
+                "completion_tokens": r.completion_tokens,
+                "stream": r.stream,
+                "detail": r.detail,
+            }
+            for r in report.results
+        ],
+    }
+
+
+def render_json(reports: Sequence[TargetReport]) -> str:
+    document = {
+        "healthy": all(r.healthy for r in reports),
+        "targets": [report_dict(r) for r in reports],
+    }
+    return json.dumps(document, indent=2)
+
+
+def add_probe_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "urls", nargs="+", metavar="URL", help="server base URL (with or without /v1)"
+    )
+    parser.add_argument(
+        "--kind",
+        action="append",
+        dest="kinds",
+        choices=[k.value for k in KINDS],
+        help="canary kind to run (repeatable; default: every enabled kind in the catalog)",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=None,
+        help="deadline per canary, seconds (default: the spec's)",
+    )
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.add_argument(
+        "--api-key-file",
+        type=Path,
+        default=None,
+        help="file holding the API key (also SENTINEL_API_KEY_FILE, or SENTINEL_API_KEY)",
+    )
+    parser.add_argument(
+        "--probes",
+        type=Path,
+        default=None,
+        help="canary catalog directory (default: the built-in one)",
+    )
+    parser.add_argument(
+        "--concurrency", type=int, default=4, help="targets probed at once (default: 4)"
+    )
+
+
+def probe_main(args: argparse.Namespace) -> int:
+    """Run the probe command; 0 all healthy, 1 any unhealthy, 2 usage or configuration error."""
+    try:
+        api_key = read_api_key(args.api_key_file)
+        catalog = load_catalog(args.probes)
+        kinds = [CanaryKind(k) for k in args.kinds] if args.kinds else None
+        reports = asyncio.run(
+            probe_targets(
+                args.urls,
+                kinds=kinds,
+                timeout=args.timeout,
+                api_key=api_key,
+                concurrency=args.concurrency,
+                catalog=catalog,
+            )
+        )
+    except (ProbeUsageError, CatalogError, ConfigError) as exc:
+        print(f"sentinel probe: {exc}", file=sys.stderr)
+        return ExitCode.USAGE
+    if args.json:
+        print(render_json(reports))
+    else:
+        sys.stdout.write(render_table(reports, width=max(Console().width, 120)))
+    return exit_code(reports)

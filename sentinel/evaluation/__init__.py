@@ -1,0 +1,1 @@
+"""The evaluation: the single writer of health state, and the incidents it opens."""

@@ -1,0 +1,319 @@
+"""The evaluator: the single writer of :class:`HealthState`.
+
+Once per evaluation interval it freezes the ledger into evidence, runs the pure
+verdict, and acts on what changed: a new server epoch (forget cached
+baselines, count the restart), a confirmed hang (metric, incident, the phrased
+outcome in the log), a suspicion (opens an incident), flips of the kubelet
+answers (history), and the engine's scheduling policy (the priority report).
+It then builds the ``/status`` document and publishes one snapshot.
+
+It also accounts for time sentinel did not observe: when its own loop did not
+run for a while (CPU starvation, a pause), that span is handed to the verdict,
+whose windows pause over it and resume; they never start over, so periodic
+hiccups cannot hide a hang forever.
+
+On shutdown it turns readiness red first and keeps it red, so the pod leaves
+its Service before anything else stops.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+from sentinel.canary.correctness import CorrectnessEvidence
+from sentinel.canary.kinds import unvalidatable
+from sentinel.canary.protocol import ServerFacts
+from sentinel.canary.result import CanaryKind, Reason
+from sentinel.canary.spec import CanarySpec
+from sentinel.config.settings import Settings
+from sentinel.evaluation.health import HealthSnapshot, HealthState
+from sentinel.evaluation.incidents import IncidentRecorder
+from sentinel.fleet.budget import Wish
+from sentinel.fleet.lease import PoolBudget
+from sentinel.record.ledger import Ledger
+from sentinel.record.observers import Observations
+from sentinel.serve.status import PriorityReport, StatusInputs, Transition, status_document
+from sentinel.telemetry.logging import get_logger
+from sentinel.telemetry.metrics import SentinelMetrics
+from sentinel.verdict import (
+    Action,
+    Evidence,
+    Hang,
+    ProbeAnswer,
+    RestartGate,
+    Verdict,
+    VerdictState,
+    evaluate,
+)
+
+log = get_logger("sentinel.evaluator")
+
+TRANSITIONS_KEPT = 100
+UNOBSERVED_KEPT = 256  # spans sentinel did not run; older ones no longer overlap any window
+SHUTTING_DOWN = "sentinel is shutting down"
+
+
+class Evaluator:
+    """Judges the ledger and publishes the health snapshot; nothing else writes it."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        ledger: Ledger,
+        state: HealthState,
+        metrics: SentinelMetrics,
+        incidents: IncidentRecorder,
+        observations: Observations,
+        config: Mapping[str, Any],
+        on_server_restart: Callable[[], None] = lambda: None,
+        maintenance: Callable[[float], str | None] = lambda now: None,
+        specs: Sequence[CanarySpec] = (),
+        correctness: Callable[[], CorrectnessEvidence | None] = lambda: None,
+        budget: PoolBudget | None = None,
+    ) -> None:
+        self.settings = settings
+        self.policy = settings.policy()
+        self.ledger = ledger
+        self.state = state
+        self.metrics = metrics
+        self.incidents = incidents
+        self.observations = observations
+        self.config = config
+        self.on_server_restart = on_server_restart
+        self.maintenance = maintenance  # the reason of the window in force, if any
+        self.specs = tuple(specs)  # the canaries run: which kinds the command line rules out
+        self.correctness = correctness  # the fingerprint checks are judged against now
+        # The pool's restart budget: its gate is evidence, each verdict's wish its input.
+        self.budget = budget if budget is not None and budget.enabled else None
+        self._disabled_said: set[tuple[CanaryKind, str]] = set()
+        self.verdict_state = VerdictState()
+        self.verdict: Verdict | None = None
+        self.priority = PriorityReport()
+        self.transitions: deque[Transition] = deque(maxlen=TRANSITIONS_KEPT)
+        self.hangs_confirmed = 0
+        self.stalls = 0
+        self.unobserved: deque[tuple[float, float]] = deque(maxlen=UNOBSERVED_KEPT)
+        self.stall_threshold = max(2.0, settings.eval_interval * 4)
+        self.shutting_down = False
+        self._seen_epoch = ledger.epoch
+        self._last_evaluation: float | None = None
+
+    async def evaluate(self, now: float) -> Verdict:
+        """Judge the ledger at ``now`` and publish the result."""
+        ledger = self.ledger
+        if ledger.epoch != self._seen_epoch:
+            self._seen_epoch = ledger.epoch
+            self.metrics.server_restarted()
+            self.on_server_restart()
+            log.warning("server_restart_seen", epoch=ledger.epoch, reason=ledger.epoch_reason)
+        self._check_own_stall(now)
+        self._disable_unvalidatable()
+        evidence = ledger.evidence(
+            now, freshness=self.settings.evidence_freshness, unobserved=tuple(self.unobserved)
+        )
+        gate = self.budget.gate() if self.budget is not None else RestartGate()
+        evidence = replace(evidence, correctness=self.correctness(), restart_gate=gate)
+        previous = self.verdict
+        self.verdict_state, verdict = evaluate(self.verdict_state, evidence, self.policy, now)
+        self.verdict = verdict
+        ledger.startup_passed = verdict.startup.ok
+        if self.budget is not None:
+            self.budget.observe(
+                Wish(
+                    wanted=verdict.restart_wanted,
+                    failing=not verdict.liveness.ok,
+                    epoch=ledger.epoch,
+                    started=verdict.startup.ok,
+                )
+            )
+        for hang in verdict.new_hangs:
+            self._hang_confirmed(hang, verdict)
+        found = suspicion(evidence, verdict)
+        if found is not None:
+            self.incidents.suspect(*found)
+        elif not verdict.hangs:
+            self.incidents.all_clear()
+        self._log_transitions(previous, verdict, now)
+        self._update_priority()
+        await self.state.publish(self._snapshot(verdict, now))
+        return verdict
+
+    async def shut_down(self, now: float) -> None:
+        """Turn readiness red now and keep it red for every later evaluation.
+
+        Idempotent: the daemon calls it when asked to stop and again on its
+        way out after a failure.
+        """
+        if self.shutting_down:
+            return
+        self.shutting_down = True
+        log.info("readiness_withdrawn", why=SHUTTING_DOWN)
+        current = self.state.snapshot()
+        await self.state.publish(replace(current, readiness=ProbeAnswer(False, SHUTTING_DOWN, now)))
+
+    def _check_own_stall(self, now: float) -> None:
+        last, self._last_evaluation = self._last_evaluation, now
+        if last is None:
+            return
+        gap = now - last
+        if gap > self.stall_threshold:
+            # The loop should have run one interval after the last evaluation;
+            # the rest of the gap is time nobody watched.
+            self.unobserved.append((last + self.settings.eval_interval, now))
+            self.stalls += 1
+            log.warning(
+                "sentinel_stalled",
+                seconds=round(gap, 3),
+                why="sentinel's own loop did not run; hang windows pause over the gap",
+            )
+
+    def _hang_confirmed(self, hang: Hang, verdict: Verdict) -> None:
+        self.metrics.hang_detected(hang.kind)
+        self.hangs_confirmed += 1
+        enforce = self.settings.enforce
+        self.incidents.hang_confirmed(hang, enforce=enforce, braked=verdict.brake_engaged)
+        log.warning(
+            "hang_confirmed",
+            kind=str(hang.kind),
+            action=hang.action.value,
+            outcome=hang_outcome(
+                hang, enforce=enforce, braked=verdict.brake_engaged, held=verdict.budget_held
+            ),
+            reason=hang.reason,
+            engines=list(hang.engines),
+            ranks=list(hang.ranks),
+        )
+
+    def _log_transitions(self, previous: Verdict | None, verdict: Verdict, now: float) -> None:
+        for probe in ("liveness", "readiness", "startup"):
+            answer = getattr(verdict, probe)
+            before = None if previous is None else getattr(previous, probe)
+            if before is None or before.ok != answer.ok:
+                self.transitions.append(Transition(now, probe, answer.ok, answer.reason))
+                log.info("verdict_changed", probe=probe, ok=answer.ok, reason=answer.reason)
+
+    def _disable_unvalidatable(self) -> None:
+        """Disable each kind the server's command line says cannot be validated; log it once.
+
+        Known from the command line (``ProcessSnapshot.reasoning_parser``), not
+        guessed from replies. Runs before the verdict and again after a server
+        restart, whose new epoch re-enables every kind.
+        """
+        snapshot = self.ledger.processes
+        if snapshot is None or not self.specs:
+            return
+        facts = ServerFacts(reasoning_parser=snapshot.reasoning_parser)
+        for kind, why in unvalidatable(self.specs, facts).items():
+            record = self.ledger.records.get(kind)
+            if record is None or not record.enabled:
+                continue
+            self.ledger.disable(kind, why)
+            if (kind, why) not in self._disabled_said:
+                self._disabled_said.add((kind, why))
+                log.warning("canary_kind_disabled", kind=kind.value, why=why)
+
+    def _update_priority(self) -> None:
+        configured = self.settings.scheduling_policy
+        if configured != "auto":
+            report = PriorityReport(configured, "config")
+        else:
+            snapshot = self.ledger.processes
+            found = None if snapshot is None else snapshot.scheduling_policy
+            report = (
+                PriorityReport()
+                if found is None
+                else PriorityReport(found.value, "engine command line")
+            )
+        if report.policy == self.priority.policy:
+            return
+        self.priority = report
+        if report.policy is None:
+            log.info("priority_unknown", why="no vLLM process visible and none configured")
+        elif report.effective:
+            log.info("priority_effective", policy=report.policy, source=report.source)
+        else:
+            log.warning(
+                "priority_not_effective",
+                policy=report.policy,
+                source=report.source,
+                why="vLLM ignores request priority unless run with --scheduling-policy priority",
+            )
+
+    def _snapshot(self, verdict: Verdict, now: float) -> HealthSnapshot:
+        readiness = verdict.readiness
+        if self.shutting_down:
+            readiness = ProbeAnswer(False, SHUTTING_DOWN, now)
+        incidents, budget = self.incidents, self.budget
+        return HealthSnapshot(
+            liveness=verdict.liveness,
+            readiness=readiness,
+            startup=verdict.startup,
+            enforce=self.settings.enforce,
+            priority_effective=self.priority.effective,
+            progress_at=self.ledger.progress.last_progress_at,
+            brake_engaged=verdict.brake_engaged,
+            budget_held=verdict.budget_held,
+            budget_mode="off" if budget is None else budget.mode.value,
+            budget_slot=budget is not None and budget.keeper.lease is not None,
+            phase=self.ledger.lifecycle.current.phase.value,
+            process_evidence=processes.access.available()
+            if (processes := self.ledger.processes) is not None and processes.access is not None
+            else {},
+            status=status_document(
+                StatusInputs(
+                    now=now,
+                    target=self.settings.target,
+                    enforce=self.settings.enforce,
+                    config=self.config,
+                    ledger=self.ledger,
+                    verdict=verdict,
+                    episodes=self.verdict_state.restarts,
+                    brake_window=self.policy.brake_window,
+                    priority=self.priority,
+                    stalls=self.stalls,
+                    last_scrape_error=self.observations.last_scrape_error,
+                    evidence_errors=self.observations.errors_json(now),
+                    incident=incidents.current,
+                    recent_incidents=incidents.recent,
+                    transitions=self.transitions,
+                    restart_budget={"mode": "off"} if budget is None else budget.status(),
+                )
+            ),
+        )
+
+
+def hang_outcome(hang: Hang, *, enforce: bool, braked: bool, held: bool = False) -> str:
+    """What a confirmed hang does to the pod, in words for the log."""
+    if braked:
+        return "brake engaged: unready, not restarting"
+    if held:
+        return "restart budget exhausted: unready, not restarting until a slot frees"
+    if hang.action is Action.RESTART and not enforce:
+        return "would restart (observe-only)"
+    return {
+        Action.RESTART: "liveness failing",
+        Action.UNREADY: "readiness failing",
+        Action.ALERT: "alert only",
+    }[hang.action]
+
+
+def suspicion(evidence: Evidence, verdict: Verdict) -> tuple[str, str] | None:
+    """Why a hang is suspected now (a trigger for diagnostics), or None."""
+    if verdict.hangs:
+        hang = verdict.hangs[0]
+        return f"{hang.kind}-hang", hang.reason
+    if evidence.engine_down_since is not None:
+        return "engine-down", evidence.engine_down_detail or "engine process down"
+    if evidence.health_failing_since is not None:
+        return "vllm-health-failing", "vLLM /health is failing"
+    for kind in evidence.kinds.values():
+        if kind.enabled and kind.results and kind.results[-1].reason is Reason.TIMEOUT:
+            # A canary aimed at one data-parallel engine names it: the bundle judges its processes.
+            engine = kind.results[-1].engine
+            aimed = "" if engine is None else f" aimed at engine {engine}"
+            return "missed-deadline", f"a {kind.kind} canary{aimed} missed its deadline"
+    return None

@@ -1,0 +1,228 @@
+"""Incidents: diagnostics captured when a hang is suspected, and the Events that announce them.
+
+An incident opens at the first suspicion (a canary missed its deadline, the
+engine process stopped, vLLM's ``/health`` failing) and closes once
+everything is healthy again. One bundle is captured per incident, right at
+the start, so it is on disk before — or a few seconds after — liveness turns
+red and the kubelet destroys the evidence. Capture runs in its own loop and
+never delays the verdict or the endpoints; ``sentinel run`` captures in a
+child process (:mod:`sentinel.diagnostics.child`), so a capture neither holds
+the GIL the probe thread needs nor leaves its imports and allocations in the
+daemon's memory.
+
+Hang confirmations become Kubernetes Events on the pod (one log line outside
+a cluster), naming the incident bundle when there is one.
+
+Reasons and cause lines quote what sentinel saw (a process title, an error
+body), so they are redacted where they enter, and ``/incidents`` is redacted
+again on the way out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from aiohttp import web
+
+from sentinel.diagnostics.bundle import DiagnosticsContext, Trigger, capture
+from sentinel.diagnostics.child import ChildCaptureError, StoredIncident, capture_in_child
+from sentinel.diagnostics.store import (
+    IncidentRecord,
+    IncidentStore,
+    RetentionPolicy,
+    incidents_payload,
+)
+from sentinel.telemetry.events import EventReason, EventReporter
+from sentinel.telemetry.logging import get_logger
+from sentinel.telemetry.metrics import SentinelMetrics
+from sentinel.telemetry.redact import redact, redact_document
+from sentinel.verdict import Action, Hang, HangKind
+
+log = get_logger("sentinel.incidents")
+
+ContextFactory = Callable[[Trigger], DiagnosticsContext]
+# Captures one bundle and stores it; raises (OSError, ChildCaptureError) when none was stored.
+Capturer = Callable[[DiagnosticsContext, IncidentStore], Awaitable[StoredIncident]]
+
+# A busy server can miss canary deadlines again and again; one bundle per this
+# many seconds is plenty, and the store's retention bounds the rest.
+MIN_CAPTURE_GAP = 30.0
+# The GIL switch interval while a bundle is captured in the daemon's own process
+# (sentinel run sets 1 ms otherwise).
+CAPTURE_SWITCH_INTERVAL_S = 0.0002
+
+
+async def capture_here(context: DiagnosticsContext, store: IncidentStore) -> StoredIncident:
+    """Capture and store in this process: where no child can start, and in tests."""
+    # The capture's worker threads hold the GIL in turn; a shorter switch
+    # interval lets the probe listener's thread in sooner meanwhile.
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(min(interval, CAPTURE_SWITCH_INTERVAL_S))
+    try:
+        result = await capture(context)
+        return StoredIncident.of(result, await store.write_async(result))
+    finally:
+        sys.setswitchinterval(interval)
+
+
+def in_child(*, log_level: str, python: str = sys.executable) -> Capturer:
+    """Capture in a child process (:mod:`sentinel.diagnostics.child`); here if none can start."""
+
+    async def run(context: DiagnosticsContext, store: IncidentStore) -> StoredIncident:
+        try:
+            return await capture_in_child(context, store, log_level=log_level, python=python)
+        except ChildCaptureError as exc:
+            if exc.started:
+                raise
+            log.warning("diagnostics_in_process", why=redact(str(exc)))
+            return await capture_here(context, store)
+
+    return run
+
+
+@dataclass(slots=True)
+class OpenIncident:
+    trigger: Trigger
+    opened: float
+    record: IncidentRecord | None = None
+
+
+class IncidentRecorder:
+    """Owns the capture queue, the bundle store and the Event reporter."""
+
+    def __init__(
+        self,
+        store: IncidentStore | None,
+        metrics: SentinelMetrics,
+        context: ContextFactory,
+        *,
+        reporter: EventReporter | None = None,
+        capturer: Capturer = capture_here,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.store = store
+        self.capturer = capturer
+        self.metrics = metrics
+        self.context = context
+        self.reporter = reporter
+        self.clock = clock
+        self.current: OpenIncident | None = None
+        self.recent: list[IncidentRecord] = []
+        self._last_capture = float("-inf")
+        self._queue: asyncio.Queue[OpenIncident] = asyncio.Queue()
+        self._events: asyncio.Queue[tuple[EventReason, str]] = asyncio.Queue()
+
+    @classmethod
+    def build(
+        cls,
+        directory: Path,
+        *,
+        enabled: bool,
+        max_incidents: int,
+        max_bytes: int,
+        metrics: SentinelMetrics,
+        context: ContextFactory,
+        capturer: Capturer = capture_here,
+    ) -> IncidentRecorder:
+        store = (
+            IncidentStore(directory, RetentionPolicy(max_incidents, max_bytes)) if enabled else None
+        )
+        return cls(
+            store, metrics, context, reporter=EventReporter.from_environment(), capturer=capturer
+        )
+
+    # -- called by the evaluation loop (synchronous, never waits) ------------
+    def suspect(self, kind: str, reason: str) -> None:
+        """Open an incident (and queue its capture) unless one is open already."""
+        if self.current is not None:
+            return
+        reason = redact(reason)
+        incident = OpenIncident(Trigger(kind, reason), self.clock())
+        self.current = incident
+        now = incident.opened
+        capturing = self.store is not None and now - self._last_capture >= MIN_CAPTURE_GAP
+        log.warning("incident_opened", trigger=kind, reason=reason, capturing=capturing)
+        if capturing:
+            self._last_capture = now
+            self._queue.put_nowait(incident)
+
+    def all_clear(self) -> None:
+        if self.current is not None:
+            log.info("incident_closed", trigger=self.current.trigger.kind)
+            self.current = None
+
+    def hang_confirmed(self, hang: Hang, *, enforce: bool, braked: bool) -> None:
+        """Queue the Event for a confirmed hang (posting happens in the loop)."""
+        if braked:
+            reason = EventReason.RESTART_BRAKE
+        elif hang.action is Action.RESTART and not enforce:
+            reason = EventReason.WOULD_RESTART
+        elif hang.kind == HangKind.CORRUPT:
+            reason = EventReason.CORRUPT_OUTPUT
+        else:
+            reason = EventReason.HANG_DETECTED
+        self._events.put_nowait((reason, redact(hang.reason)))
+
+    # -- the loops -------------------------------------------------------------
+    async def run(self) -> None:
+        async with asyncio.TaskGroup() as group:
+            group.create_task(self._capture_loop(), name="diagnostics")
+            group.create_task(self._event_loop(), name="events")
+
+    async def _capture_loop(self) -> None:
+        while True:
+            incident = await self._queue.get()
+            assert self.store is not None
+            started = self.clock()
+            try:
+                stored = await self.capturer(self.context(incident.trigger), self.store)
+            except Exception as exc:  # no bundle, for whatever reason: counted, never fatal
+                self.metrics.diagnostics_finished(self.clock() - started, False)
+                error = redact(f"{type(exc).__name__}: {exc}")
+                log.error("diagnostics_not_written", error=error)
+                continue
+            self.metrics.diagnostics_finished(self.clock() - started, stored.complete)
+            record = stored.record
+            incident.record = record
+            self.recent = [record, *self.recent][:20]
+            log.warning(
+                "diagnostics_written",
+                incident=record.id,
+                path=record.path,
+                cause=stored.cause,
+                summary=stored.cause_line,
+                duration=round(stored.duration_s, 3),
+            )
+            self._events.put_nowait(
+                (EventReason.DIAGNOSTICS, redact(f"{stored.cause_line} (bundle {record.path})"))
+            )
+
+    async def _event_loop(self) -> None:
+        while True:
+            reason, message = await self._events.get()
+            if self.reporter is None or not self.reporter.enabled:
+                log.info("event_not_posted", reason=reason.value, why="not in a cluster")
+                continue
+            outcome = await self.reporter.post(reason, message)
+            if not outcome.posted:
+                log.warning("event_failed", reason=reason.value, detail=outcome.detail)
+
+    def close(self) -> None:
+        if self.reporter is not None:
+            self.reporter.close()
+
+    # -- views -----------------------------------------------------------------
+    async def incidents_json(self) -> dict[str, object]:
+        records = await self.store.incidents_async() if self.store is not None else []
+        return redact_document(incidents_payload(records))
+
+    def routes(self) -> list[web.RouteDef]:
+        async def incidents(_request: web.Request) -> web.Response:
+            return web.json_response(await self.incidents_json())
+
+        return [web.get("/incidents", incidents)]

@@ -1,0 +1,1 @@
+"""The correctness fingerprint: taken once per model and weights, kept, served, commanded."""

@@ -1,0 +1,1 @@
+"""The maintenance window: its state and token, its endpoint and ``sentinel maintenance``."""

@@ -1,0 +1,1 @@
+"""Progress: completed work read from ``/metrics``, less sentinel's own canaries."""

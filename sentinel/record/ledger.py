@@ -1,0 +1,323 @@
+"""The ledger: what sentinel has seen of the current server, in memory.
+
+Canary loops, the ``/metrics`` scraper, the ``/health`` poller and the process
+watcher append to it; the evaluation loop turns it into a frozen
+:class:`~sentinel.verdict.Evidence` at one instant. Everything runs on one
+event loop, so there are no locks: each method is a few synchronous lines.
+
+A server (re)start — a new API server PID or start time, the attributed API
+server exiting, or vLLM's work counters all going down together — opens a new
+*epoch*: canary history and progress are forgotten and startup is earned
+again. A refused connection is not a restart (it starts the *listener down*
+timer), and a reset is a failed canary: neither says the server's identity
+changed.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+
+from sentinel.canary.result import CanaryKind, CanaryResult
+from sentinel.evidence.api_watch import ApiWatch
+from sentinel.evidence.compilers import CompileWatch
+from sentinel.evidence.metrics import MetricsSample
+from sentinel.evidence.process_model import ProcessInfo, ProcessSnapshot, ProcessState, placed
+from sentinel.progress.path_traffic import PathTraffic
+from sentinel.progress.tracker import ProgressTracker
+from sentinel.record.freeze import freeze
+from sentinel.record.lifecycle import LifecycleTracker
+from sentinel.verdict import Action, Evidence
+
+_DOWN = (ProcessState.STOPPED, ProcessState.ZOMBIE, ProcessState.GONE)
+
+HISTORY = 50  # results kept per kind (the verdict needs only the last few)
+
+
+@dataclass(slots=True)
+class KindRecord:
+    """Per-kind canary history for the current epoch."""
+
+    kind: CanaryKind
+    action: Action
+    latency_slo: float | None = None
+    enabled: bool = True
+    disabled_reason: str = ""
+    results: deque[CanaryResult] = field(default_factory=lambda: deque(maxlen=HISTORY))
+    controls: deque[CanaryResult | None] = field(default_factory=lambda: deque(maxlen=HISTORY))
+    outstanding: dict[int, float] = field(default_factory=dict)  # token -> send time
+    aims: dict[int, int] = field(default_factory=dict)  # token -> engine it was aimed at
+    # Tokens of timed-out canaries still awaited in the background (a late
+    # answer is an answer): recorded in ``results`` already, no longer
+    # outstanding, but still in the engine, so their progress credit stays open.
+    awaited: set[int] = field(default_factory=set)
+
+    def clear(self) -> None:
+        self.results.clear()
+        self.controls.clear()
+        self.enabled, self.disabled_reason = True, ""
+
+
+class Ledger:
+    """In-memory evidence about one target server."""
+
+    def __init__(self, kinds: Iterable[tuple[CanaryKind, Action, float | None]], now: float):
+        self.records = {kind: KindRecord(kind, action, slo) for kind, action, slo in kinds}
+        self.progress = ProgressTracker()
+        self.epoch = 0
+        self.epoch_started = now
+        self.epoch_reason = "sentinel started"
+        self.reachable: bool | None = None
+        self.refused_since: float | None = None  # connections refused since (None: answering)
+        self.model: str | None = None
+        self.health_status: int | None = None
+        self.health_failing_since: float | None = None
+        self.processes: ProcessSnapshot | None = None
+        self.engine_down_since: float | None = None
+        self.engine_down_detail = ""
+        self.down_engines: tuple[int, ...] = ()  # data-parallel engines of the down processes
+        self.down_ranks: tuple[int, ...] = ()  # tensor-parallel ranks of the down processes
+        # Titles and placements seen (pid, start time): a zombie keeps only its short name.
+        self._placements: dict[tuple[int, float], ProcessInfo] = {}
+        self.startup_passed = False
+        self._token = 0
+        self.lifecycle = LifecycleTracker()
+        self.traffic = PathTraffic()  # real traffic on each path (its kind's counter)
+        self.waiting_since: float | None = None  # real requests waiting since (starvation)
+        self.waiting_real = 0.0
+        # Compilers under the engine: CPU seconds at the last sample, and since
+        # when one has been seen busy (a long first-use compile step).
+        self.compiling = CompileWatch()
+        # Each API-server process of --api-server-count: stopped, or not reading.
+        self.api = ApiWatch()
+
+    # -- epochs -------------------------------------------------------------
+    def new_epoch(self, reason: str, now: float) -> None:
+        """Forget everything about the previous server instance."""
+        self.epoch += 1
+        self.epoch_started = now
+        self.epoch_reason = reason
+        for record in self.records.values():
+            record.clear()
+        self.progress.reset()
+        self.model = None
+        self.health_failing_since = None
+        self.engine_down_since = None
+        self.engine_down_detail = ""
+        self.down_engines, self.down_ranks = (), ()
+        self.startup_passed = False
+        self.lifecycle.reset()
+        self.traffic.reset()
+        self.waiting_since, self.waiting_real = None, 0.0
+        self.api.reset()
+
+    def observe_traffic(self, sample: MetricsSample) -> None:
+        """Real path traffic and real requests waiting, from one sample."""
+        self.traffic.observe(sample.counters, sample.at)
+        # Real requests waiting: for room where the reason is told, less
+        # sentinel's own canaries (any of them may be among the waiting).
+        waiting = sample.gauges.get("waiting_capacity", sample.gauges.get("waiting"))
+        real = 0.0 if waiting is None else waiting - self.in_flight()
+        self.waiting_real = max(real, 0.0)
+        if real < 1.0:
+            self.waiting_since = None
+        elif self.waiting_since is None:
+            self.waiting_since = sample.at
+
+    def observe_lifecycle(self, now: float, **readings: object) -> None:
+        """A new word from one lifecycle source (:class:`~sentinel.record.lifecycle.Readings`)."""
+        self.lifecycle.update(replace(self.lifecycle.readings, **readings), now)  # type: ignore[arg-type]
+
+    def saw_refusal(self, now: float) -> None:
+        """A refused connection: never a restart by itself; it starts the listener-down timer."""
+        if self.refused_since is None:
+            self.refused_since = now
+        self.reachable = False
+
+    def saw_answer(self) -> None:
+        self.reachable = True
+        self.refused_since = None
+
+    def api_alive(self) -> bool | None:
+        """Whether the target's API-server process lives (None: no process evidence)."""
+        snapshot = self.processes
+        if snapshot is None or snapshot.api is None:
+            return None
+        return snapshot.api.state not in _DOWN
+
+    # -- canaries -----------------------------------------------------------
+    def canary_sent(
+        self,
+        kind: CanaryKind,
+        now: float,
+        budget: Mapping[str, float] | None = None,
+        *,
+        engine: int | None = None,
+    ) -> int:
+        """Note a canary leaving; ``budget`` is the most work it can cause per counter.
+
+        ``engine``: the data-parallel engine it is aimed at (None: unaimed).
+        """
+        self._token += 1
+        self.traffic.canary_sent(kind, now)
+        self.records[kind].outstanding[self._token] = now
+        if engine is not None:
+            self.records[kind].aims[self._token] = engine
+        if budget:
+            self.progress.canary_sent(self._token, now, budget, engine)
+        return self._token
+
+    def canary_abandoned(self, kind: CanaryKind, token: int, now: float) -> None:
+        """A canary cancelled without a result: no longer outstanding, its work still discounted.
+
+        Also ends the wait for a late answer that was cancelled (shutdown).
+        """
+        record = self.records[kind]
+        record.aims.pop(token, None)
+        awaited = token in record.awaited
+        record.awaited.discard(token)
+        if record.outstanding.pop(token, None) is not None or awaited:
+            self.progress.canary_finished(token, None, now)
+
+    def in_flight(self) -> int:
+        """Canaries in the engine right now, all kinds (awaited late ones included)."""
+        return sum(
+            len(record.outstanding) + len(record.awaited) for record in self.records.values()
+        )
+
+    def canary_done(
+        self,
+        kind: CanaryKind,
+        token: int,
+        result: CanaryResult,
+        now: float,
+        *,
+        control: CanaryResult | None = None,
+        epoch: int,
+    ) -> None:
+        """Record a finished canary unless the server restarted while it ran.
+
+        A TIMEOUT result ``awaiting_late`` is recorded like any other, but its
+        request is still in the engine: its progress credit stays open until
+        :meth:`canary_late` (or :meth:`canary_abandoned`) ends the wait.
+        """
+        record = self.records[kind]
+        record.outstanding.pop(token, None)
+        record.aims.pop(token, None)
+        if result.awaiting_late:
+            record.awaited.add(token)
+        else:
+            self.progress.canary_finished(token, result, now)
+        if epoch != self.epoch:
+            return
+        record.results.append(result)
+        record.controls.append(control)
+
+    def canary_late(
+        self, kind: CanaryKind, token: int, result: CanaryResult, now: float, *, epoch: int
+    ) -> None:
+        """The late result of a canary recorded at its deadline: the wait for it is over.
+
+        Its credit closes as a finished canary's would, with this result. In
+        the history it replaces the timed-out entry of the same canary (same
+        ``started``, ``engine`` and name, still ``awaiting_late``), in place,
+        so a path kind's ``controls`` stay aligned (the control is kept). An
+        entry already gone (a new epoch, or past the history cap) is not
+        brought back.
+        """
+        record = self.records[kind]
+        record.awaited.discard(token)
+        self.progress.canary_finished(token, result, now)
+        if epoch != self.epoch:
+            return
+        for index in range(len(record.results) - 1, -1, -1):
+            entry = record.results[index]
+            if (
+                entry.awaiting_late
+                and entry.started == result.started
+                and entry.engine == result.engine
+                and entry.name == result.name
+            ):
+                record.results[index] = result
+                return
+
+    def disable(self, kind: CanaryKind, reason: str) -> None:
+        record = self.records[kind]
+        record.enabled, record.disabled_reason = False, reason
+
+    def busy(self, now: float, idle_window: float) -> bool:
+        """Real (not sentinel's) completions happened within the idle window, on every engine.
+
+        Completions vouch only for the engines that made them: while one
+        data-parallel engine's work has been flat for the idle window, the
+        server is not busy as a whole and canaries keep running (one stuck
+        engine among busy ones is exactly what they must catch).
+        """
+        last = self.progress.last_real_completion_at
+        if last is None or now - last > idle_window:
+            return False
+        # Where decode is told apart, one-token completions (classifiers,
+        # scorers) prove no decode: they keep the text canary running.
+        decode = self.progress.last_decode_at
+        if self.progress.decode_available and (decode is None or now - decode > idle_window):
+            return False
+        engines = self.progress.engines
+        return len(engines) < 2 or all(
+            (at := track.vouched_at) is not None and now - at <= idle_window
+            for track in engines.values()
+        )
+
+    # -- evidence -----------------------------------------------------------
+    def observe_health(self, status: int | None, now: float) -> None:
+        self.health_status = status
+        if status is None or status == 200:
+            self.health_failing_since = None
+        elif self.health_failing_since is None:
+            self.health_failing_since = now
+
+    def observe_processes(self, snapshot: ProcessSnapshot, now: float) -> None:
+        snapshot = placed(snapshot, self._placements)
+        self._placements = {
+            (p.pid, p.create_time): p for p in (*snapshot.engine_processes, *snapshot.coordinators)
+        }
+        previous, self.processes = self.processes, snapshot
+        self.compiling.observe(snapshot.compilers, now)
+        self.api.observe(snapshot, now)
+        before = None if previous is None else previous.api_identity
+        after = snapshot.api_identity
+        # An attributed API server is kept while that very process lives (even
+        # with its listener closed), so losing it means it exited: that server
+        # is over, as surely as a new PID or start time says it restarted.
+        if before is not None and before != after:
+            why = (
+                f"API server restarted (pid {before[0]} -> {after[0]})"
+                if after is not None
+                else f"API server exited (pid {before[0]})"
+            )
+            self.new_epoch(why, now)
+        down = [p for p in snapshot.engine_processes if p.state in _DOWN]
+        if snapshot.api is not None and down:
+            if self.engine_down_since is None:
+                self.engine_down_since = now
+            self.engine_down_detail = ", ".join(f"{p.describe()} {p.state.value}" for p in down)
+            self.down_engines = _distinct(p.placement.engine for p in down)
+            self.down_ranks = _distinct(p.placement.tp_rank for p in down)
+        else:
+            self.engine_down_since = None
+            self.engine_down_detail = ""
+            self.down_engines, self.down_ranks = (), ()
+
+    def evidence(
+        self,
+        now: float,
+        freshness: float,
+        unobserved: tuple[tuple[float, float], ...] = (),
+    ) -> Evidence:
+        """Freeze what the verdict needs (:func:`sentinel.record.freeze.freeze`)."""
+        return freeze(self, now, freshness, unobserved)
+
+
+def _distinct(values: Iterable[int | None]) -> tuple[int, ...]:
+    """The named indices, each once, in order."""
+    return tuple(sorted({v for v in values if v is not None}))

@@ -1,0 +1,323 @@
+"""The scheduler owns time for canaries: cadence, jitter, deadlines, idle gating, pairing.
+
+One loop per enabled canary spec, each with at most one canary in flight per
+engine, so canaries never pile up. What each kind gets is the kind
+registry's word (:mod:`sentinel.canary.kinds`); no code here names a kind. An
+idle-gated kind (text) is skipped while real traffic has recently proven the
+engine alive (once startup has passed); every other kind runs on its own
+cadence, ungated. A paired kind (every path kind, and correctness) goes out
+with a control canary (text) sent at the same moment and priority, so a path
+hang can be told from an engine hang; an unpaired kind goes out alone. A
+canary that missed its deadline is retried at once instead of waiting a full
+interval.
+
+Under data parallelism canaries are aimed at one engine each
+(:mod:`sentinel.scheduling.aiming`). Each idle-gated cadence step sends one canary to
+every engine real traffic has not recently proven alive (an engine whose own
+work, beyond sentinel's canaries, vouched for it within the idle window needs
+none), all at once: each engine gets the single-engine cadence, the per-GPU
+load a one-engine server already gets, and detection does not wait for a
+rotation that grows with the engine count. A step ends when its last canary
+does, and a missed deadline retries the step at once. Each canary of any
+other kind (with its control) goes to the next engine in turn: a path is
+mostly code every engine shares, its canaries are the heaviest (an image, a
+grammar), and an engine that stops serving is the text canaries' to catch.
+The model each canary addresses is :mod:`sentinel.scheduling.served_model`'s.
+
+A late answer is an answer: with ``late_wait`` set, the first canary of a
+kind that misses its deadline is still recorded (and retried) at once, but
+awaited in the background too (:mod:`sentinel.scheduling.late`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Awaitable, Callable
+from dataclasses import replace
+
+from sentinel.canary import kinds
+from sentinel.canary.result import CanaryKind, CanaryResult, Reason
+from sentinel.canary.runner import CanaryRunner
+from sentinel.canary.spec import CanarySpec
+from sentinel.progress.tracker import canary_budget
+from sentinel.record.ledger import Ledger
+from sentinel.scheduling.aiming import Aiming
+from sentinel.scheduling.late import LateAnswers
+from sentinel.scheduling.served_model import ServedModel
+from sentinel.telemetry.logging import get_logger
+from sentinel.telemetry.metrics import SentinelMetrics
+
+log = get_logger("sentinel.scheduler")
+
+ResultHook = Callable[[CanaryResult], None]
+# Told the loop's name and the exception one cadence step raised (the daemon's
+# loop-failure record: /status, sentinel_loop_errors_total, a sparse log line).
+ErrorHook = Callable[[str, BaseException], None]
+
+DEFAULT_MAX_TOKENS = 16
+DEFAULT_PROMPT_ESTIMATE = 2048.0  # before a canary of the kind succeeded (images cost many)
+
+
+class Scheduler:
+    """Runs the canary loops against one target and records results in the ledger."""
+
+    def __init__(
+        self,
+        specs: tuple[CanarySpec, ...],
+        runner: CanaryRunner,
+        ledger: Ledger,
+        metrics: SentinelMetrics,
+        *,
+        idle_window: float,
+        configured_model: str | None = None,
+        clock: Callable[[], float],
+        sleep: Callable[[float], Awaitable[None]],
+        beat: Callable[[str, float], None],
+        on_result: ResultHook | None = None,
+        on_error: ErrorHook | None = None,
+        rng: random.Random | None = None,
+        late_wait: float = 0.0,
+    ) -> None:
+        self.specs = tuple(s for s in specs if s.enabled)
+        self.runner = runner
+        self.ledger = ledger
+        self.metrics = metrics
+        self.idle_window = idle_window
+        self.clock = clock
+        self.sleep = sleep  # paired with the clock: a virtual clock brings its own sleep
+        self.beat = beat
+        self.on_result = on_result
+        self.on_error = on_error
+        self.rng = rng or random.Random()
+        self.served_model = ServedModel(runner, ledger, clock=clock, configured=configured_model)
+        self.aim = Aiming(ledger)
+        controls = [s for s in self.specs if s.kind == kinds.CONTROL]
+        self.control_spec = controls[0] if controls else None
+        # Timed-out canaries still awaited, up to late_wait seconds past the send (0: none).
+        self.late = LateAnswers(
+            ledger, late_wait=late_wait, clock=clock, observe=self._observe, failed=self._failed
+        )
+
+    async def run(self) -> None:
+        """One loop per enabled spec until cancelled.
+
+        A step that raises is recorded and its loop carries on
+        (:meth:`_loop`), so one kind's bug never cancels the other kinds'
+        canaries in flight; only a loop dying outside a step ends them all.
+        Late canaries are awaited by tasks of the same group: leaving it
+        (cancelled) cancels them too, which closes their connections.
+        """
+        try:
+            async with asyncio.TaskGroup() as group:
+                self.late.group = group
+                for spec in self.specs:
+                    group.create_task(self._loop(spec), name=f"canary:{spec.name}")
+        finally:
+            self.late.group = None
+            await self.late.close()
+
+    @staticmethod
+    def _max_gap(spec: CanarySpec) -> float:
+        # A loop is awaiting its canary for at most one deadline (twice for the
+        # multimodal baseline) between beats; add an interval and slack.
+        return spec.interval * (1 + spec.jitter) + 2 * spec.deadline + 10.0
+
+    async def _loop(self, spec: CanarySpec) -> None:
+        name = f"canary:{spec.name}"
+        while True:
+            self.beat(name, self._max_gap(spec))
+            started = self.clock()
+            try:
+                retry = await self._tick(spec)
+            except Exception as exc:
+                # Recorded, then the normal cadence: a step that keeps raising
+                # costs one attempt per interval, never a hot loop.
+                self._failed(name, exc)
+                retry = False
+            if retry:
+                continue
+            delay = spec.interval * (1 + self.rng.uniform(-spec.jitter, spec.jitter))
+            await self.sleep(max(0.0, started + delay - self.clock()))
+
+    async def _tick(self, spec: CanarySpec) -> bool:
+        """One cadence step; True asks for an immediate retry (a missed deadline)."""
+        ledger = self.ledger
+        record = ledger.records[spec.kind]
+        if not record.enabled:
+            self.metrics.canary_skipped("disabled")
+            return False
+        if kinds.is_path(spec.kind) and self.late.awaited(spec.kind):
+            # The path's last canary is still awaited: it is the probe of the
+            # path until it answers, and another would only queue behind it.
+            self.metrics.canary_skipped("awaited")
+            return False
+        targets = self._targets(spec, self.clock())
+        if not targets:
+            self.metrics.canary_skipped("busy")
+            return False
+        model = await self.served_model.resolve(spec)
+        if model is None:
+            return False
+        epoch = ledger.epoch
+        if not kinds.is_paired(spec.kind) or self.control_spec is None:
+            results = await self._send_each(spec, model, epoch, targets)
+        else:
+            control = replace(self.control_spec, priority=spec.priority)
+            results = [await self._send_pair(spec, control, model, epoch, targets[0])]
+        unsupported = next((r for r in results if r.reason is Reason.UNSUPPORTED), None)
+        if unsupported is not None and epoch == ledger.epoch:
+            why = unsupported.detail
+            ledger.disable(spec.kind, why or "the model does not take this input")
+            log.warning("canary_kind_disabled", canary=spec.name, kind=spec.kind.value, why=why)
+        return any(r.reason is Reason.TIMEOUT for r in results)
+
+    async def _send_each(
+        self, spec: CanarySpec, model: str, epoch: int, targets: tuple[int | None, ...]
+    ) -> list[CanaryResult]:
+        """One canary of ``spec`` to each target at once; every one ends (or is cancelled) here."""
+        if len(targets) == 1:
+            return [await self._send_recorded(spec, model, epoch, targets[0])]
+        async with asyncio.TaskGroup() as group:
+            sends = [
+                group.create_task(self._send_recorded(spec, model, epoch, engine))
+                for engine in targets
+            ]
+        return [send.result() for send in sends]
+
+    async def _send_pair(
+        self,
+        spec: CanarySpec,
+        control_spec: CanarySpec,
+        model: str,
+        epoch: int,
+        engine: int | None,
+    ) -> CanaryResult:
+        """A path canary and its text control, together at the same priority and engine.
+
+        The control is recorded as soon as it ends, the pair once both have.
+        """
+        ledger = self.ledger
+        token = ledger.canary_sent(spec.kind, self.clock(), self._budget(spec), engine=engine)
+        try:
+            result, control = await asyncio.gather(
+                self._run(spec, model, epoch, engine, token),
+                self._send_recorded(control_spec, model, epoch, engine),
+            )
+        except BaseException:
+            self._abandon(spec.kind, token)
+            raise
+        ledger.canary_done(spec.kind, token, result, self.clock(), control=control, epoch=epoch)
+        self.late.recorded(spec.kind, token)
+        self._observe(result)
+        return result
+
+    def _failed(self, loop: str, exc: Exception) -> None:
+        """One cadence step raised: count it where the observers' failures show; never raises."""
+        try:
+            if self.on_error is not None:
+                self.on_error(loop, exc)
+            else:
+                self.metrics.loop_failed(loop)
+                log.error("loop_error", loop=loop, error=f"{type(exc).__name__}: {exc}")
+        except Exception:  # a broken hook must not take the loop down with it
+            log.exception("loop_error_unrecorded", loop=loop)
+
+    def _targets(self, spec: CanarySpec, now: float) -> tuple[int | None, ...]:
+        """Where this step's canaries go: one per engine named (None: unaimed); empty: none.
+
+        An idle-gated kind goes to every engine real traffic has not recently
+        proven alive, at once, so each gets the single-engine cadence whatever
+        the engine count. Any other kind's canary (with its control) goes to
+        one engine, the next in turn.
+        """
+        ledger = self.ledger
+        gated = kinds.is_idle_gated(spec.kind)
+        engines = self.aim.engines()
+        if not engines:
+            if gated and ledger.startup_passed and ledger.busy(now, self.idle_window):
+                return ()
+            return (None,)
+        if not gated:
+            engines = (self.aim.in_turn(spec.name, engines),)
+        elif ledger.startup_passed:
+            # Only where real traffic has not recently proven the engine alive.
+            engines = tuple(e for e in engines if not self._proven(e, now))
+        return self.aim.targets(engines)
+
+    def _proven(self, engine: int, now: float) -> bool:
+        """Whether the engine's own work vouched for it within the idle window.
+
+        Its own work is what sentinel's canaries do not explain, and only its
+        decode progress where it counts first tokens: an engine whose decode
+        is stuck still prefills what arrives.
+        """
+        track = self.ledger.progress.engines.get(str(engine))
+        moved = None if track is None else track.vouched_at
+        return moved is not None and now - moved <= self.idle_window
+
+    async def _send_recorded(
+        self, spec: CanarySpec, model: str, epoch: int, engine: int | None = None
+    ) -> CanaryResult:
+        ledger = self.ledger
+        token = ledger.canary_sent(spec.kind, self.clock(), self._budget(spec), engine=engine)
+        try:
+            result = await self._run(spec, model, epoch, engine, token)
+        except BaseException:
+            # Cancelled mid-flight: forget the canary rather than leave it outstanding.
+            self._abandon(spec.kind, token)
+            raise
+        if engine is not None and self.aim.refused(engine, result):
+            ledger.canary_abandoned(spec.kind, token, self.clock())
+            return await self._send_recorded(spec, model, epoch)  # the same canary, unaimed
+        ledger.canary_done(spec.kind, token, result, self.clock(), epoch=epoch)
+        self.late.recorded(spec.kind, token)
+        self._observe(result)
+        return result
+
+    async def _run(
+        self, spec: CanarySpec, model: str, epoch: int, engine: int | None, token: int
+    ) -> CanaryResult:
+        """One canary through the runner; past its deadline it may be awaited late."""
+        return await self.runner.run(
+            spec,
+            model=model,
+            deadline=spec.deadline,
+            engine=engine,
+            late_wait=self.late.late_wait,
+            adopt_late=self.late.adopter(spec, token, epoch),
+        )
+
+    def _abandon(self, kind: CanaryKind, token: int) -> None:
+        """A step ended without recording the canary: forget it, and stop awaiting it late."""
+        self.ledger.canary_abandoned(kind, token, self.clock())
+        self.late.abandon(kind, token)
+
+    def _budget(self, spec: CanarySpec) -> dict[str, float]:
+        """The most work one canary of ``spec`` can cause, per work counter.
+
+        Progress discounts it while the canary is in flight, whatever else the
+        server is doing. Taken from recent successes of the same canary (its
+        reply length and prompt); before any, from ``max_tokens`` and a
+        generous prompt estimate.
+        """
+        listed = spec.request.get("prompt")
+        requests = len(listed) if isinstance(listed, list) and listed else 1  # one per prompt
+        max_tokens = float(spec.request.get("max_tokens") or DEFAULT_MAX_TOKENS) * requests
+        mine = [r for r in self.ledger.records[spec.kind].results if r.ok and r.name == spec.name]
+        replies = [r.completion_tokens for r in mine[-5:] if r.completion_tokens]
+        prompts = [r.prompt_tokens for r in mine[-5:] if r.prompt_tokens]
+        reply = min(float(max(replies)), max_tokens) if replies else max_tokens
+        prompt = float(max(prompts)) if prompts else DEFAULT_PROMPT_ESTIMATE * requests
+        return canary_budget(reply_tokens=reply, prompt_tokens=prompt, requests=requests)
+
+    def _observe(self, result: CanaryResult) -> None:
+        # Only a refusal says nothing listens; any other outcome (a reset,
+        # a timeout, an answer) reached a listener.
+        if result.reason is Reason.CONNECT:
+            self.ledger.saw_refusal(self.clock())
+        else:
+            self.ledger.saw_answer()
+        self.metrics.observe_canary(result)
+        if self.on_result is not None:
+            self.on_result(result)
