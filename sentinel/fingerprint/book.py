@@ -50,7 +50,7 @@ from sentinel.fingerprint.store import (
     fingerprint_json,
 )
 from sentinel.telemetry.logging import get_logger
-from sentinel.verdict.corrupt import NAN_ANSWER, compare, degenerate
+from sentinel.verdict.hangs.corrupt import NAN_ANSWER, compare, degenerate
 
 log = get_logger("sentinel.fingerprint")
 

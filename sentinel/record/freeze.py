@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from sentinel.canary.kinds import is_path
 from sentinel.progress.tracker import STEP_COUNTER
 from sentinel.verdict import EngineProgress, Evidence, KindEvidence
 
@@ -42,6 +43,7 @@ def freeze(
                 controls=tuple(record.controls),
                 latency_slo=record.latency_slo,
                 traffic_at=ledger.traffic.last_at.get(kind),
+                path=is_path(kind),
             )
             for kind, record in ledger.records.items()
         },

@@ -20,10 +20,12 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from sentinel.canary.kinds import names as canary_kinds
+from sentinel.canary.kinds import path_kinds
 from sentinel.canary.result import CanaryResult, Reason
 from sentinel.evaluation.health import HealthState
 from sentinel.fleet.budget import Mode
-from sentinel.verdict import HangKind, Phase, hang_kinds
+from sentinel.verdict import HangKind, Phase
+from sentinel.verdict.registry import hang_kinds as rule_kinds
 
 # Canary latencies span a 1-token answer on an idle GPU (tens of ms) to a
 # deadline miss (8-10 s by default, 30 s at most in any sane config).
@@ -40,6 +42,15 @@ PHASES = tuple(p.value for p in Phase)
 MAINTENANCE_ACTIONS = ("set", "cleared", "expired")
 BUDGET_MODES = tuple(m.value for m in Mode)
 
+
+
+def hang_kinds() -> tuple[HangKind, ...]:
+    """The closed ``kind`` label set: every kind the registered hang rules confirm, now.
+
+    The path rule confirms one kind per path canary kind registered, so the
+    set follows both registries.
+    """
+    return rule_kinds(path_kinds())
 
 class SentinelMetrics:
     """Registers the contract metrics on ``registry`` and records events into them.

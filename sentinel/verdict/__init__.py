@@ -8,10 +8,11 @@ docs/design.md's "Verdict semantics" testable with tables and exact times.
 The package is split by concern: :mod:`~sentinel.verdict.model` (the
 vocabulary), :mod:`~sentinel.verdict.clock` (observed time: sentinel's own
 pauses are left out of every window, which pauses and resumes instead of
-starting over), :mod:`~sentinel.verdict.rules` (one rule per confirmed kind:
-engine hang, partial hang, path hang, dead, broken, listener down) and
-:mod:`~sentinel.verdict.decide` (startup, the restart-loop brake, liveness
-and the readiness hysteresis).
+starting over), :mod:`~sentinel.verdict.hangs` (one module per hang kind,
+each declaring its knobs, gates and judge), :mod:`~sentinel.verdict.registry`
+(the rules in the order judged; :mod:`~sentinel.verdict.policy` composes
+their knobs) and :mod:`~sentinel.verdict.decide` (startup, the restart-loop
+brake, liveness and the readiness hysteresis).
 
 * A new server epoch (the server's identity changed) resets everything except
   the brake's memory of real restarts (new epochs that followed a red episode).
@@ -36,13 +37,13 @@ from sentinel.verdict.model import (
     KindEvidence,
     Lifecycle,
     Phase,
-    Policy,
     ProbeAnswer,
     RestartGate,
     Verdict,
     VerdictState,
-    hang_kinds,
 )
+from sentinel.verdict.policy import Policy
+from sentinel.verdict.registry import hang_kinds
 
 __all__ = [
     "Action",

@@ -11,12 +11,12 @@ from sentinel.verdict.model import (
     Evidence,
     Hang,
     KindEvidence,
-    Policy,
     ProbeAnswer,
     Verdict,
     VerdictState,
 )
-from sentinel.verdict.rules import confirmed_hangs
+from sentinel.verdict.policy import Policy
+from sentinel.verdict.registry import confirmed_hangs
 
 # Results that say nothing about the server's health: the model takes no such
 # input, or a reasoning model spent the canary's tokens thinking.
@@ -46,7 +46,7 @@ def evaluate(
             ),
         )
 
-    enabled = [k for k in evidence.kinds.values() if k.enabled]
+    enabled = evidence.enabled
 
     # Startup: every enabled kind succeeded at least once in this epoch.
     unstarted = sorted(
@@ -64,9 +64,7 @@ def evaluate(
         missing = ", ".join(_why_not_started(k, evidence.epoch_started) for k in unstarted)
         startup = ProbeAnswer(False, "waiting for canary kinds: " + missing)
 
-    hangs = tuple(
-        confirmed_hangs(evidence, enabled, policy, now, startup_passed=state.startup_passed)
-    )
+    hangs = tuple(confirmed_hangs(evidence, policy, now, startup_passed=state.startup_passed))
     new_hangs = tuple(h for h in hangs if h.kind not in state.confirmed)
 
     # Restart-loop brake and liveness.

@@ -1,7 +1,7 @@
 """The verdict's vocabulary: what it is given, what it remembers and what it answers.
 
 Plain frozen dataclasses and names, no behaviour beyond formatting: the rules
-(:mod:`sentinel.verdict.rules`) and the evaluation
+(:mod:`sentinel.verdict.hangs`) and the evaluation
 (:mod:`sentinel.verdict.decide`) read them.
 """
 
@@ -12,10 +12,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import ClassVar
 
-from pydantic import BaseModel, ConfigDict
-
 from sentinel.canary.correctness import CorrectnessEvidence
-from sentinel.canary.kinds import path_kinds
 from sentinel.canary.result import CanaryResult
 from sentinel.canary.spec import CanaryKind, OpenName
 
@@ -26,7 +23,8 @@ class HangKind(OpenName):
     ``engine``, ``partial`` (one data-parallel engine stuck while others
     serve), ``dead``, ``broken`` and ``listener_down`` are the verdict's own;
     a path hang takes the name of its canary kind, so a kind added to the
-    registry brings its hang kind with it (see :func:`hang_kinds`).
+    registry brings its hang kind with it (see
+    :func:`sentinel.verdict.registry.hang_kinds`).
     """
 
     __slots__ = ()
@@ -53,23 +51,6 @@ HangKind.API_SERVER = HangKind("api_server")
 HangKind.PAUSED = HangKind("paused")  # paused past its bound (policy alert by default)
 HangKind.ASLEEP = HangKind("asleep")  # asleep past a bound, where one is set
 HangKind.CORRUPT = HangKind("corrupt")  # answers that left the model's fingerprint
-
-
-def hang_kinds() -> tuple[HangKind, ...]:
-    """Every hang the verdict can confirm with the kinds registered now, engine first."""
-    return (
-        HangKind.ENGINE,
-        HangKind.PARTIAL,
-        HangKind.STARVED,
-        *(HangKind(k) for k in path_kinds()),
-        HangKind.CORRUPT,
-        HangKind.DEAD,
-        HangKind.BROKEN,
-        HangKind.LISTENER_DOWN,
-        HangKind.API_SERVER,
-        HangKind.PAUSED,
-        HangKind.ASLEEP,
-    )
 
 
 class Phase(StrEnum):
@@ -129,6 +110,9 @@ class KindEvidence:
     # ``results``; None when no control was sent).
     controls: tuple[CanaryResult | None, ...] = ()
     latency_slo: float | None = None
+    # A path kind (structured, multimodal): judged by the path rule against its
+    # text controls (the canary kind registry says which kinds are).
+    path: bool = False
     # When real (not sentinel's) traffic on this path last got through, where
     # the server counts it (:mod:`sentinel.progress.path_traffic`); None: unknown.
     traffic_at: float | None = None
@@ -236,59 +220,10 @@ class Evidence:
     # The pool's restart budget (sentinel.fleet.budget): closed, a restart waits unready.
     restart_gate: RestartGate = RestartGate()
 
-
-class Policy(BaseModel):
-    """Thresholds of the verdict (the README's defaults table).
-
-    The one definition of each threshold: its name, its default and the
-    comment above it. :class:`sentinel.config.settings.Settings` inherits these
-    fields, so each is a setting under the same name (a YAML key, a
-    ``SENTINEL_*`` variable) and ``docs/configuration.md`` shows its comment.
-    A ``*_policy`` field is the action its hang kind takes.
-    """
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    enforce: bool = True
-    hang_window: float = 15.0
-    # A text canary unanswered this long while the engine took not a single
-    # step (no work counter moved at all, sentinel's own work included) is an
-    # engine hang without waiting for the whole hang window (still-engine rule).
-    step_window: float = 8.0
-    no_evidence_window: float = 30.0
-    dead_grace: float = 5.0
-    broken_window: float = 60.0
-    listener_grace: float = 30.0
-    path_misses: int = 2
-    ready_out_after: int = 2
-    ready_back_after: int = 3
-    brake_max_restarts: int = 3
-    brake_window: float = 3600.0
-    engine_policy: Action = Action.RESTART
-    # One data-parallel engine stuck while the others serve: its share of
-    # requests hangs forever, so restart; unready or alert keep the rest serving.
-    partial_policy: Action = Action.RESTART
-    dead_policy: Action = Action.RESTART
-    broken_policy: Action = Action.RESTART
-    listener_policy: Action = Action.RESTART
-    # Starved real traffic (canaries passing): a leaked KV cache or a scheduler
-    # admitting nothing but the canary does not heal itself.
-    starved_policy: Action = Action.RESTART
-    # One API-server process of several stopped, or a connection it holds left
-    # unread, this long (sentinel.verdict.api_server): its users wait forever.
-    api_window: float = 60.0
-    api_policy: Action = Action.RESTART
-    # A pause (or weight update, or maintenance window) longer than this is
-    # reported as a hang kind of its own; sleep has no bound unless one is set.
-    pause_bound: float = 900.0
-    paused_policy: Action = Action.ALERT
-    sleep_bound: float | None = None
-    asleep_policy: Action = Action.ALERT
-    # A long engine step with a compiler busy under the engine is held this long.
-    compile_grace: float = 300.0
-    # Correctness checks that left the model's fingerprint (sentinel.verdict.corrupt):
-    # out of rotation while someone looks.
-    corrupt_policy: Action = Action.UNREADY
+    @property
+    def enabled(self) -> tuple[KindEvidence, ...]:
+        """The canary kinds enabled now, in the order they were given."""
+        return tuple(k for k in self.kinds.values() if k.enabled)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,18 +1,18 @@
-"""Legitimate stalls in the verdict: sleep, pause, a long compile step.
+"""Legitimate stalls in the verdict: where windows may start, and the compile gate.
 
 A server asleep or paused generates nothing by design, so the rules that
-judge generation (engine, partial, path, broken) stay off and the stall is
-judged against its own bound instead; the rules that need no generation
-(dead, listener down) stay on. Every window starts again where the stall
-ended. A compiler busy under the engine holds the engine rules for the
-compile grace: a long first-use compile step publishes nothing while it
+judge generation stay off (:class:`~sentinel.verdict.rule.Gate`) and the
+stall is judged against its own bound instead
+(:mod:`sentinel.verdict.hangs.stalled`). Every window starts again where
+the stall ended. A compiler busy under the engine holds the engine rules for
+the compile grace: a long first-use compile step publishes nothing while it
 works. The reasoning is in ``docs/design.md`` ("Lifecycle states are not hangs").
 """
 
 from __future__ import annotations
 
 from sentinel.verdict.clock import observed
-from sentinel.verdict.model import Evidence, Hang, HangKind, Phase, Policy
+from sentinel.verdict.model import Evidence
 
 
 def floor(evidence: Evidence) -> float:
@@ -23,27 +23,7 @@ def floor(evidence: Evidence) -> float:
     )
 
 
-def compiling(evidence: Evidence, policy: Policy, now: float) -> bool:
+def compiling(evidence: Evidence, compile_grace: float, now: float) -> bool:
     """A compiler busy under the engine, within the compile grace: a long step is work."""
     since = evidence.compiling_since
-    return since is not None and observed(since, now, evidence.unobserved) < policy.compile_grace
-
-
-def lifecycle_bound(evidence: Evidence, policy: Policy, now: float) -> Hang | None:
-    """A pause (or sleep, where bounded) that outlasted its bound."""
-    life = evidence.lifecycle
-    if life.phase is Phase.PAUSED:
-        bound, kind, action = policy.pause_bound, HangKind.PAUSED, policy.paused_policy
-    elif life.phase is Phase.ASLEEP and policy.sleep_bound is not None:
-        bound, kind, action = policy.sleep_bound, HangKind.ASLEEP, policy.asleep_policy
-    else:
-        return None
-    elapsed = observed(life.since, now, evidence.unobserved)
-    if elapsed < bound:
-        return None
-    return Hang(
-        kind,
-        action,
-        f"{life.phase.value} for {elapsed:.0f}s, past {bound:.0f}s: {life.why}",
-        life.since,
-    )
+    return since is not None and observed(since, now, evidence.unobserved) < compile_grace

@@ -45,7 +45,7 @@ from sentinel.canary.correctness import CORRECTNESS
 from sentinel.canary.result import CanaryResult
 from sentinel.config.loader import load_settings
 from sentinel.daemon import Daemon
-from sentinel.verdict.corrupt import compare
+from sentinel.verdict.hangs.corrupt import compare
 
 STREAMS = 64
 DETECT_BUDGET = 60.0

@@ -27,7 +27,7 @@ from sentinel.verdict import (
     VerdictState,
     evaluate,
 )
-from sentinel.verdict.corrupt import (
+from sentinel.verdict.hangs.corrupt import (
     FLIP_MARGIN,
     LOGPROB_TOLERANCE,
     compare,
@@ -70,7 +70,7 @@ def evidence(
 
 
 def hang(ev: Evidence, now: float = 100.0) -> str | None:
-    found = corrupt_hang(ev, list(ev.kinds.values()), Policy(), now)
+    found = corrupt_hang(ev, Policy(), now)
     return None if found is None else found.reason
 
 
@@ -206,7 +206,7 @@ def test_one_data_parallel_engine_with_corrupt_weights_among_good_ones() -> None
     """Checks go to each engine in turn: engine 1's departures alternate with engine 0's matches."""
     bad = shifted(BASE, 0)
     checks = [check(t, bad if t % 2 else BASE, engine=t % 2) for t in range(1, 9)]
-    found = corrupt_hang(evidence(*checks), [evidence(*checks).kinds[CORRECTNESS]], Policy(), 20)
+    found = corrupt_hang(evidence(*checks), Policy(), 20)
     assert found is not None
     assert found.engines == (1,)
     assert "engine 1" in found.reason

@@ -206,7 +206,7 @@ def test_after_resume_every_kind_passes_again_before_ready() -> None:
     life = Lifecycle(Phase.AWAKE, 50.0, "", resumed_at=50.0)
     kinds = {
         TEXT: KindEvidence(TEXT, results=(ok(10.0), ok(55.0))),
-        STRUCTURED: KindEvidence(STRUCTURED, results=(ok(10.0),)),
+        STRUCTURED: KindEvidence(STRUCTURED, path=True, results=(ok(10.0),)),
     }
     ev = Evidence(kinds=kinds, progress_available=True, last_progress_at=56.0, lifecycle=life)
     state = replace(VerdictState(), epoch=0, startup_passed=True)
@@ -214,7 +214,7 @@ def test_after_resume_every_kind_passes_again_before_ready() -> None:
     assert verdict.liveness.ok
     assert not verdict.readiness.ok
     assert "structured" in verdict.readiness.reason
-    kinds[STRUCTURED] = KindEvidence(STRUCTURED, results=(ok(10.0), ok(56.0)))
+    kinds[STRUCTURED] = KindEvidence(STRUCTURED, path=True, results=(ok(10.0), ok(56.0)))
     _, verdict = evaluate(state, replace(ev, kinds=kinds), Policy(), 60.0)
     assert verdict.readiness.ok
 
@@ -336,6 +336,7 @@ def _path_misses(traffic_at: float | None) -> Evidence:
             TEXT: KindEvidence(TEXT, results=(ok(90.0), *controls)),
             mm: KindEvidence(
                 mm,
+                path=mm != TEXT,
                 results=results,
                 controls=(None, controls[0], controls[1]),
                 traffic_at=traffic_at,
@@ -463,7 +464,9 @@ def test_an_awaited_path_canary_is_the_probe_of_its_path(
     ev = Evidence(
         kinds={
             TEXT: KindEvidence(TEXT, results=(ok(90.0), control, ok(120.0))),
-            mm: KindEvidence(mm, results=results, controls=(None, control), traffic_at=traffic_at),
+            mm: KindEvidence(
+                mm, path=True, results=results, controls=(None, control), traffic_at=traffic_at
+            ),
         },
         progress_available=True,
         last_progress_at=now - 1.0,
@@ -484,7 +487,7 @@ def test_an_awaited_path_canary_waits_out_time_sentinel_did_not_observe() -> Non
     ev = Evidence(
         kinds={
             TEXT: KindEvidence(TEXT, results=(ok(90.0), control, ok(120.0))),
-            mm: KindEvidence(mm, results=results, controls=(None, control)),
+            mm: KindEvidence(mm, path=True, results=results, controls=(None, control)),
         },
         progress_available=True,
         last_progress_at=130.0,

@@ -27,8 +27,8 @@ from sentinel.canary.runner import CanaryRunner
 from sentinel.canary.spec import TEXT
 from sentinel.record.ledger import Ledger
 from sentinel.scheduling.scheduler import Scheduler
-from sentinel.telemetry.metrics import SentinelMetrics
-from sentinel.verdict import Action, HangKind, Policy, VerdictState, evaluate, hang_kinds
+from sentinel.telemetry.metrics import SentinelMetrics, hang_kinds
+from sentinel.verdict import Action, HangKind, Policy, VerdictState, evaluate
 from tests import toykind
 
 REQUEST = {"messages": [{"role": "user", "content": "Say ok."}], "max_tokens": 2}

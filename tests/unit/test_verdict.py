@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 import pytest
 
 from sentinel.canary.result import CanaryKind, CanaryResult, Reason
+from sentinel.telemetry.metrics import hang_kinds
 from sentinel.verdict import (
     Action,
     Evidence,
@@ -25,7 +26,6 @@ from sentinel.verdict import (
     Verdict,
     VerdictState,
     evaluate,
-    hang_kinds,
 )
 
 TEXT = CanaryKind.TEXT
@@ -77,6 +77,7 @@ def path_kind(
 ) -> KindEvidence:
     return KindEvidence(
         kind,
+        path=kind != TEXT,
         action=action,
         results=tuple(r for r, _ in pairs),
         controls=tuple(c for _, c in pairs),
@@ -100,7 +101,7 @@ def path_evidence(
 def unsupported_multimodal() -> KindEvidence:
     """What the daemon reports after the model answered 400 to an image."""
     result = failed(1.0, Reason.UNSUPPORTED, MULTIMODAL)
-    return KindEvidence(MULTIMODAL, enabled=False, results=(result,))
+    return KindEvidence(MULTIMODAL, path=True, enabled=False, results=(result,))
 
 
 def evidence(
@@ -174,19 +175,21 @@ STARTUP_CASES = [
     pytest.param(evidence(text(timeout(50))), False, "text", id="text-timed-out"),
     pytest.param(evidence(text(ok(1))), True, None, id="text-ok"),
     pytest.param(
-        evidence(text(ok(1)), KindEvidence(STRUCTURED)),
+        evidence(text(ok(1)), KindEvidence(STRUCTURED, path=True)),
         False,
         "structured",
         id="structured-still-missing",
     ),
     pytest.param(
-        evidence(text(ok(1)), KindEvidence(STRUCTURED, results=(failed(1, Reason.SCHEMA),))),
+        evidence(
+            text(ok(1)), KindEvidence(STRUCTURED, path=True, results=(failed(1, Reason.SCHEMA),))
+        ),
         False,
         "structured",
         id="structured-schema-failure",
     ),
     pytest.param(
-        evidence(text(ok(1)), KindEvidence(STRUCTURED, results=(ok(2, STRUCTURED),))),
+        evidence(text(ok(1)), KindEvidence(STRUCTURED, path=True, results=(ok(2, STRUCTURED),))),
         True,
         None,
         id="every-kind-ok",
@@ -194,7 +197,7 @@ STARTUP_CASES = [
     pytest.param(
         evidence(
             text(ok(1)),
-            KindEvidence(STRUCTURED, results=(ok(2, STRUCTURED),)),
+            KindEvidence(STRUCTURED, path=True, results=(ok(2, STRUCTURED),)),
             unsupported_multimodal(),
         ),
         True,
@@ -204,7 +207,9 @@ STARTUP_CASES = [
     pytest.param(
         evidence(
             text(ok(1)),
-            KindEvidence(MULTIMODAL, results=(failed(2, Reason.IMAGE_NOT_CONSUMED, MULTIMODAL),)),
+            KindEvidence(
+                MULTIMODAL, path=True, results=(failed(2, Reason.IMAGE_NOT_CONSUMED, MULTIMODAL),)
+            ),
         ),
         False,
         "multimodal",
@@ -386,7 +391,7 @@ ENGINE_HANG_CASES = [
     pytest.param(
         evidence(
             text(ok(1)),
-            KindEvidence(STRUCTURED, results=(failed(100, Reason.SCHEMA, STRUCTURED),)),
+            KindEvidence(STRUCTURED, path=True, results=(failed(100, Reason.SCHEMA, STRUCTURED),)),
         ),
         1000.0,
         False,

@@ -24,7 +24,7 @@ from sentinel.canary.result import CanaryKind, CanaryResult, Reason
 from sentinel.evidence.metrics import MetricsSample
 from sentinel.progress.tracker import ProgressTracker, canary_budget
 from sentinel.verdict import Evidence, HangKind, KindEvidence, Policy
-from sentinel.verdict.rules import engine_hang
+from sentinel.verdict.hangs.engine import engine_hang
 
 TEXT = CanaryKind.TEXT
 TICK = 0.05  # the virtual clock's resolution
@@ -196,7 +196,7 @@ def run(server: Server, traffic: Traffic, seconds: float = 120.0) -> float | Non
             last_decode_at=tracker.last_decode_at,
             last_evidence_at=tracker.last_evidence_at,
         )
-        hang = engine_hang(evidence, list(evidence.kinds.values()), Policy(), now)
+        hang = engine_hang(evidence, Policy(), now)
         if hang is not None:
             assert hang.kind is HangKind.ENGINE
             return now

@@ -187,6 +187,7 @@ def path_evidence(*pairs: tuple[CanaryResult, CanaryResult]) -> Evidence:
             TEXT: KindEvidence(TEXT, results=tuple(c for _, c in every)),
             STRUCTURED: KindEvidence(
                 STRUCTURED,
+                path=STRUCTURED != TEXT,
                 results=tuple(r for r, _ in every),
                 controls=tuple(c for _, c in every),
             ),

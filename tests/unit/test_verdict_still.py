@@ -45,7 +45,7 @@ def evidence(
     unobserved: tuple[tuple[float, float], ...] = (),
     empty_queue: bool = True,
 ) -> Evidence:
-    kinds = {kind: KindEvidence(kind, results=results, outstanding=outstanding)}
+    kinds = {kind: KindEvidence(kind, results=results, outstanding=outstanding, path=kind != TEXT)}
     if kind is not TEXT:  # a path canary comes with its text kind (nothing outstanding)
         kinds[TEXT] = KindEvidence(TEXT)
     return Evidence(

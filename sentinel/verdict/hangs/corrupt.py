@@ -40,7 +40,10 @@ from dataclasses import dataclass
 
 from sentinel.canary.correctness import CORRECTNESS
 from sentinel.canary.result import CanaryResult, Generation, Reason
-from sentinel.verdict.model import Evidence, Hang, HangKind, KindEvidence, Policy
+from sentinel.knob import setting
+from sentinel.verdict.knobs import Knobs
+from sentinel.verdict.model import Action, Evidence, Hang, HangKind
+from sentinel.verdict.rule import Gate, HangRule
 from sentinel.verdict.stall import floor as window_floor
 
 # The tolerance (docs/design.md, "Correctness"; the measurements behind it are
@@ -55,6 +58,16 @@ REPEATS = 2  # departing checks in a row that confirm corruption
 # (Python's JSON encoder refusing the value); older releases with a 500.
 NAN_ANSWER = "Out of range float values are not JSON compliant"
 SHOWN = 3  # departures named in a reason
+
+
+class CorruptKnobs(Knobs):
+    """The corruption rule's knobs."""
+
+    corrupt_policy: Action = setting(
+        Action.UNREADY,
+        "Correctness checks that left the model's fingerprint: out of rotation while someone "
+        "looks.",
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,9 +195,7 @@ def judge_check(
     return compare(facts.fingerprint.generations, result.generations)
 
 
-def corrupt_hang(
-    evidence: Evidence, enabled: Sequence[KindEvidence], policy: Policy, now: float
-) -> Hang | None:
+def corrupt_hang(evidence: Evidence, policy: CorruptKnobs, now: float) -> Hang | None:
     """Corruption confirmed from the newest checks, or None.
 
     Judged over this epoch's checks sent after the fingerprint was taken and
@@ -192,7 +203,7 @@ def corrupt_hang(
     paused (its checks fail by design).
     """
     facts = evidence.correctness
-    kind = next((k for k in enabled if k.kind == CORRECTNESS), None)
+    kind = next((k for k in evidence.enabled if k.kind == CORRECTNESS), None)
     if facts is None or facts.fingerprint is None or kind is None or evidence.lifecycle.stalled:
         return None
     start = max(facts.since, window_floor(evidence))
@@ -223,7 +234,7 @@ def corrupt_hang(
 
 
 def _confirmed(
-    judged: Sequence[tuple[CanaryResult, tuple[Departure, ...]]], policy: Policy
+    judged: Sequence[tuple[CanaryResult, tuple[Departure, ...]]], policy: CorruptKnobs
 ) -> Hang | None:
     """Corruption in one engine's checks (oldest first): the newest at once, or a run."""
     if not judged:
@@ -253,6 +264,18 @@ def _describe(departures: Sequence[Departure]) -> str:
     return shown + (f"; and {more} more" if more > 0 else "")
 
 
-def _hang(policy: Policy, what: str, since: float, engines: tuple[int, ...] = ()) -> Hang:
+def _hang(policy: CorruptKnobs, what: str, since: float, engines: tuple[int, ...] = ()) -> Hang:
     reason = f"corrupt output: {what}"
     return Hang(HangKind.CORRUPT, policy.corrupt_policy, reason, since, engines)
+
+
+RULE = HangRule(
+    "corrupt",
+    corrupt_hang,
+    CorruptKnobs,
+    kinds=(HangKind.CORRUPT,),
+    action="corrupt_policy",
+    off_when=frozenset({Gate.STALLED}),
+    evidence="correctness checks (fixed greedy prompts) left the model's fingerprint, repeatedly, "
+    "or at once on degenerate output, collapsed log-probabilities or NaN",
+)

@@ -13,16 +13,25 @@ in ``docs/design.md`` ("Verdict semantics").
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
+from sentinel.knob import setting
 from sentinel.verdict.clock import observed
-from sentinel.verdict.model import Evidence, Hang, HangKind, KindEvidence, Policy
+from sentinel.verdict.knobs import HangWindow
+from sentinel.verdict.model import Action, Evidence, Hang, HangKind
+from sentinel.verdict.rule import Gate, HangRule
 from sentinel.verdict.stall import floor
 
 
-def starved(
-    evidence: Evidence, enabled: Sequence[KindEvidence], policy: Policy, now: float
-) -> Hang | None:
+class StarvedKnobs(HangWindow):
+    """The starvation rule's knobs."""
+
+    starved_policy: Action = setting(
+        Action.RESTART,
+        "Starved real traffic (canaries passing): a leaked KV cache or a scheduler admitting "
+        "nothing but the canary does not heal itself.",
+    )
+
+
+def starved(evidence: Evidence, policy: StarvedKnobs, now: float) -> Hang | None:
     """Real requests waiting for the hang window, no real progress, canaries passing."""
     since = evidence.waiting_since
     if since is None or not evidence.progress_available:
@@ -33,7 +42,7 @@ def starved(
     elapsed = observed(start, now, evidence.unobserved)
     if elapsed < policy.hang_window:
         return None
-    served = any(r.ok and r.finished >= start for k in enabled for r in k.results)
+    served = any(r.ok and r.finished >= start for k in evidence.enabled for r in k.results)
     if not served:
         return None
     return Hang(
@@ -43,3 +52,15 @@ def starved(
         "with no real progress while canaries pass",
         start,
     )
+
+
+RULE = HangRule(
+    "starved",
+    starved,
+    StarvedKnobs,
+    kinds=(HangKind.STARVED,),
+    action="starved_policy",
+    windows=("hang_window",),
+    off_when=frozenset({Gate.STALLED, Gate.COMPILING}),
+    evidence="real requests waiting with no real progress while a priority canary succeeded",
+)

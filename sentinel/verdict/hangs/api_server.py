@@ -12,15 +12,29 @@ reasoning is in ``docs/design.md`` ("Verdict semantics").
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
+from sentinel.knob import DAY, seconds, setting
 from sentinel.verdict.clock import held_for
-from sentinel.verdict.model import Evidence, Hang, HangKind, KindEvidence, Policy
+from sentinel.verdict.knobs import Knobs
+from sentinel.verdict.model import Action, Evidence, Hang, HangKind
+from sentinel.verdict.rule import HangRule
 
 
-def api_server(
-    evidence: Evidence, enabled: Sequence[KindEvidence], policy: Policy, now: float
-) -> Hang | None:
+class ApiKnobs(Knobs):
+    """The API-server rule's knobs."""
+
+    api_window: float = seconds(
+        60.0,
+        "One API-server process of several stopped, or a connection it holds left unread, this "
+        "long: its users wait forever.",
+        1.0,
+        DAY,
+    )
+    api_policy: Action = setting(
+        Action.RESTART, "What an API-server process stopped, or not reading, does."
+    )
+
+
+def api_server(evidence: Evidence, policy: ApiKnobs, now: float) -> Hang | None:
     """An API-server process stopped, or a connection unread, for the API window."""
     since = evidence.api_stuck_since
     elapsed = held_for(since, policy.api_window, now, evidence.unobserved)
@@ -32,3 +46,15 @@ def api_server(
         f"API server stuck: {evidence.api_stuck_detail} for {elapsed:.0f}s",
         since,
     )
+
+
+RULE = HangRule(
+    "api_server",
+    api_server,
+    ApiKnobs,
+    kinds=(HangKind.API_SERVER,),
+    action="api_policy",
+    windows=("api_window",),
+    evidence="one of several API-server processes stopped, or a connection to the server's port "
+    "holding request bytes no process reads",
+)

@@ -1,0 +1,1 @@
+"""One module per hang kind: its knobs, its judge and its declaration (``RULE``)."""

@@ -1,0 +1,54 @@
+"""The dead rule: vLLM's ``/health`` failing or an engine process down past a short grace.
+
+A 404 or 401 on ``/health`` is a server without it, not a dead one; an
+engine process stopped, a zombie or gone is named with the data-parallel
+engines and tensor-parallel ranks it belongs to. Needs no generation, so it
+stays on while the server is asleep or paused.
+"""
+
+from __future__ import annotations
+
+from sentinel.knob import seconds, setting
+from sentinel.verdict.clock import held_for
+from sentinel.verdict.knobs import Knobs
+from sentinel.verdict.model import Action, Evidence, Hang, HangKind
+from sentinel.verdict.rule import HangRule
+
+
+class DeadKnobs(Knobs):
+    """The dead rule's knobs."""
+
+    dead_grace: float = seconds(
+        5.0, "Engine dead: /health 5xx or an engine process down this long.", 0.0, 3600.0
+    )
+    dead_policy: Action = setting(Action.RESTART, "What a dead engine does.")
+
+
+def dead(evidence: Evidence, policy: DeadKnobs, now: float) -> Hang | None:
+    """vLLM's ``/health`` failing or an engine process down for longer than the grace."""
+    causes = (
+        (evidence.health_failing_since, "vLLM /health failing", (), ()),
+        (
+            evidence.engine_down_since,
+            evidence.engine_down_detail or "engine process down",
+            evidence.down_engines,
+            evidence.down_ranks,
+        ),
+    )
+    for since, what, engines, ranks in causes:
+        elapsed = held_for(since, policy.dead_grace, now, evidence.unobserved)
+        if elapsed is not None and since is not None:
+            reason = f"engine dead: {what} for {elapsed:.0f}s"
+            return Hang(HangKind.DEAD, policy.dead_policy, reason, since, engines, ranks)
+    return None
+
+
+RULE = HangRule(
+    "dead",
+    dead,
+    DeadKnobs,
+    kinds=(HangKind.DEAD,),
+    action="dead_policy",
+    windows=("dead_grace",),
+    evidence="vLLM /health 5xx, or an engine process stopped, a zombie or gone",
+)

@@ -1,0 +1,120 @@
+"""The one registry of hang rules, in the order they are judged.
+
+:func:`confirmed_hangs` runs every registered rule that is not off (its
+declared :class:`~sentinel.verdict.rule.Gate` in force), and
+:func:`hang_kinds` is the closed set of kinds they confirm; so a hang kind
+added from outside sentinel is one module and one :func:`register` call,
+with no edit to the evaluation, the metrics or ``docs/verdict.md``.
+
+What a canary's failure means is decided once (:mod:`sentinel.verdict.answers`).
+A canary aimed at one data-parallel engine and left unanswered is evidence
+against that engine only (:mod:`sentinel.verdict.aim`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from types import MappingProxyType
+from typing import Any
+
+from sentinel.verdict.hangs import (
+    api_server,
+    broken,
+    corrupt,
+    dead,
+    engine,
+    listener_down,
+    partial,
+    path,
+    stalled,
+    starved,
+)
+from sentinel.verdict.knobs import Knobs
+from sentinel.verdict.model import Evidence, Hang, HangKind
+from sentinel.verdict.policy import Policy
+from sentinel.verdict.rule import Gate, HangRule
+from sentinel.verdict.stall import compiling
+
+_REGISTRY: dict[str, HangRule[Any]] = {}
+
+RULES: Mapping[str, HangRule[Any]] = MappingProxyType(_REGISTRY)
+"""Every registered rule by name, in the order judged (a read-only view of the registry)."""
+
+
+def register(rule: HangRule[Any]) -> HangRule[Any]:
+    """Add a rule after those registered; refused when its name or one of its kinds is taken."""
+    if rule.name in _REGISTRY:
+        raise ValueError(f"hang rule {rule.name!r} is already registered")
+    taken = {kind: other.name for other in _REGISTRY.values() for kind in other.kinds}
+    for kind in rule.kinds:
+        if kind in taken:
+            raise ValueError(f"hang kind {kind.value!r} is already confirmed by {taken[kind]!r}")
+    _REGISTRY[rule.name] = rule
+    return rule
+
+
+def unregister(name: str) -> None:
+    """Remove a rule (tests that registered one restore the registry with this)."""
+    del _REGISTRY[name]
+
+
+def gates(evidence: Evidence, policy: Policy, now: float, *, startup_passed: bool) -> set[Gate]:
+    """The states in force at ``now`` that turn rules off."""
+    found: set[Gate] = set()
+    if evidence.lifecycle.stalled:
+        found.add(Gate.STALLED)
+    if compiling(evidence, policy.compile_grace, now):
+        found.add(Gate.COMPILING)
+    if evidence.api_stuck_since is not None:
+        found.add(Gate.API_STUCK)
+    if not startup_passed:
+        found.add(Gate.BEFORE_STARTUP)
+    return found
+
+
+def knobs_for(rule: HangRule[Any], policy: Policy) -> Knobs:
+    """The rule's knobs from the policy; a rule registered from outside gets its own defaults."""
+    knobs: type[Knobs] = rule.knobs
+    if isinstance(policy, knobs):
+        return policy
+    given = {n: getattr(policy, n) for n in knobs.model_fields if hasattr(policy, n)}
+    return knobs(**given)
+
+
+def confirmed_hangs(
+    evidence: Evidence, policy: Policy, now: float, *, startup_passed: bool
+) -> Iterator[Hang]:
+    """Every hang confirmed at ``now``, in the rules' order.
+
+    A path kind that has not worked in this epoch is never hung (its rule
+    says so); the engine-side rules need no startup: the kubelet ignores
+    liveness until its own startup probe passed, and a sidecar restarted
+    beside a server that hung meanwhile must still see the hang.
+    """
+    off = gates(evidence, policy, now, startup_passed=startup_passed)
+    for rule in _REGISTRY.values():
+        if not rule.off_when & off:
+            yield from rule.findings(evidence, knobs_for(rule, policy), now)
+
+
+def hang_kinds(paths: Iterable[str] = ()) -> tuple[HangKind, ...]:
+    """Every hang kind the registered rules confirm, a path rule's once per path kind given."""
+    found: list[HangKind] = []
+    for rule in _REGISTRY.values():
+        found += [HangKind(p) for p in paths] if rule.per_path else list(rule.kinds)
+    return tuple(dict.fromkeys(found))
+
+
+for _module in (
+    engine,
+    partial,
+    starved,
+    path,
+    corrupt,
+    dead,
+    broken,
+    listener_down,
+    api_server,
+    stalled,
+):
+    register(_module.RULE)

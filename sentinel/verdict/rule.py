@@ -1,0 +1,64 @@
+"""What a hang rule declares: its kinds, its knobs, its action, when it is off, and its judge.
+
+Rules are data registered in :mod:`sentinel.verdict.registry`, the way canary
+kinds are registered in :mod:`sentinel.canary.kinds`: the order they are
+judged in, the closed set of hang kinds (metrics labels), the settings they
+add and ``docs/verdict.md``'s table all come from the registrations, so a new
+hang kind is one module and one :func:`~sentinel.verdict.registry.register`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Generic, TypeVar
+
+from sentinel.verdict.knobs import Knobs
+from sentinel.verdict.model import Evidence, Hang, HangKind
+
+K = TypeVar("K", bound=Knobs)
+
+#: What a judge finds: nothing, one hang, or several (a path rule, one per path kind).
+Finding = Hang | Iterable[Hang] | None
+
+
+class Gate(StrEnum):
+    """A state in which a rule is off: its evidence means something else there."""
+
+    STALLED = "asleep or paused"
+    COMPILING = "compiling"
+    API_STUCK = "an API-server process stuck"
+    BEFORE_STARTUP = "before startup"
+
+
+@dataclass(frozen=True, slots=True)
+class HangRule(Generic[K]):
+    """One hang rule, declared.
+
+    ``judge`` reads frozen evidence, its own knobs and "now" and finds hangs;
+    ``kinds`` are the hang kinds it may confirm (``per_path``: one per
+    registered path canary kind instead); ``action`` names the knob holding
+    its action (empty: each canary kind's own policy); ``windows`` name the
+    knobs that time it; ``evidence`` says in a line what it reads, for
+    ``docs/verdict.md``.
+    """
+
+    name: str
+    judge: Callable[[Evidence, K, float], Finding]
+    knobs: type[K]
+    kinds: tuple[HangKind, ...] = ()
+    action: str = ""
+    windows: tuple[str, ...] = ()
+    off_when: frozenset[Gate] = frozenset()
+    evidence: str = ""
+    per_path: bool = False
+
+    def findings(self, evidence: Evidence, knobs: K, now: float) -> tuple[Hang, ...]:
+        """The judge's finding as a tuple of hangs."""
+        found = self.judge(evidence, knobs, now)
+        if found is None:
+            return ()
+        if isinstance(found, Hang):
+            return (found,)
+        return tuple(found)
