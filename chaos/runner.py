@@ -45,7 +45,7 @@ from chaos.sampling import changes, status_line, take_sample
 from chaos.scenario import Scenario, sentinel_settings
 from chaos.sentinel_thread import SentinelThread
 from chaos.targets import Target, make_target
-from sentinel.canary.result import CanaryKind
+from sentinel.canary.spec import CanaryKind
 from sentinel.daemon import Daemon
 
 SAMPLE_PERIOD = 1.0

@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import ssl
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -33,21 +33,24 @@ from prometheus_client import CollectorRegistry
 
 from sentinel import __version__
 from sentinel.canary.catalog import Catalog, apply_overrides, load_catalog
-from sentinel.canary.result import CanaryKind, CanaryResult
+from sentinel.canary.result import CanaryResult
 from sentinel.canary.runner import CanaryRunner
+from sentinel.canary.spec import CanaryKind
 from sentinel.config.loader import effective_config, read_api_key
 from sentinel.config.settings import Settings, split_host_port
 from sentinel.diagnostics.bundle import DiagnosticsContext, Trigger
 from sentinel.diagnostics.procs import ProcessMatch
 from sentinel.evaluation.evaluator import Evaluator
 from sentinel.evaluation.health import HealthState
-from sentinel.evaluation.incidents import IncidentRecorder, in_child
-from sentinel.fingerprint.book import build_book, bundle_section, weights_steps
+from sentinel.evaluation.incidents import IncidentRecorder
+from sentinel.fingerprint.book import CorrectnessProvider, build_book, bundle_section, weights_steps
 from sentinel.fingerprint.endpoint import fingerprint_routes
+from sentinel.fleet.gate import BudgetGate
 from sentinel.fleet.lease import PoolBudget
 from sentinel.maintenance.endpoint import MaintenanceHook
 from sentinel.record.ledger import Ledger
 from sentinel.record.observers import LoopFailures, Observers, Step, every, supervised
+from sentinel.record.provider import Provider
 from sentinel.scheduling.scheduler import Scheduler
 from sentinel.serve.probe_thread import ThreadedHttpServer
 from sentinel.telemetry.logging import get_logger
@@ -76,6 +79,7 @@ class Daemon:
         sleep: Sleep = asyncio.sleep,
         api_key: str | None = None,
         budget: PoolBudget | None = None,
+        providers: Sequence[Provider] = (),
     ) -> None:
         self.settings = settings
         self.clock = clock
@@ -91,7 +95,6 @@ class Daemon:
         self.maintenance_hook = MaintenanceHook.build(settings, clock, self.metrics)
         self.maintenance = self.maintenance_hook.window
         self.ledger = Ledger(self._kinds(), clock())
-        # The correctness check's fingerprint (sentinel.fingerprint.book), beside the bundles.
         self.fingerprints = build_book(settings, self.specs)
         self.started = asyncio.Event()
         self.http: ThreadedHttpServer | None = None
@@ -102,16 +105,9 @@ class Daemon:
         self.observers.sample_listeners.append(self.fingerprints.observe_sample)
         self.failures = LoopFailures(clock, self.metrics.loop_failed)
         self.observers.observations.failures = self.failures
-        self.incidents = IncidentRecorder.build(
-            settings.diagnostics_dir,
-            enabled=settings.diagnostics,
-            max_incidents=settings.diagnostics_max_incidents,
-            max_bytes=settings.diagnostics_max_bytes,
-            metrics=self.metrics,
-            context=self._diagnostics_context,
-            capturer=in_child(log_level=settings.log_level),
+        self.incidents = IncidentRecorder.for_settings(
+            settings, self.metrics, self._diagnostics_context
         )
-        # The pool's restart budget (off unless configured): Leases in the pod's namespace.
         self.budget = budget or PoolBudget.in_pod(settings.restart_budget)
         self.evaluator = Evaluator(
             settings,
@@ -124,7 +120,11 @@ class Daemon:
             on_server_restart=self._forget_baselines,
             specs=self.specs,
             maintenance=self._maintenance_reason,
-            correctness=self.fingerprints.evidence,
+            providers=(
+                CorrectnessProvider(self.fingerprints),
+                *BudgetGate.of(self.budget),
+                *providers,
+            ),
             budget=self.budget,
         )
 

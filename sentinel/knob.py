@@ -12,7 +12,7 @@ hang confirmed at once) never reaches the verdict.
 from __future__ import annotations
 
 import math
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
@@ -68,7 +68,7 @@ def span_of(model: type[BaseModel], name: str) -> Span | None:
     extra = None if field is None else field.json_schema_extra
     if not isinstance(extra, dict) or "span" not in extra:
         return None
-    least, most, unit = extra["span"]  # type: ignore[misc]
+    least, most, unit = cast("list[Any]", extra["span"])
     return Span(float(least), float(most), str(unit))
 
 

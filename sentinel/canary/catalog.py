@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from importlib.resources.abc import Traversable
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -32,9 +32,6 @@ from sentinel.canary.spec import (
     ReasoningOption,
     SpecFieldError,
 )
-
-if TYPE_CHECKING:
-    from sentinel.config.settings import CanaryOverride
 
 # A canary may stay outstanding at most this many intervals: past that, misses
 # would pile up behind one slow request and the scheduler would learn late.
@@ -313,8 +310,18 @@ def _check_catalog(specs: Sequence[CanarySpec]) -> None:
         )
 
 
+class Override(Protocol):
+    """One canary's override as the config holds it (``sentinel.config.settings.CanaryOverride``).
+
+    Named by what the catalog reads of it, the fields it sets, because the
+    config is what loads the catalog: the catalog stays below it.
+    """
+
+    def model_dump(self, *, exclude_none: bool = ...) -> dict[str, Any]: ...
+
+
 def apply_overrides(
-    specs: Iterable[CanarySpec], overrides: Mapping[str, CanaryOverride], source: str = "config"
+    specs: Iterable[CanarySpec], overrides: Mapping[str, Override], source: str = "config"
 ) -> tuple[CanarySpec, ...]:
     """The catalog's specs with the config's per-canary overrides applied.
 

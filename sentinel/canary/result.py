@@ -11,8 +11,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import NamedTuple
 
-# Re-exported: callers have long named the kind from here.
-from sentinel.canary.spec import CanaryKind as CanaryKind
+from sentinel.canary.spec import CanaryKind
 
 
 class Reason(StrEnum):

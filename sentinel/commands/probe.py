@@ -25,9 +25,11 @@ from rich.table import Table
 from rich.text import Text
 
 from sentinel.canary.catalog import Catalog, CatalogError, load_catalog
-from sentinel.canary.kinds import KINDS, skips_unsupported
-from sentinel.canary.result import CanaryKind, CanaryResult, Reason
+from sentinel.canary.kinds import KINDS
+from sentinel.canary.outcome import outcome
+from sentinel.canary.result import CanaryResult, Reason
 from sentinel.canary.runner import CanaryRunner, ModelResolutionError
+from sentinel.canary.spec import CanaryKind
 from sentinel.config.loader import ConfigError, read_api_key
 from sentinel.exitcode import ExitCode
 
@@ -58,17 +60,6 @@ class TargetReport:
     @property
     def healthy(self) -> bool:
         return self.error is None and all(outcome(r) != "fail" for r in self.results)
-
-
-def outcome(result: CanaryResult) -> str:
-    """``ok``, ``skipped`` (the model lacks the kind's input), ``inconclusive`` or ``fail``."""
-    if result.ok:
-        return "ok"
-    if result.reason is Reason.INCONCLUSIVE:
-        return "inconclusive"
-    if result.reason is Reason.UNSUPPORTED and skips_unsupported(result.kind):
-        return "skipped"
-    return "fail"
 
 
 def normalize_url(url: str) -> str:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -100,9 +100,9 @@ def _check_catalog_deadlines(
 ) -> None:
     """The windows against every enabled canary's deadline, the catalog's included.
 
-    :class:`Settings` checks the deadlines it is given; the catalog's own
-    (8 s text, 10 s structured and multimodal) are only known here. A catalog
-    that does not load is reported where it is loaded, with its own message.
+    :class:`Settings` checks the deadlines it is given; the catalog's own are
+    only known here. A catalog that does not load is reported where it is
+    loaded, with its own message.
     """
     try:
         specs = apply_overrides(load_catalog(settings.probes).specs, settings.canaries)
@@ -111,8 +111,8 @@ def _check_catalog_deadlines(
     try:
         settings.check_windows({s.name: s.deadline for s in specs if s.enabled})
     except ValueError as exc:
-        key = "late_wait" if str(exc).startswith("late_wait") else "hang_window"
-        where = origin.get(key) or (str(config_file) if config_file else "settings")
+        window = str(exc).split(maxsplit=1)[0]  # the setting the message is about
+        where = _where((window, "canaries"), origin, config_file)
         raise ConfigError(f"{where}: {exc}") from None
 
 
@@ -191,16 +191,39 @@ def _read_file(path: Path) -> dict[str, Any]:
     return {str(k).replace("-", "_"): v for k, v in data.items()}
 
 
+# A word of an error message that may name a setting.
+_WORD = re.compile(r"[a-z][a-z0-9_]*")
+
+
+def _where(keys: Iterable[str], origin: Mapping[str, str], config_file: Path | None) -> str:
+    """Where the values of ``keys`` came from: each flag, variable or file once, in order.
+
+    Where every one of them is a default, the file (what it did not set is what
+    it left at the default), else "settings".
+    """
+    sources = dict.fromkeys(origin[key] for key in keys if key in origin)
+    return ", ".join(sources) or (str(config_file) if config_file else "settings")
+
+
 def _describe(exc: ValidationError, origin: Mapping[str, str], config_file: Path | None) -> str:
+    """One line per error, naming the source of the value it is about.
+
+    An error of one key names where that key came from; a cross-field one
+    (``hang_window must exceed two scrape intervals``) names the source of
+    every setting its message mentions, so ``--hang-window 3`` is blamed even
+    when the other side is a default.
+    """
     lines = []
     for error in exc.errors():
         loc = ".".join(str(part) for part in error["loc"])
-        top = str(error["loc"][0]) if error["loc"] else ""
-        where = origin.get(top) or (str(config_file) if config_file else "settings")
         message = error["msg"]
+        if error["loc"]:
+            keys: Iterable[str] = (str(error["loc"][0]),)
+        else:
+            keys = (word for word in _WORD.findall(message) if word in Settings.model_fields)
         if error["type"] == "extra_forbidden":
             message = "unknown key"
-        lines.append(f"{where}: {loc or '(settings)'}: {message}")
+        lines.append(f"{_where(keys, origin, config_file)}: {loc or '(settings)'}: {message}")
     return "\n".join(lines)
 
 

@@ -2,144 +2,109 @@
 
 Pure data and validation; where the values come from (defaults, a YAML file,
 ``SENTINEL_*`` variables, flags) is :mod:`sentinel.config.loader`'s business, which
-also re-exports these names. Every number is finite and ranged with its unit
-(:data:`RANGES`), so a typo such as ``hang_window: .inf`` (liveness that can
-never fail) or ``metrics_max_bytes: 0`` is refused naming the key and unit.
+also re-exports these names. Each field is one declaration
+(:func:`sentinel.knob.setting`): its default, its span with a unit and what it
+is for, so the loader, ``docs/configuration.md`` and ``sentinel doctor`` read
+the same numbers. :class:`~sentinel.knob.Ranged` refuses a number outside its
+span, the inherited verdict thresholds included, so a typo such as
+``hang_window: .inf`` (liveness that can never fail) or ``metrics_max_bytes: 0``
+is refused naming the key and unit.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    ValidationInfo,
-    field_validator,
-    model_validator,
-)
+from pydantic import field_validator, model_validator
 
+from sentinel.knob import DAY, GIB, KIB, MIB, Ranged, seconds, setting
 from sentinel.verdict import Action, Policy
+
+__all__ = [
+    "DAY",
+    "GIB",
+    "GRPC_OFF",
+    "KIB",
+    "MIB",
+    "CanaryOverride",
+    "RestartBudget",
+    "Settings",
+    "split_host_port",
+]
 
 # Words meaning "no gRPC listener" for ``grpc_listen`` (flag, variable or file).
 GRPC_OFF = frozenset({"", "off", "none", "false", "disabled"})
 
-# Every duration setting: (least, most) seconds. A duration outside its range
-# is refused naming the unit: ``hang_window: .inf`` would mean liveness can
-# never fail, ``process_interval: 1e-12`` a loop that never yields.
-DAY = 86_400.0
-KIB = 1024
-MIB = 1024 * KIB
-GIB = 1024 * MIB
-SECONDS_RANGES: dict[str, tuple[float, float]] = {
-    "scrape_interval": (0.1, 3600.0),
-    "scrape_timeout": (0.1, 3600.0),
-    "health_interval": (0.1, 3600.0),
-    "health_timeout": (0.1, 60.0),
-    "broken_window": (1.0, DAY),
-    "listener_grace": (1.0, DAY),
-    "process_interval": (0.1, 3600.0),
-    "eval_interval": (0.05, 60.0),
-    "idle_window": (0.0, DAY),
-    "hang_window": (1.0, DAY),
-    "step_window": (1.0, DAY),
-    "no_evidence_window": (1.0, DAY),
-    "dead_grace": (0.0, 3600.0),
-    "brake_window": (60.0, 7 * DAY),
-    "maintenance_max": (1.0, DAY),
-    "shutdown_timeout": (0.1, 600.0),
-    "interval": (0.1, DAY),
-    "deadline": (0.1, 3600.0),
-    "late_wait": (0.0, DAY),
-    "lifecycle_interval": (0.1, 3600.0),
-    "pause_bound": (1.0, 30 * DAY),
-    "sleep_bound": (1.0, 365 * DAY),
-    "compile_grace": (0.0, DAY),
-}
-# Every cap and count: (least, most, unit). A cap of 0 would refuse every
-# answer; one of 10**18 is no cap at all.
-COUNT_RANGES: dict[str, tuple[int, int, str]] = {
-    "diagnostics_max_incidents": (1, 10_000, "incidents"),
-    "diagnostics_max_bytes": (KIB, 1024 * GIB, "bytes"),
-    "diagnostics_section_max_bytes": (64 * KIB, GIB, "bytes"),
-    "diagnostics_bundle_max_bytes": (256 * KIB, 16 * GIB, "bytes"),
-    "metrics_max_bytes": (64 * KIB, GIB, "bytes"),
-    "metrics_max_lines": (100, 100_000_000, "lines"),
-    "metrics_max_line_bytes": (KIB, 64 * MIB, "bytes"),
-    "metrics_max_series": (10, 1_000_000, "series"),
-    "canary_max_bytes": (4 * KIB, 256 * MIB, "bytes"),
-    "path_misses": (1, 100, "canaries"),
-    "ready_out_after": (1, 100, "evaluations"),
-    "ready_back_after": (1, 100, "evaluations"),
-    "brake_max_restarts": (1, 1_000, "restarts"),
-}
-RANGES: dict[str, tuple[float, float, str]] = {
-    **{name: (least, most, "s") for name, (least, most) in SECONDS_RANGES.items()},
-    **COUNT_RANGES,
-}
 
-
-def _finite_in_range(value: object, field: str | None) -> object:
-    """Refuse a non-finite number anywhere, and a ranged setting outside its range, with units."""
-    if isinstance(value, bool) or not isinstance(value, float | int):
-        return value
-    bounds = RANGES.get(field or "")
-    if bounds is None:
-        if not math.isfinite(value):
-            raise ValueError(f"must be a finite number, got {value}")
-        return value
-    least, most, unit = bounds
-    if not math.isfinite(value) or not least <= value <= most:
-        raise ValueError(
-            f"must be between {least:g} {unit} and {most:g} {unit}, got {value:g} {unit}"
-        )
-    return value
-
-
-class CanaryOverride(BaseModel):
+class CanaryOverride(Ranged):
     """Per-canary timing and policy overrides on top of the catalog's YAML."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    interval: float | None = seconds(
+        None, "How often the canary is sent (unset: the catalog's interval).", 0.1, DAY
+    )
+    deadline: float | None = seconds(
+        None,
+        "How long the canary may take before it counts as a timeout (unset: the catalog's).",
+        0.1,
+        3600.0,
+    )
+    jitter: float | None = setting(
+        None,
+        "Random spread of the interval, as a share of it (unset: the catalog's).",
+        (0.0, 1.0, "share"),
+        lt=1,
+    )
+    enabled: bool | None = setting(
+        None, "false: the canary is not sent at all (unset: the catalog's)."
+    )
+    policy: Action | None = setting(
+        None, "What a hang this canary confirms does: restart, unready or alert."
+    )
 
-    interval: float | None = None
-    deadline: float | None = None
-    jitter: float | None = Field(default=None, ge=0, lt=1)
-    enabled: bool | None = None
-    policy: Action | None = None
 
-    @field_validator("*", mode="after")
-    @classmethod
-    def _finite(cls, value: object, info: ValidationInfo) -> object:
-        return _finite_in_range(value, info.field_name)
-
-
-class RestartBudget(BaseModel):
+class RestartBudget(Ranged):
     """The pool's restart budget (docs/restart-budget.md); off by default."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    # Coordinate restarts with the pool's other sidecars through Kubernetes Leases.
-    enabled: bool = False
-    # The pool (Leases <pool>-restart-0..N-1); unset: the POOL_NAME variable (downward API).
-    pool: str | None = Field(default=None, pattern=r"^[a-z0-9]([-a-z0-9.]{0,200}[a-z0-9])?$")
-    # At most this many of the pool's servers restarted within the window (unset: 1, or share).
-    slots: int | None = Field(default=None, ge=1, le=1000)
-    # Instead of slots: this share of pool_size, rounded down, at least 1.
-    share: float | None = Field(default=None, gt=0, le=1)
-    # The pool's server count that share is taken of.
-    pool_size: int | None = Field(default=None, ge=1, le=100_000)
-    # How long one restart counts against the budget; each Lease's duration (whole seconds).
-    window: float = Field(default=300.0, ge=1, le=DAY)
-    # How often a pod held by the budget asks again for a free slot.
-    retry_interval: float = Field(default=5.0, ge=0.1, le=3600)
-    # The Leases' namespace; unset: the pod's.
-    namespace: str | None = None
-    # One request to the API server gives up after this long (then: acting alone).
-    request_timeout: float = Field(default=5.0, ge=0.1, le=60)
+    enabled: bool = setting(
+        False, "Coordinate restarts with the pool's other sidecars through Kubernetes Leases."
+    )
+    pool: str | None = setting(
+        None,
+        "The pool (Leases <pool>-restart-0..N-1); unset: the POOL_NAME variable (downward API).",
+        pattern=r"^[a-z0-9]([-a-z0-9.]{0,200}[a-z0-9])?$",
+    )
+    slots: int | None = setting(
+        None,
+        "At most this many of the pool's servers restarted within the window (unset: 1, or share).",
+        (1, 1000, "servers"),
+    )
+    share: float | None = setting(
+        None,
+        "Instead of slots: this share of pool_size, rounded down, at least 1.",
+        (0.0, 1.0, "share"),
+        gt=0,
+    )
+    pool_size: int | None = setting(
+        None, "The pool's server count that share is taken of.", (1, 100_000, "servers")
+    )
+    window: float = seconds(
+        300.0,
+        "How long one restart counts against the budget; each Lease's duration (whole seconds).",
+        1.0,
+        DAY,
+    )
+    retry_interval: float = seconds(
+        5.0, "How often a pod held by the budget asks again for a free slot.", 0.1, 3600.0
+    )
+    namespace: str | None = setting(None, "The Leases' namespace; unset: the pod's.")
+    request_timeout: float = seconds(
+        5.0,
+        "One request to the API server gives up after this long (then: acting alone).",
+        0.1,
+        60.0,
+    )
 
     @model_validator(mode="after")
     def _one_size(self) -> RestartBudget:
@@ -150,67 +115,138 @@ class RestartBudget(BaseModel):
         return self
 
 
-class Settings(Policy):
+class Settings(Policy, Ranged):
     """Every knob of ``sentinel run``; the defaults are the README's defaults table.
 
     The verdict's thresholds (``hang_window``, ``engine_policy``, ...) are the
-    fields of :class:`~sentinel.verdict.Policy`, inherited: named, defaulted
-    and described there once; :meth:`policy` hands them to the verdict.
+    fields of :class:`~sentinel.verdict.Policy`, inherited: named, defaulted,
+    ranged and described there once; :class:`~sentinel.knob.Ranged` checks
+    them here, where a value comes from a person, and :meth:`policy` hands
+    them to the verdict.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    target: str = setting("http://127.0.0.1:8000", "The inference server's base URL.")
+    listen: str = setting(
+        "0.0.0.0:8471", "HTTP listener (HOST:PORT) for the probe endpoints, /status and /metrics."
+    )
+    grpc_listen: str | None = setting(
+        "0.0.0.0:8472",
+        "gRPC health listener (HOST:PORT) for the Kubernetes gRPC-probe variant; "
+        "off: no gRPC listener.",
+    )
+    probes: Path | None = setting(
+        None, "A directory of canary specs replacing the shipped catalog."
+    )
+    api_key_file: Path | None = setting(
+        None, "A file holding the server's API key (or SENTINEL_API_KEY); never logged."
+    )
+    maintenance_token_file: Path | None = setting(
+        None,
+        "The file holding the bearer token of the /maintenance hook "
+        "(sentinel.maintenance.window); unset: the hook is off.",
+    )
+    maintenance_max: float = seconds(
+        3600.0, "The longest maintenance window one /maintenance request may set.", 1.0, DAY
+    )
+    diagnostics_dir: Path = setting(
+        Path("/tmp/sentinel-diagnostics"),
+        "Where diagnostics bundles (and the correctness fingerprint) are kept.",
+    )
+    diagnostics: bool = setting(True, "Capture a diagnostics bundle at the first suspicion.")
+    diagnostics_max_incidents: int = setting(
+        20, "Bundles kept; the oldest go first.", (1, 10_000, "incidents")
+    )
+    diagnostics_max_bytes: int = setting(
+        200 * MIB, "Bytes all kept bundles may take.", (KIB, 1024 * GIB, "bytes")
+    )
+    diagnostics_section_max_bytes: int = setting(
+        8 * MIB,
+        "Bytes one section of a bundle (a /metrics scrape set, a stack dump) may take.",
+        (64 * KIB, GIB, "bytes"),
+    )
+    diagnostics_bundle_max_bytes: int = setting(
+        32 * MIB, "Bytes one whole bundle may take.", (256 * KIB, 16 * GIB, "bytes")
+    )
+    model: str | None = setting(
+        None, "The model canaries ask for (unset: the first one /v1/models lists)."
+    )
+    scheduling_policy: Literal["auto", "priority", "fcfs"] = setting(
+        "auto", "The server's scheduling policy (auto: read from its command line)."
+    )
+    watch_processes: bool = setting(
+        True, "Read the server's processes (needs the shared PID namespace)."
+    )
 
-    target: str = "http://127.0.0.1:8000"
-    listen: str = "0.0.0.0:8471"
-    # None: no gRPC listener (``off``); the Kubernetes gRPC-probe variant turns it on.
-    grpc_listen: str | None = "0.0.0.0:8472"
-    probes: Path | None = None
-    api_key_file: Path | None = None
-    # The /maintenance hook (sentinel.maintenance.window): the file holding its bearer
-    # token (None: the hook is off) and the longest window one request may set.
-    maintenance_token_file: Path | None = None
-    maintenance_max: float = 3600.0
-    diagnostics_dir: Path = Path("/tmp/sentinel-diagnostics")
-    diagnostics: bool = True
-    diagnostics_max_incidents: int = 20
-    diagnostics_max_bytes: int = 200 * 1024 * 1024
-    # One bundle: each section (a /metrics scrape set, a stack dump) and the whole.
-    diagnostics_section_max_bytes: int = 8 * 1024 * 1024
-    diagnostics_bundle_max_bytes: int = 32 * 1024 * 1024
-    model: str | None = None
-    scheduling_policy: Literal["auto", "priority", "fcfs"] = "auto"
-    watch_processes: bool = True
+    scrape_interval: float = seconds(2.0, "How often the server's /metrics is read.", 0.1, 3600.0)
+    scrape_timeout: float = seconds(
+        10.0,
+        "How long one /metrics read may take: a busy API server answers late, "
+        "and a late sample is still evidence.",
+        0.1,
+        3600.0,
+    )
+    health_interval: float = seconds(2.0, "How often the server's /health is asked.", 0.1, 3600.0)
+    process_interval: float = seconds(
+        1.0, "How often the server's processes are sampled.", 0.1, 3600.0
+    )
+    eval_interval: float = seconds(0.5, "How often the verdict is evaluated.", 0.05, 60.0)
+    idle_window: float = seconds(
+        5.0,
+        "The text canary is skipped while real decode completed within this window "
+        "(0: never skipped).",
+        0.0,
+        DAY,
+    )
+    lifecycle_interval: float = seconds(
+        5.0,
+        "How often /is_sleeping and /is_paused are asked, to tell sleep, pause and weight "
+        "updates from hangs (where the server runs VLLM_SERVER_DEV_MODE=1).",
+        0.1,
+        3600.0,
+    )
+    shutdown_timeout: float = seconds(5.0, "How long an orderly shutdown may take.", 0.1, 600.0)
+    health_timeout: float = seconds(2.0, "How long one /health ask may take.", 0.1, 60.0)
+    metrics_max_bytes: int = setting(
+        8 * MIB,
+        "Cap on one /metrics answer (vLLM's whole exposition is well under 1 MiB).",
+        (64 * KIB, GIB, "bytes"),
+    )
+    metrics_max_lines: int = setting(
+        100_000, "Cap on the lines of one /metrics answer.", (100, 100_000_000, "lines")
+    )
+    metrics_max_line_bytes: int = setting(
+        64 * KIB, "Cap on one line of /metrics.", (KIB, 64 * MIB, "bytes")
+    )
+    metrics_max_series: int = setting(
+        1_000,
+        "Cap on the series kept of the signals sentinel reads (a few dozen, even with "
+        "data-parallel engines).",
+        (10, 1_000_000, "series"),
+    )
+    canary_max_bytes: int = setting(
+        MIB, "Cap on one canary's answer.", (4 * KIB, 256 * MIB, "bytes")
+    )
+    late_wait: float = seconds(
+        120.0,
+        "A late answer is an answer: a canary past its deadline is recorded as a timeout, "
+        "but one per kind is still awaited in the background up to this long past its "
+        "send (0: never; else at least every deadline).",
+        0.0,
+        DAY,
+    )
+    canaries: dict[str, CanaryOverride] = setting(
+        {}, "Per-canary overrides of the catalog, by canary name (see below)."
+    )
+    restart_budget: RestartBudget = setting(
+        RestartBudget(),
+        "A cap on restarts across the pool, through Kubernetes Leases "
+        "(docs/restart-budget.md; see below).",
+    )
 
-    scrape_interval: float = 2.0
-    # A busy API server answers /metrics late; a late sample is still evidence.
-    scrape_timeout: float = 10.0
-    health_interval: float = 2.0
-    process_interval: float = 1.0
-    eval_interval: float = 0.5
-    idle_window: float = 5.0
-    # Lifecycle (sleep, pause, weight updates): how often /is_sleeping and
-    # /is_paused are asked (where the server runs VLLM_SERVER_DEV_MODE=1).
-    lifecycle_interval: float = 5.0
-    shutdown_timeout: float = 5.0
-    # Caps on what the target may send (hostile or merely huge answers).
-    # vLLM's whole exposition is well under 1 MiB and the series sentinel
-    # reads number a few dozen, even with data-parallel engines.
-    health_timeout: float = 2.0
-    metrics_max_bytes: int = 8 * 1024 * 1024
-    metrics_max_lines: int = 100_000
-    metrics_max_line_bytes: int = 64 * 1024
-    metrics_max_series: int = 1_000
-    canary_max_bytes: int = 1024 * 1024
-    # A late answer is an answer: a canary past its deadline is recorded as a
-    # timeout, but one per kind is still awaited in the background up to this
-    # many seconds past its send (0: never; else at least every deadline).
-    late_wait: float = 120.0
-    canaries: dict[str, CanaryOverride] = Field(default_factory=dict)
-    # A cap on restarts across the pool, through Kubernetes Leases (docs/restart-budget.md).
-    restart_budget: RestartBudget = Field(default_factory=RestartBudget)
-
-    log_format: Literal["auto", "json", "console"] = "auto"
-    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    log_format: Literal["auto", "json", "console"] = setting(
+        "auto", "auto: console in a terminal, JSON otherwise."
+    )
+    log_level: Literal["debug", "info", "warning", "error"] = setting("info", "Log level.")
 
     @field_validator("target")
     @classmethod
@@ -233,11 +269,6 @@ class Settings(Policy):
         if isinstance(value, str):
             split_host_port(value)
         return value
-
-    @field_validator("*", mode="after")
-    @classmethod
-    def _finite(cls, value: object, info: ValidationInfo) -> object:
-        return _finite_in_range(value, info.field_name)
 
     @model_validator(mode="after")
     def _cross_field(self) -> Settings:

@@ -38,7 +38,8 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from sentinel.canary.result import CanaryKind, CanaryResult, Reason
+from sentinel.canary.result import CanaryResult, Reason
+from sentinel.canary.spec import CanaryKind
 from sentinel.diagnostics.bundle import DiagnosticsContext, Incident, Trigger, capture
 from sentinel.diagnostics.procs import ProcessMatch
 from sentinel.diagnostics.sizes import kept_metrics

@@ -137,17 +137,12 @@ def doctor_main(args: argparse.Namespace) -> int:
     except (ConfigError, CatalogError) as exc:
         print(f"sentinel doctor: configuration error:\n{exc}", file=sys.stderr)
         return ExitCode.USAGE
-    timings = ProbeTimings(
-        scrape_interval_s=settings.scrape_interval,
-        idle_window_s=settings.idle_window,
-        hang_window_s=settings.hang_window,
-    )
     report = asyncio.run(
         run_doctor(
             settings.target,
             process_match=_match(args),
             cgroup_root=args.cgroup_root,
-            timings=timings,
+            timings=ProbeTimings.of(settings, specs),
             specs=specs,
         )
     )

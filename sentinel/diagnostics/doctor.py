@@ -27,9 +27,11 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
+from functools import cache
 from pathlib import Path
+from typing import Any
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
@@ -40,7 +42,9 @@ from sentinel.canary.catalog import load_catalog
 from sentinel.canary.kinds import unvalidatable
 from sentinel.canary.protocol import ServerFacts
 from sentinel.canary.spec import CanaryKind, CanarySpec
+from sentinel.config.settings import Settings
 from sentinel.diagnostics import access, cgroup, procs
+from sentinel.diagnostics.bundle import DEFAULT_BUDGET_S
 from sentinel.evidence.process_model import ProcessRole, ProcessSnapshot, reasoning_parser
 
 PROGRESS_COUNTERS = ("vllm:generation_tokens_total", "vllm:iteration_tokens_total")
@@ -74,22 +78,60 @@ class DoctorReport:
         return 1 if self.problems else 0
 
 
+def _default(name: str) -> float:
+    """A setting's declared default, so the doctor judges what ``sentinel run`` would run."""
+    return float(Settings.model_fields[name].default)
+
+
+@cache
+def _shipped() -> tuple[CanarySpec, ...]:
+    return load_catalog().enabled()
+
+
+def _longest(specs: Sequence[CanarySpec], attr: str, *, text: bool) -> float:
+    """The longest ``attr`` (deadline, interval) of the text canaries, or of all the others."""
+    return float(max((getattr(s, attr) for s in specs if (s.kind == "text") is text), default=0))
+
+
+def _shipped_longest(attr: str, *, text: bool) -> Any:
+    """A field defaulting to the shipped catalog's :func:`_longest`, read when first needed."""
+    return field(default_factory=lambda: _longest(_shipped(), attr, text=text))
+
+
 @dataclass(frozen=True, slots=True)
 class ProbeTimings:
-    """sentinel's windows and the kubelet's liveness settings, in seconds (DESIGN defaults)."""
+    """sentinel's windows, its canaries' deadlines and the kubelet's liveness settings, in seconds.
 
-    scrape_interval_s: float = 2.0
-    idle_window_s: float = 5.0
-    text_interval_s: float = 5.0
-    text_deadline_s: float = 8.0
-    path_deadline_s: float = 10.0
-    hang_window_s: float = 15.0
-    diagnostics_budget_s: float = 8.0
+    The defaults are the settings' declared defaults and the shipped catalog's
+    canaries; :meth:`of` takes them from a configuration and its catalog. The
+    kubelet's numbers are the vLLM container's liveness probe in the shipped manifests.
+    """
+
+    scrape_interval_s: float = _default("scrape_interval")
+    idle_window_s: float = _default("idle_window")
+    text_interval_s: float = _shipped_longest("interval", text=True)
+    text_deadline_s: float = _shipped_longest("deadline", text=True)
+    path_deadline_s: float = _shipped_longest("deadline", text=False)
+    hang_window_s: float = _default("hang_window")
+    diagnostics_budget_s: float = DEFAULT_BUDGET_S
     liveness_period_s: float = 5.0
     liveness_timeout_s: float = 3.0
     liveness_failure_threshold: int = 4
     liveness_grace_s: float = 10.0
     sentinel_restart_s: float = 15.0  # how long a sentinel restart may take unnoticed
+
+    @classmethod
+    def of(cls, settings: Settings, specs: Sequence[CanarySpec]) -> ProbeTimings:
+        """The windows ``settings`` configure and the deadlines of the canaries they run."""
+        specs = [s for s in specs if s.enabled]
+        return cls(
+            scrape_interval_s=settings.scrape_interval,
+            idle_window_s=settings.idle_window,
+            text_interval_s=_longest(specs, "interval", text=True),
+            text_deadline_s=_longest(specs, "deadline", text=True),
+            path_deadline_s=_longest(specs, "deadline", text=False),
+            hang_window_s=settings.hang_window,
+        )
 
 
 # The design's budget from hang to restart is under 60 s; past this it is a problem.
@@ -139,12 +181,8 @@ def check_probe_timings(t: ProbeTimings) -> list[DoctorCheck]:
         f"(>= {t.sentinel_restart_s:g} s for a sentinel restart)",
         "a sentinel restart must never restart vLLM",
     )
-    to_restart = (
-        t.hang_window_s
-        + t.text_interval_s
-        + t.liveness_period_s * t.liveness_failure_threshold
-        + t.liveness_grace_s
-    )
+    kubelet = t.liveness_period_s * t.liveness_failure_threshold + t.liveness_grace_s
+    to_restart = t.hang_window_s + t.text_interval_s + kubelet
     rule(
         to_restart <= MAX_HANG_TO_RESTART_S,
         f"worst case from hang to restart about {to_restart:g} s",
@@ -177,34 +215,22 @@ def check_cpu(section: cgroup.CgroupSection) -> list[DoctorCheck]:
         out.append(DoctorCheck("cpu", Severity.SKIPPED, "no vLLM process visible for OMP checks"))
     for check in section.checks:
         if check.omp_oversubscribed:
-            out.append(
-                DoctorCheck(
-                    "cpu",
-                    Severity.PROBLEM,
-                    f"pid {check.pid}: OpenMP oversubscribed ({check.omp_effective} threads "
-                    f"on {check.quota_cpus:g} CPUs); set OMP_NUM_THREADS to the quota",
-                    "; ".join(check.notes),
-                )
+            severity = Severity.PROBLEM
+            found = (
+                f"OpenMP oversubscribed ({check.omp_effective} threads "
+                f"on {check.quota_cpus:g} CPUs); set OMP_NUM_THREADS to the quota"
             )
         elif check.threads_exceed_quota:
-            out.append(
-                DoctorCheck(
-                    "cpu",
-                    Severity.WARN,
-                    f"pid {check.pid}: {check.num_threads} threads on {check.quota_cpus:g} CPUs",
-                    "; ".join(check.notes),
-                )
-            )
+            severity = Severity.WARN
+            found = f"{check.num_threads} threads on {check.quota_cpus:g} CPUs"
         else:
-            out.append(
-                DoctorCheck(
-                    "cpu",
-                    Severity.OK,
-                    f"pid {check.pid}: OMP_NUM_THREADS={check.omp_num_threads or 'unset'}, "
-                    f"{check.num_threads} threads",
-                    "; ".join(check.notes),
-                )
+            severity = Severity.OK
+            found = (
+                f"OMP_NUM_THREADS={check.omp_num_threads or 'unset'}, {check.num_threads} threads"
             )
+        out.append(
+            DoctorCheck("cpu", severity, f"pid {check.pid}: {found}", "; ".join(check.notes))
+        )
     return out
 
 
@@ -221,11 +247,8 @@ def scheduling_policy(argv: Sequence[str]) -> str | None:
 def check_scheduling_policy(api_cmdlines: Sequence[Sequence[str]]) -> DoctorCheck:
     """Pure: is canary priority honoured by every visible API server?"""
     if not api_cmdlines:
-        return DoctorCheck(
-            "priority",
-            Severity.SKIPPED,
-            "no vLLM API server visible (shareProcessNamespace?); cannot tell the policy",
-        )
+        why = "no vLLM API server visible (shareProcessNamespace?); cannot tell the policy"
+        return DoctorCheck("priority", Severity.SKIPPED, why)
     policies = [scheduling_policy(argv) or "fcfs" for argv in api_cmdlines]
     if all(p == "priority" for p in policies):
         return DoctorCheck("priority", Severity.OK, "--scheduling-policy priority: effective")
@@ -248,13 +271,8 @@ def check_canary_kinds(
     ``canary_kind_disabled``.
     """
     if not api_cmdlines:
-        return [
-            DoctorCheck(
-                "canaries",
-                Severity.SKIPPED,
-                "no vLLM API server visible; cannot tell which canary kinds can be validated",
-            )
-        ]
+        why = "no vLLM API server visible; cannot tell which canary kinds can be validated"
+        return [DoctorCheck("canaries", Severity.SKIPPED, why)]
     found: dict[CanaryKind, str] = {}
     parsers: set[str] = set()
     for argv in api_cmdlines:
@@ -269,14 +287,9 @@ def check_canary_kinds(
             for kind, why in found.items()
         ]
     kept = f"--reasoning-parser {', '.join(sorted(parsers))}; " if parsers else ""
-    return [
-        DoctorCheck(
-            "canaries",
-            Severity.OK,
-            "every enabled canary kind can be validated on this server",
-            f"{kept}kinds: {', '.join(sorted({s.kind.value for s in specs if s.enabled}))}",
-        )
-    ]
+    kinds = ", ".join(sorted({s.kind.value for s in specs if s.enabled}))
+    ok = "every enabled canary kind can be validated on this server"
+    return [DoctorCheck("canaries", Severity.OK, ok, f"{kept}kinds: {kinds}")]
 
 
 def check_processes(snapshot: ProcessSnapshot) -> list[DoctorCheck]:
@@ -291,18 +304,11 @@ def check_metrics(text: str | None, error: str | None = None) -> DoctorCheck:
             "metrics", Severity.PROBLEM, f"vLLM /metrics unreachable: {error or 'no answer'}"
         )
     try:
-        names = {
-            sample.name
-            for family in text_string_to_metric_families(text)
-            for sample in family.samples
-        }
+        families = text_string_to_metric_families(text)
+        names = {sample.name for family in families for sample in family.samples}
     except ValueError as exc:
         return DoctorCheck("metrics", Severity.PROBLEM, f"vLLM /metrics unparsable: {exc}")
-    missing = [
-        counter
-        for counter in PROGRESS_COUNTERS
-        if counter not in names and f"{counter}_count" not in names
-    ]
+    missing = [c for c in PROGRESS_COUNTERS if c not in names and f"{c}_count" not in names]
     if missing:
         return DoctorCheck(
             "metrics",
@@ -339,10 +345,11 @@ async def run_doctor(
 ) -> DoctorReport:
     """Gather the inputs (processes, cgroup, one /metrics scrape) and run every check.
 
-    ``specs``: the canaries sentinel would run (None: the shipped catalog's).
+    ``specs``: the canaries sentinel would run (None: the shipped catalog's);
+    without ``timings``, their deadlines are judged against the default windows.
     """
     match = process_match or procs.ProcessMatch()
-    canaries = load_catalog().enabled() if specs is None else tuple(specs)
+    canaries = _shipped() if specs is None else tuple(specs)
 
     def local() -> tuple[list[procs.ProcessRecord], cgroup.CgroupSection]:
         snaps = procs.describe(procs.discover(match))
@@ -365,17 +372,12 @@ async def run_doctor(
         check_scheduling_policy([s.cmdline for s in api]),
         *check_canary_kinds([s.cmdline for s in api], canaries),
         check_metrics(text, error),
-        *check_probe_timings(timings or ProbeTimings()),
+        *check_probe_timings(timings or ProbeTimings.of(Settings(), canaries)),
     ]
     return DoctorReport(tuple(checks))
 
 
-_STYLE = {
-    Severity.OK: "green",
-    Severity.WARN: "yellow",
-    Severity.PROBLEM: "bold red",
-    Severity.SKIPPED: "dim",
-}
+_STYLE = {Severity.OK: "green", Severity.WARN: "yellow", Severity.PROBLEM: "bold red"}
 
 
 def render_report(report: DoctorReport, console: Console | None = None) -> None:
@@ -387,12 +389,8 @@ def render_report(report: DoctorReport, console: Console | None = None) -> None:
     table.add_column("finding", overflow="fold")
     table.add_column("why", overflow="fold", style="dim")
     for check in report.checks:
-        table.add_row(
-            check.area,
-            f"[{_STYLE[check.severity]}]{check.severity.value}[/]",
-            check.summary,
-            check.detail,
-        )
+        result = f"[{_STYLE.get(check.severity, 'dim')}]{check.severity.value}[/]"
+        table.add_row(check.area, result, check.summary, check.detail)
     out.print(table)
     problems = len(report.problems)
     warnings = sum(1 for c in report.checks if c.severity is Severity.WARN)

@@ -23,11 +23,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from sentinel.canary.correctness import CorrectnessEvidence
 from sentinel.canary.kinds import unvalidatable
 from sentinel.canary.protocol import ServerFacts
-from sentinel.canary.result import CanaryKind, Reason
-from sentinel.canary.spec import CanarySpec
+from sentinel.canary.result import Reason
+from sentinel.canary.spec import CanaryKind, CanarySpec
 from sentinel.config.settings import Settings
 from sentinel.evaluation.health import HealthSnapshot, HealthState
 from sentinel.evaluation.incidents import IncidentRecorder
@@ -35,6 +34,7 @@ from sentinel.fleet.budget import Wish
 from sentinel.fleet.lease import PoolBudget
 from sentinel.record.ledger import Ledger
 from sentinel.record.observers import Observations
+from sentinel.record.provider import Provider, fragments, gather
 from sentinel.serve.status import PriorityReport, StatusInputs, Transition, status_document
 from sentinel.telemetry.logging import get_logger
 from sentinel.telemetry.metrics import SentinelMetrics
@@ -43,7 +43,6 @@ from sentinel.verdict import (
     Evidence,
     Hang,
     ProbeAnswer,
-    RestartGate,
     Verdict,
     VerdictState,
     evaluate,
@@ -72,7 +71,7 @@ class Evaluator:
         on_server_restart: Callable[[], None] = lambda: None,
         maintenance: Callable[[float], str | None] = lambda now: None,
         specs: Sequence[CanarySpec] = (),
-        correctness: Callable[[], CorrectnessEvidence | None] = lambda: None,
+        providers: Sequence[Provider] = (),
         budget: PoolBudget | None = None,
     ) -> None:
         self.settings = settings
@@ -86,8 +85,10 @@ class Evaluator:
         self.on_server_restart = on_server_restart
         self.maintenance = maintenance  # the reason of the window in force, if any
         self.specs = tuple(specs)  # the canaries run: which kinds the command line rules out
-        self.correctness = correctness  # the fingerprint checks are judged against now
-        # The pool's restart budget: its gate is evidence, each verdict's wish its input.
+        # Evidence beyond the ledger, one frozen section each (the fingerprint
+        # checks are judged against, the restart budget's gate, ...).
+        self.providers = tuple(providers)
+        # The pool's restart budget: each verdict's wish is its input (its gate a provider).
         self.budget = budget if budget is not None and budget.enabled else None
         self._disabled_said: set[tuple[CanaryKind, str]] = set()
         self.verdict_state = VerdictState()
@@ -113,10 +114,11 @@ class Evaluator:
         self._check_own_stall(now)
         self._disable_unvalidatable()
         evidence = ledger.evidence(
-            now, freshness=self.settings.evidence_freshness, unobserved=tuple(self.unobserved)
+            now,
+            freshness=self.settings.evidence_freshness,
+            unobserved=tuple(self.unobserved),
+            sections=gather(self.providers, now),
         )
-        gate = self.budget.gate() if self.budget is not None else RestartGate()
-        evidence = replace(evidence, correctness=self.correctness(), restart_gate=gate)
         previous = self.verdict
         self.verdict_state, verdict = evaluate(self.verdict_state, evidence, self.policy, now)
         self.verdict = verdict
@@ -139,7 +141,7 @@ class Evaluator:
             self.incidents.all_clear()
         self._log_transitions(previous, verdict, now)
         self._update_priority()
-        await self.state.publish(self._snapshot(verdict, now))
+        await self.state.publish(self._snapshot(verdict, evidence, now))
         return verdict
 
     async def shut_down(self, now: float) -> None:
@@ -243,7 +245,7 @@ class Evaluator:
                 why="vLLM ignores request priority unless run with --scheduling-policy priority",
             )
 
-    def _snapshot(self, verdict: Verdict, now: float) -> HealthSnapshot:
+    def _snapshot(self, verdict: Verdict, evidence: Evidence, now: float) -> HealthSnapshot:
         readiness = verdict.readiness
         if self.shutting_down:
             readiness = ProbeAnswer(False, SHUTTING_DOWN, now)
@@ -281,9 +283,19 @@ class Evaluator:
                     recent_incidents=incidents.recent,
                     transitions=self.transitions,
                     restart_budget={"mode": "off"} if budget is None else budget.status(),
+                    sections=fragments(self.providers, _all_sections(evidence), now),
                 )
             ),
         )
+
+
+def _all_sections(evidence: Evidence) -> dict[str, object]:
+    """The sections the verdict judged, the typed built-in ones included, by provider name."""
+    return {
+        "correctness": evidence.correctness,
+        "restart_gate": evidence.restart_gate,
+        **evidence.sections,
+    }
 
 
 def hang_outcome(hang: Hang, *, enforce: bool, braked: bool, held: bool = False) -> str:

@@ -29,6 +29,7 @@ from pathlib import Path
 
 from aiohttp import web
 
+from sentinel.config.settings import Settings
 from sentinel.diagnostics.bundle import DiagnosticsContext, Trigger, capture
 from sentinel.diagnostics.child import ChildCaptureError, StoredIncident, capture_in_child
 from sentinel.diagnostics.store import (
@@ -134,6 +135,21 @@ class IncidentRecorder:
         )
         return cls(
             store, metrics, context, reporter=EventReporter.from_environment(), capturer=capturer
+        )
+
+    @classmethod
+    def for_settings(
+        cls, settings: Settings, metrics: SentinelMetrics, context: ContextFactory
+    ) -> IncidentRecorder:
+        """The daemon's recorder: the diagnostics settings, captured in a child process."""
+        return cls.build(
+            settings.diagnostics_dir,
+            enabled=settings.diagnostics,
+            max_incidents=settings.diagnostics_max_incidents,
+            max_bytes=settings.diagnostics_max_bytes,
+            metrics=metrics,
+            context=context,
+            capturer=in_child(log_level=settings.log_level),
         )
 
     # -- called by the evaluation loop (synchronous, never waits) ------------

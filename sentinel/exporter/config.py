@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from sentinel.canary.catalog import Catalog, CatalogError, load_catalog
 from sentinel.canary.kinds import KINDS
 from sentinel.canary.spec import CanaryKind
+from sentinel.capped import FileTooLarge, read_capped_file
 from sentinel.config.loader import ConfigError, read_api_key
 from sentinel.config.settings import split_host_port
 
@@ -133,12 +134,11 @@ class ModuleRuntime:
 def load_config(path: Path) -> ExporterConfig:
     """Read and validate the file; :class:`ConfigError` names the file and key on any problem."""
     try:
-        with path.open("rb") as handle:
-            raw = handle.read(MAX_CONFIG_BYTES + 1)
+        raw = read_capped_file(path, MAX_CONFIG_BYTES)
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    if len(raw) > MAX_CONFIG_BYTES:
-        raise ConfigError(f"{path}: larger than {MAX_CONFIG_BYTES // 1024} KiB")
+    except FileTooLarge:
+        raise ConfigError(f"{path}: larger than {MAX_CONFIG_BYTES // 1024} KiB") from None
     try:
         data: Any = yaml.safe_load(raw.decode("utf-8-sig"))
     except UnicodeDecodeError as exc:

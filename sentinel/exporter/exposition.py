@@ -13,8 +13,9 @@ from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
 
-from sentinel.canary.result import CanaryKind, CanaryResult
-from sentinel.commands.probe import outcome
+from sentinel.canary.outcome import outcome
+from sentinel.canary.result import CanaryResult
+from sentinel.canary.spec import CanaryKind
 from sentinel.exporter.prober import ProbeOutcome, TargetEvidence
 
 PHASE_VALUES = ("serving", "asleep", "paused")

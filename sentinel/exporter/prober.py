@@ -24,10 +24,10 @@ import httpx
 
 from sentinel.canary.catalog import Catalog
 from sentinel.canary.kinds import CONTROL, KINDS
+from sentinel.canary.outcome import outcome
 from sentinel.canary.result import CanaryResult, Reason
 from sentinel.canary.runner import CanaryRunner, ModelResolutionError
 from sentinel.canary.spec import CanarySpec
-from sentinel.commands.probe import outcome
 from sentinel.evidence.metrics import MetricsScraper, ScrapeError
 from sentinel.exporter.allowlist import Allowlist
 from sentinel.exporter.config import ModuleRuntime

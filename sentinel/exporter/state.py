@@ -20,7 +20,8 @@ from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from sentinel.canary.result import CanaryKind, CanaryResult
+from sentinel.canary.result import CanaryResult
+from sentinel.canary.spec import CanaryKind
 
 WORK_COUNTERS = ("completions", "generation_tokens")
 

@@ -30,8 +30,8 @@ import math
 import threading
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import replace
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 import httpx
@@ -312,3 +312,20 @@ def weights_steps(
         book.observe_identity(await poller.poll())
 
     return [("weights", settings.lifecycle_interval, step)]
+
+
+@dataclass(frozen=True, slots=True)
+class CorrectnessProvider:
+    """The fingerprint the checks are judged against, as the evidence's ``correctness`` section.
+
+    Its ``/status`` is ``/fingerprint`` (:mod:`sentinel.fingerprint.endpoint`), so no fragment.
+    """
+
+    book: FingerprintBook
+    name: str = "correctness"
+
+    def section(self, now: float) -> CorrectnessEvidence | None:
+        return self.book.evidence()
+
+    def status(self, section: object, now: float) -> Mapping[str, Any] | None:
+        return None

@@ -20,6 +20,7 @@ from typing import Any
 
 from sentinel.canary.correctness import Fingerprint
 from sentinel.canary.result import Generation
+from sentinel.capped import FileTooLarge, read_capped_file
 from sentinel.telemetry.logging import get_logger
 
 log = get_logger("sentinel.fingerprint")
@@ -43,14 +44,13 @@ class FingerprintStore:
     def load(self) -> list[Fingerprint]:
         """What the file holds; [] when there is none or it is unusable (logged)."""
         try:
-            with open(self.path, "rb") as handle:
-                raw = handle.read(MAX_FILE_BYTES + 1)
+            raw = read_capped_file(self.path, MAX_FILE_BYTES)
         except FileNotFoundError:
             return []
         except OSError as exc:
             log.warning("fingerprint_file_unreadable", path=str(self.path), error=str(exc))
             return []
-        if len(raw) > MAX_FILE_BYTES:
+        except FileTooLarge:
             log.warning("fingerprint_file_unreadable", path=str(self.path), error="too large")
             return []
         try:

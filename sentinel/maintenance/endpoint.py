@@ -40,8 +40,8 @@ from sentinel.maintenance.window import (
     MaintenanceWindow,
     TokenFile,
     bearer_token,
+    maintenance_json,
 )
-from sentinel.serve.status import maintenance_json
 from sentinel.telemetry.logging import get_logger
 from sentinel.telemetry.metrics import SentinelMetrics
 from sentinel.telemetry.redact import redact_document

@@ -33,9 +33,11 @@ import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from sentinel.capped import FileTooLarge, read_capped_file, read_capped_stream
 from sentinel.telemetry.logging import get_logger
 
 log = get_logger("sentinel.maintenance")
@@ -73,6 +75,22 @@ class MaintenanceInfo:
 
     def remaining(self, now: float) -> float:
         return max(0.0, self.until - now)
+
+
+def maintenance_json(info: MaintenanceInfo | None, now: float) -> dict[str, Any] | None:
+    """The maintenance window (``/status``'s ``maintenance``, ``/maintenance``), None without one.
+
+    Ages, not timestamps: ``for`` since it was set, ``remaining`` until it ends,
+    ``seconds`` its whole length.
+    """
+    if info is None:
+        return None
+    return {
+        "reason": info.reason,
+        "seconds": round(info.seconds, 3),
+        "remaining": round(info.remaining(now), 3),
+        "for": round(now - info.since, 3),
+    }
 
 
 def sanitize_reason(reason: str) -> str:
@@ -174,7 +192,7 @@ def parse_token(raw: bytes, path: Path | str) -> str:
     are not part of it, as with the API key file.
     """
     if len(raw) > MAX_TOKEN_FILE_BYTES:
-        raise TokenError(f"{path}: larger than {MAX_TOKEN_FILE_BYTES} bytes; not a token file")
+        raise _too_large(path)
     try:
         text = raw.decode("utf-8").removeprefix("\ufeff").strip()
     except UnicodeDecodeError:
@@ -196,11 +214,16 @@ def parse_token(raw: bytes, path: Path | str) -> str:
 def read_token(path: Path) -> str:
     """The token held in ``path`` (the CLI's reader); raises :class:`TokenError`."""
     try:
-        with path.open("rb") as handle:
-            raw = handle.read(MAX_TOKEN_FILE_BYTES + 1)
+        raw = read_capped_file(path, MAX_TOKEN_FILE_BYTES)
     except OSError as exc:
         raise TokenError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except FileTooLarge:
+        raise _too_large(path) from None
     return parse_token(raw, path)
+
+
+def _too_large(path: Path | str) -> TokenError:
+    return TokenError(f"{path}: larger than {MAX_TOKEN_FILE_BYTES} bytes; not a token file")
 
 
 def _digest(token: str) -> bytes:
@@ -235,10 +258,14 @@ class TokenFile:
             with open(self.path, "rb") as handle:
                 # The identity of what is read, not of what stat saw a moment earlier.
                 identity = _identity(os.fstat(handle.fileno()))
-                raw = handle.read(MAX_TOKEN_FILE_BYTES + 1)
+                raw = read_capped_stream(handle, MAX_TOKEN_FILE_BYTES)
         except OSError as exc:
             self._identity = None  # tried again at the next request
             self._fail(f"{self.path}: cannot read: {exc.strerror or exc}")
+            return False
+        except FileTooLarge:
+            self._identity = identity  # not read (or logged) again until it changes
+            self._fail(str(_too_large(self.path)))
             return False
         self._identity = identity  # an unchanged bad file is not read (or logged) again
         try:
@@ -296,6 +323,7 @@ __all__ = [
     "TokenError",
     "TokenFile",
     "bearer_token",
+    "maintenance_json",
     "parse_token",
     "read_token",
     "sanitize_reason",

@@ -7,26 +7,99 @@ ledger stays a list of small writers.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Iterable, Mapping
+from types import MappingProxyType
+from typing import Protocol
 
+from sentinel.canary.correctness import CorrectnessEvidence
 from sentinel.canary.kinds import is_path
-from sentinel.progress.tracker import STEP_COUNTER
-from sentinel.verdict import EngineProgress, Evidence, KindEvidence
+from sentinel.canary.result import CanaryResult
+from sentinel.canary.spec import CanaryKind
+from sentinel.evidence.api_watch import ApiWatch
+from sentinel.evidence.compilers import CompileWatch
+from sentinel.progress.path_traffic import PathTraffic
+from sentinel.progress.tracker import STEP_COUNTER, ProgressTracker
+from sentinel.record.lifecycle import LifecycleTracker
+from sentinel.verdict import Action, EngineProgress, Evidence, KindEvidence, RestartGate
 
-if TYPE_CHECKING:
-    from sentinel.record.ledger import Ledger
+
+class KindView(Protocol):
+    """What freezing reads of one kind's history (:class:`~sentinel.record.ledger.KindRecord`)."""
+
+    @property
+    def action(self) -> Action: ...
+    @property
+    def enabled(self) -> bool: ...
+    @property
+    def latency_slo(self) -> float | None: ...
+    @property
+    def results(self) -> Iterable[CanaryResult]: ...
+    @property
+    def controls(self) -> Iterable[CanaryResult | None]: ...
+    @property
+    def outstanding(self) -> Mapping[int, float]: ...  # token -> send time
+    @property
+    def aims(self) -> Mapping[int, int]: ...  # token -> engine it was aimed at
+
+
+class LedgerView(Protocol):
+    """What freezing reads of the ledger; :class:`~sentinel.record.ledger.Ledger` is one.
+
+    Declared here rather than imported: the ledger freezes itself through this
+    module, and this module needs only these readings, none of its writers.
+    """
+
+    @property
+    def epoch(self) -> int: ...
+    @property
+    def epoch_started(self) -> float: ...
+    @property
+    def records(self) -> Mapping[CanaryKind, KindView]: ...
+    @property
+    def progress(self) -> ProgressTracker: ...
+    @property
+    def traffic(self) -> PathTraffic: ...
+    @property
+    def lifecycle(self) -> LifecycleTracker: ...
+    @property
+    def compiling(self) -> CompileWatch: ...
+    @property
+    def api(self) -> ApiWatch: ...
+    @property
+    def health_failing_since(self) -> float | None: ...
+    @property
+    def engine_down_since(self) -> float | None: ...
+    @property
+    def engine_down_detail(self) -> str: ...
+    @property
+    def down_engines(self) -> tuple[int, ...]: ...
+    @property
+    def down_ranks(self) -> tuple[int, ...]: ...
+    @property
+    def refused_since(self) -> float | None: ...
+    @property
+    def waiting_since(self) -> float | None: ...
+    @property
+    def waiting_real(self) -> float: ...
+    def api_alive(self) -> bool | None: ...
 
 
 def freeze(
-    ledger: Ledger,
+    ledger: LedgerView,
     now: float,
     freshness: float,
     unobserved: tuple[tuple[float, float], ...] = (),
+    sections: Mapping[str, object] | None = None,
 ) -> Evidence:
     """Freeze what the verdict needs; progress counts only from a fresh sample.
 
-    ``unobserved`` are the spans sentinel itself did not run (see the evaluator).
+    ``unobserved`` are the spans sentinel itself did not run (see the evaluator);
+    ``sections`` the providers' (:mod:`sentinel.record.provider`), those named
+    after a typed field of the evidence (``correctness``, ``restart_gate``) in it.
     """
+    given = dict(sections or {})
+    correctness = given.pop("correctness", None)
+    gate = given.pop("restart_gate", None)
     sample_at = ledger.progress.last_sample_at
     fresh = sample_at is not None and now - sample_at <= freshness
     return Evidence(
@@ -74,16 +147,19 @@ def freeze(
         api_stuck_since=ledger.api.since,
         api_stuck_detail=ledger.api.detail,
         unobserved=unobserved,
+        correctness=correctness if isinstance(correctness, CorrectnessEvidence) else None,
+        restart_gate=gate if isinstance(gate, RestartGate) else RestartGate(),
+        sections=MappingProxyType(given),
     )
 
 
-def _queue_empty(ledger: Ledger) -> bool:
+def _queue_empty(ledger: LedgerView) -> bool:
     """Whether the engine's running and waiting gauges are both 0 (absent: unknown)."""
     gauges = ledger.progress.gauges
     return gauges.get("running") == 0.0 and gauges.get("waiting") == 0.0
 
 
-def _engine_progress(ledger: Ledger) -> tuple[EngineProgress, ...]:
+def _engine_progress(ledger: LedgerView) -> tuple[EngineProgress, ...]:
     """Each engine's own progress, when the server exposes more than one."""
     engines = ledger.progress.engines
     if len(engines) < 2:

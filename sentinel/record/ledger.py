@@ -19,7 +19,8 @@ from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
-from sentinel.canary.result import CanaryKind, CanaryResult
+from sentinel.canary.result import CanaryResult
+from sentinel.canary.spec import CanaryKind
 from sentinel.evidence.api_watch import ApiWatch
 from sentinel.evidence.compilers import CompileWatch
 from sentinel.evidence.metrics import MetricsSample
@@ -313,9 +314,10 @@ class Ledger:
         now: float,
         freshness: float,
         unobserved: tuple[tuple[float, float], ...] = (),
+        sections: Mapping[str, object] | None = None,
     ) -> Evidence:
         """Freeze what the verdict needs (:func:`sentinel.record.freeze.freeze`)."""
-        return freeze(self, now, freshness, unobserved)
+        return freeze(self, now, freshness, unobserved, sections)
 
 
 def _distinct(values: Iterable[int | None]) -> tuple[int, ...]:

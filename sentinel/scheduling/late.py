@@ -25,8 +25,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from sentinel.canary.late import Adopter, LateCanary
-from sentinel.canary.result import CanaryKind, CanaryResult
-from sentinel.canary.spec import CanarySpec
+from sentinel.canary.result import CanaryResult
+from sentinel.canary.spec import CanaryKind, CanarySpec
 from sentinel.record.ledger import Ledger
 from sentinel.telemetry.logging import get_logger
 

@@ -37,9 +37,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
 from sentinel.canary import kinds
-from sentinel.canary.result import CanaryKind, CanaryResult, Reason
+from sentinel.canary.result import CanaryResult, Reason
 from sentinel.canary.runner import CanaryRunner
-from sentinel.canary.spec import CanarySpec
+from sentinel.canary.spec import CanaryKind, CanarySpec
 from sentinel.progress.tracker import canary_budget
 from sentinel.record.ledger import Ledger
 from sentinel.scheduling.aiming import Aiming

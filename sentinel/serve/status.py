@@ -18,7 +18,6 @@ from sentinel.canary.result import CanaryResult, Reason
 from sentinel.diagnostics.store import IncidentRecord
 from sentinel.evaluation.incidents import OpenIncident
 from sentinel.evidence.process_model import ProcessInfo, SchedulingPolicy
-from sentinel.maintenance.window import MaintenanceInfo
 from sentinel.progress.tracker import STEP_COUNTER
 from sentinel.record.ledger import Ledger
 from sentinel.verdict import Verdict
@@ -74,6 +73,8 @@ class StatusInputs:
     transitions: Iterable[Transition]
     evidence_errors: Mapping[str, Any] | None = None
     restart_budget: Mapping[str, Any] | None = None
+    # Each evidence provider's fragment (sentinel.record.provider), from the sections judged.
+    sections: Mapping[str, Any] | None = None
 
 
 def status_document(inputs: StatusInputs) -> dict[str, Any]:
@@ -210,6 +211,8 @@ def status_document(inputs: StatusInputs) -> dict[str, Any]:
         },
         # The pool's restart budget (sentinel.fleet.lease.PoolBudget.status).
         "restart_budget": dict(inputs.restart_budget or {"mode": "off"}),
+        # Every other evidence provider's own fragment, by its name.
+        "sections": dict(inputs.sections or {}),
         "incidents": {
             "open": None
             if incident is None
@@ -226,22 +229,6 @@ def status_document(inputs: StatusInputs) -> dict[str, Any]:
             for t in inputs.transitions
         ],
         "config": inputs.config,
-    }
-
-
-def maintenance_json(info: MaintenanceInfo | None, now: float) -> dict[str, Any] | None:
-    """The maintenance window (``/status``'s ``maintenance``, ``/maintenance``), None without one.
-
-    Ages, not timestamps: ``for`` since it was set, ``remaining`` until it ends,
-    ``seconds`` its whole length.
-    """
-    if info is None:
-        return None
-    return {
-        "reason": info.reason,
-        "seconds": round(info.seconds, 3),
-        "remaining": round(info.remaining(now), 3),
-        "for": round(now - info.since, 3),
     }
 
 

@@ -43,7 +43,6 @@ MAINTENANCE_ACTIONS = ("set", "cleared", "expired")
 BUDGET_MODES = tuple(m.value for m in Mode)
 
 
-
 def hang_kinds() -> tuple[HangKind, ...]:
     """The closed ``kind`` label set: every kind the registered hang rules confirm, now.
 
@@ -51,6 +50,7 @@ def hang_kinds() -> tuple[HangKind, ...]:
     set follows both registries.
     """
     return rule_kinds(path_kinds())
+
 
 class SentinelMetrics:
     """Registers the contract metrics on ``registry`` and records events into them.

@@ -219,6 +219,9 @@ class Evidence:
     correctness: CorrectnessEvidence | None = None
     # The pool's restart budget (sentinel.fleet.budget): closed, a restart waits unready.
     restart_gate: RestartGate = RestartGate()
+    # Every other evidence provider's frozen section, by its name
+    # (sentinel.record.provider): a rule of its own reads it.
+    sections: Mapping[str, object] = field(default_factory=dict)
 
     @property
     def enabled(self) -> tuple[KindEvidence, ...]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +22,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from sentinel.boot import boot
 from sentinel.config.loader import load_settings
 from sentinel.daemon import Daemon
+from sentinel.record.provider import Provider
 
 FAST: dict[str, Any] = {
     "listen": "127.0.0.1:0",
@@ -82,6 +83,8 @@ async def eventually(
 
 @asynccontextmanager
 async def running_sidecar(target: str, **overrides: Any) -> AsyncIterator[Sidecar]:
+    """The daemon on ``target``; ``providers=`` hands it evidence providers of the test's own."""
+    providers: Sequence[Provider] = overrides.pop("providers", ())
     flags = {**FAST, "target": target, **overrides}
     # With the shipped catalog, a test's canary overrides change the kinds it
     # names and every other kind keeps FAST's timing (a kind left at its
@@ -93,7 +96,7 @@ async def running_sidecar(target: str, **overrides: Any) -> AsyncIterator[Sideca
         flags["diagnostics_dir"] = Path("/nonexistent")
     boot()  # the process-wide set-up `sentinel run` starts with (idempotent)
     settings = load_settings(None, env={}, flags=flags)
-    async with Daemon(settings).serving() as daemon:
+    async with Daemon(settings, providers=providers).serving() as daemon:
         assert daemon.http is not None
         assert daemon.grpc is not None
         async with (

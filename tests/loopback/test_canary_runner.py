@@ -19,9 +19,9 @@ from aiohttp import web
 
 from chaos.ports import free_port
 from sentinel.canary.catalog import load_catalog
-from sentinel.canary.result import CanaryKind, Reason
+from sentinel.canary.result import Reason
 from sentinel.canary.runner import CanaryRunner, ModelResolutionError
-from sentinel.canary.spec import CanarySpec
+from sentinel.canary.spec import CanaryKind, CanarySpec
 
 CATALOG = load_catalog()
 TEXT = CATALOG.get("text")

@@ -10,9 +10,9 @@ import pytest
 
 from sentinel.canary.catalog import load_catalog
 from sentinel.canary.kinds import KINDS
-from sentinel.canary.result import CanaryKind, Reason
+from sentinel.canary.result import Reason
 from sentinel.canary.runner import CanaryRunner
-from sentinel.canary.spec import CanarySpec
+from sentinel.canary.spec import CanaryKind, CanarySpec
 from sentinel.commands.probe import probe_targets
 from sentinel_sim.launch import SimProcess
 

@@ -24,7 +24,8 @@ import psutil
 import pytest
 from prometheus_client import CollectorRegistry
 
-from sentinel.canary.result import CanaryKind, CanaryResult, Reason
+from sentinel.canary.result import CanaryResult, Reason
+from sentinel.canary.spec import CanaryKind
 from sentinel.diagnostics.bundle import DiagnosticsContext, capture
 from sentinel.diagnostics.child import ChildCaptureError, StoredIncident, capture_in_child
 from sentinel.diagnostics.store import IncidentStore

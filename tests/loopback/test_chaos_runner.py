@@ -26,7 +26,8 @@ from chaos.runner import ScenarioRun
 from chaos.scenario import MANIFEST, BlackboxSpec, ScenarioError, load_scenario, parse_scenario
 from chaos.targets import SimTarget
 from sentinel.canary.catalog import load_catalog
-from sentinel.canary.result import CanaryKind, CanaryResult, Reason
+from sentinel.canary.result import CanaryResult, Reason
+from sentinel.canary.spec import CanaryKind
 
 VALID: dict[str, Any] = {
     "name": "t",

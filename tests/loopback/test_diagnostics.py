@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from sentinel.canary.result import CanaryKind, CanaryResult, Reason
+from sentinel.canary.result import CanaryResult, Reason
+from sentinel.canary.spec import CanaryKind
 from sentinel.diagnostics.bundle import DiagnosticsContext, Incident, Trigger, capture
 from sentinel.diagnostics.cause import CauseClass
 from sentinel.diagnostics.procs import ProcessMatch

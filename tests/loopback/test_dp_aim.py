@@ -38,7 +38,7 @@ import psutil
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from sentinel.canary.result import CanaryKind
+from sentinel.canary.spec import CanaryKind
 from sentinel_sim.launch import SimProcess
 from tests.loopback.sidecar import Sidecar, eventually, running_sidecar
 

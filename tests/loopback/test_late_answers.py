@@ -24,8 +24,9 @@ from prometheus_client import CollectorRegistry
 
 from sentinel.canary.catalog import load_catalog
 from sentinel.canary.late import LateCanary
-from sentinel.canary.result import CanaryKind, CanaryResult, Reason
+from sentinel.canary.result import CanaryResult, Reason
 from sentinel.canary.runner import CanaryRunner
+from sentinel.canary.spec import CanaryKind
 from sentinel.record.ledger import Ledger
 from sentinel.scheduling.scheduler import Scheduler
 from sentinel.telemetry.metrics import SentinelMetrics

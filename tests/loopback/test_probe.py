@@ -12,7 +12,8 @@ import pytest
 
 from chaos.ports import free_port
 from sentinel.canary.kinds import KINDS
-from sentinel.canary.result import CanaryKind, Reason
+from sentinel.canary.result import Reason
+from sentinel.canary.spec import CanaryKind
 from sentinel.commands.probe import (
     add_probe_arguments,
     exit_code,

@@ -28,7 +28,8 @@ import pytest
 import structlog
 from prometheus_client import CollectorRegistry
 
-from sentinel.canary.result import CanaryKind, CanaryResult, Reason
+from sentinel.canary.result import CanaryResult, Reason
+from sentinel.canary.spec import CanaryKind
 from sentinel.diagnostics.bundle import DiagnosticsContext, Incident, Trigger, capture
 from sentinel.diagnostics.procs import ProcessMatch
 from sentinel.diagnostics.store import IncidentStore

@@ -13,7 +13,8 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
-from sentinel.canary.result import CanaryKind, CanaryResult, Reason
+from sentinel.canary.result import CanaryResult, Reason
+from sentinel.canary.spec import CanaryKind
 from sentinel.evaluation.health import HealthState, ProbeAnswer
 from sentinel.record.ledger import Ledger
 from sentinel.serve.http import AnswerBodies, HttpServer

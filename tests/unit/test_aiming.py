@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from sentinel.canary.result import CanaryKind, CanaryResult, Reason
+from sentinel.canary.result import CanaryResult, Reason
+from sentinel.canary.spec import CanaryKind
 from sentinel.evidence.metrics import MetricsSample
 from sentinel.record.ledger import Ledger
 from sentinel.scheduling.aiming import MAX_ENGINE_INDEX, Aiming, rank

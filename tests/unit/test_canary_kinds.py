@@ -18,8 +18,8 @@ from sentinel.canary import kinds
 from sentinel.canary.catalog import default_directory, load_catalog
 from sentinel.canary.kinds import KINDS
 from sentinel.canary.protocol import CanaryRequest, KindDefaults, Reply, ServerFacts
-from sentinel.canary.result import CanaryKind, Reason
-from sentinel.canary.spec import CanarySpec, SpecFieldError
+from sentinel.canary.result import Reason
+from sentinel.canary.spec import CanaryKind, CanarySpec, SpecFieldError
 from tests import toykind
 
 CATALOG = load_catalog()

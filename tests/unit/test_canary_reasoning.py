@@ -20,9 +20,9 @@ from sentinel.canary.catalog import CatalogError, load_catalog
 from sentinel.canary.kinds import KINDS
 from sentinel.canary.protocol import Reply, ServerFacts
 from sentinel.canary.replies import parse_reply
-from sentinel.canary.result import CanaryKind, Reason
+from sentinel.canary.result import Reason
 from sentinel.canary.runner import CanaryRunner
-from sentinel.canary.spec import COMPLETIONS_ENDPOINT, CanarySpec
+from sentinel.canary.spec import COMPLETIONS_ENDPOINT, CanaryKind, CanarySpec
 from sentinel.config.settings import Settings
 from sentinel.diagnostics.doctor import Severity, check_canary_kinds
 from sentinel.evaluation.evaluator import Evaluator

@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import fields
 from pathlib import Path
 
-from sentinel.canary.result import CanaryKind, CanaryResult, Reason
+from sentinel.canary.result import CanaryResult, Reason
+from sentinel.canary.spec import CanaryKind
 from sentinel.diagnostics.bundle import DiagnosticsContext, Trigger
 from sentinel.diagnostics.child import decode_context, encode_context
 from sentinel.diagnostics.procs import ProcessMatch

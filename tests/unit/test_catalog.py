@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from sentinel.canary.catalog import CatalogError, apply_overrides, default_directory, load_catalog
-from sentinel.canary.result import CanaryKind
+from sentinel.canary.spec import CanaryKind
 from sentinel.config.settings import CanaryOverride
 from sentinel.verdict import Action
 

@@ -15,7 +15,8 @@ import math
 import pytest
 
 from sentinel.canary.correctness import CORRECTNESS, CorrectnessEvidence, Fingerprint
-from sentinel.canary.result import CanaryKind, CanaryResult, Generation, Reason
+from sentinel.canary.result import CanaryResult, Generation, Reason
+from sentinel.canary.spec import CanaryKind
 from sentinel.verdict import (
     Action,
     Evidence,

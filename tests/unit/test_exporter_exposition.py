@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from sentinel.canary.result import CanaryKind, CanaryResult, Reason
+from sentinel.canary.result import CanaryResult, Reason
+from sentinel.canary.spec import CanaryKind
 from sentinel.exporter.exposition import render, tokens_per_second
 from sentinel.exporter.prober import ProbeOutcome, TargetEvidence
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from sentinel.canary.result import CanaryKind, CanaryResult, Reason
+from sentinel.canary.result import CanaryResult, Reason
+from sentinel.canary.spec import CanaryKind
 from sentinel.exporter.state import ModuleTrack, OwnWork, TargetStore, canary_work, progress
 
 

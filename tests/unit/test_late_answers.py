@@ -27,9 +27,9 @@ from structlog.testing import capture_logs
 
 from sentinel.canary.catalog import load_catalog
 from sentinel.canary.late import LateCanary
-from sentinel.canary.result import CanaryKind, CanaryResult, Reason
+from sentinel.canary.result import CanaryResult, Reason
 from sentinel.canary.runner import CanaryRunner
-from sentinel.canary.spec import CanarySpec
+from sentinel.canary.spec import CanaryKind, CanarySpec
 from sentinel.config.loader import ConfigError, load_settings
 from sentinel.config.settings import Settings
 from sentinel.evidence.metrics import MetricsSample

@@ -6,7 +6,8 @@ whole story.
 
 from __future__ import annotations
 
-from sentinel.canary.result import CanaryKind, CanaryResult, Reason
+from sentinel.canary.result import CanaryResult, Reason
+from sentinel.canary.spec import CanaryKind
 from sentinel.evidence.metrics import MetricsSample
 from sentinel.evidence.process_model import (
     Attribution,

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from sentinel.canary.result import CanaryKind, CanaryResult, Reason
+from sentinel.canary.result import CanaryResult, Reason
+from sentinel.canary.spec import CanaryKind
 from sentinel.evidence.compilers import compilers_under
 from sentinel.evidence.metrics import parse_vllm_metrics
 from sentinel.progress.path_traffic import PathTraffic

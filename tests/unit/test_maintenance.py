@@ -25,11 +25,11 @@ from sentinel.maintenance.window import (
     TokenError,
     TokenFile,
     bearer_token,
+    maintenance_json,
     parse_token,
     read_token,
     sanitize_reason,
 )
-from sentinel.serve.status import maintenance_json
 from sentinel.telemetry.metrics import SentinelMetrics
 from tests.unit.test_manifests import (
     build_with_components,

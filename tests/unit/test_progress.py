@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from sentinel.canary.result import CanaryKind, CanaryResult, Reason
+from sentinel.canary.result import CanaryResult, Reason
+from sentinel.canary.spec import CanaryKind
 from sentinel.evidence.metrics import MetricsSample
 from sentinel.progress.tracker import RECENT, ProgressTracker, canary_budget
 

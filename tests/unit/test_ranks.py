@@ -13,7 +13,8 @@ from dataclasses import replace
 
 import pytest
 
-from sentinel.canary.result import CanaryKind, CanaryResult, Reason
+from sentinel.canary.result import CanaryResult, Reason
+from sentinel.canary.spec import CanaryKind
 from sentinel.diagnostics.cause import CauseClass, ProcessObservation, classify
 from sentinel.diagnostics.stuck import of_stuck_engines, stuck_json, stuck_lines
 from sentinel.evidence.metrics import parse_vllm_metrics

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import pytest
+from pydantic import BaseModel
 
-from sentinel.config.reference import DOCS, HELP, REFERENCES, _field_comments
-from sentinel.config.settings import Settings
+from sentinel.config.reference import DOCS, REFERENCES
+from sentinel.config.settings import CanaryOverride, RestartBudget, Settings
+from sentinel.knob import help_of, span_of
+
+MODELS: tuple[type[BaseModel], ...] = (Settings, RestartBudget, CanaryOverride)
 
 
 @pytest.mark.parametrize("name", sorted(REFERENCES))
@@ -15,10 +19,26 @@ def test_reference_is_current(name: str) -> None:
     )
 
 
-def test_every_setting_says_what_it_is_for() -> None:
-    comments = _field_comments(Settings)
-    missing = [n for n in Settings.model_fields if not (comments.get(n) or HELP.get(n))]
+@pytest.mark.parametrize("model", MODELS, ids=lambda m: m.__name__)
+def test_every_setting_says_what_it_is_for(model: type[BaseModel]) -> None:
+    missing = [name for name in model.model_fields if not help_of(model, name).strip()]
     assert missing == []
+
+
+def _numeric(annotation: object) -> bool:
+    """A float or int field, optional or not (a bool is a switch, not a number)."""
+    kinds = getattr(annotation, "__args__", (annotation,))
+    return any(kind in (float, int) for kind in kinds)
+
+
+@pytest.mark.parametrize("model", MODELS, ids=lambda m: m.__name__)
+def test_every_number_has_a_span(model: type[BaseModel]) -> None:
+    unranged = [
+        name
+        for name, field in model.model_fields.items()
+        if _numeric(field.annotation) and span_of(model, name) is None
+    ]
+    assert unranged == []
 
 
 def test_the_example_configuration_is_valid() -> None:

@@ -23,9 +23,9 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from sentinel.canary.catalog import load_catalog
-from sentinel.canary.result import CanaryKind, CanaryResult, Reason
+from sentinel.canary.result import CanaryResult, Reason
 from sentinel.canary.runner import CanaryRunner
-from sentinel.canary.spec import CanarySpec
+from sentinel.canary.spec import CanaryKind, CanarySpec
 from sentinel.evidence.metrics import MetricsSample
 from sentinel.record.ledger import Ledger
 from sentinel.scheduling.scheduler import Scheduler

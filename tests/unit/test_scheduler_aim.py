@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 import httpx
 from prometheus_client import CollectorRegistry
 
-from sentinel.canary.result import CanaryKind, CanaryResult, Reason
+from sentinel.canary.result import CanaryResult, Reason
 from sentinel.canary.runner import DP_RANK_HEADER, CanaryRunner
-from sentinel.canary.spec import CanarySpec
+from sentinel.canary.spec import CanaryKind, CanarySpec
 from sentinel.evidence.metrics import MetricsSample
 from sentinel.record.ledger import Ledger
 from sentinel.scheduling.scheduler import Scheduler

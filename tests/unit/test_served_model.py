@@ -12,9 +12,8 @@ from dataclasses import replace
 import httpx
 
 from sentinel.canary.catalog import load_catalog
-from sentinel.canary.result import CanaryKind
 from sentinel.canary.runner import CanaryRunner
-from sentinel.canary.spec import CanarySpec
+from sentinel.canary.spec import CanaryKind, CanarySpec
 from sentinel.record.ledger import Ledger
 from sentinel.scheduling.served_model import ServedModel
 from sentinel.verdict import Action

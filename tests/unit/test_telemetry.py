@@ -16,7 +16,8 @@ from prometheus_client.samples import Sample
 from structlog.typing import EventDict
 
 from sentinel.canary.kinds import KINDS
-from sentinel.canary.result import CanaryKind, CanaryResult, Reason
+from sentinel.canary.result import CanaryResult, Reason
+from sentinel.canary.spec import CanaryKind
 from sentinel.evaluation.health import HealthState, ProbeAnswer
 from sentinel.telemetry.logging import (
     REDACTED,

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field, replace
 
 import pytest
 
-from sentinel.canary.result import CanaryKind, CanaryResult, Reason
+from sentinel.canary.result import CanaryResult, Reason
+from sentinel.canary.spec import CanaryKind
 from sentinel.telemetry.metrics import hang_kinds
 from sentinel.verdict import (
     Action,

@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from sentinel.canary.result import CanaryKind, CanaryResult, Reason
+from sentinel.canary.result import CanaryResult, Reason
+from sentinel.canary.spec import CanaryKind
 from sentinel.evidence.metrics import MetricsSample
 from sentinel.progress.tracker import ProgressTracker, canary_budget
 from sentinel.verdict import Evidence, HangKind, KindEvidence, Policy

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from sentinel.canary.result import CanaryKind, CanaryResult, Reason
+from sentinel.canary.result import CanaryResult, Reason
+from sentinel.canary.spec import CanaryKind
 from sentinel.verdict import (
     Action,
     Evidence,
