@@ -16,7 +16,7 @@ marks every service NOT_SERVING on its way down), then the clients close.
 What lives elsewhere: judging and publishing health in
 :mod:`sentinel.evaluation.evaluator` (the single writer of :class:`HealthState`), the
 evidence loops in :mod:`sentinel.record.observers`, the ``/status`` document in
-:mod:`sentinel.serve.status`.
+:mod:`sentinel.evaluation.status`.
 """
 
 from __future__ import annotations

@@ -22,6 +22,7 @@ import yaml
 from pydantic import ValidationError
 
 from sentinel.canary.catalog import CatalogError, apply_overrides, load_catalog
+from sentinel.capped import FileTooLarge, read_capped_file
 from sentinel.config.settings import Settings
 
 __all__ = [
@@ -171,14 +172,13 @@ def _one_line(text: str) -> str:
 
 def _read_file(path: Path) -> dict[str, Any]:
     try:
-        with path.open("rb") as handle:
-            raw = handle.read(MAX_CONFIG_BYTES + 1)
+        raw = read_capped_file(path, MAX_CONFIG_BYTES)
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    if len(raw) > MAX_CONFIG_BYTES:
+    except FileTooLarge:
         raise ConfigError(
             f"{path}: larger than {MAX_CONFIG_BYTES // 1024} KiB; not a settings file"
-        )
+        ) from None
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:

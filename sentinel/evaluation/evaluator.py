@@ -30,12 +30,12 @@ from sentinel.canary.spec import CanaryKind, CanarySpec
 from sentinel.config.settings import Settings
 from sentinel.evaluation.health import HealthSnapshot, HealthState
 from sentinel.evaluation.incidents import IncidentRecorder
+from sentinel.evaluation.status import PriorityReport, StatusInputs, Transition, status_document
 from sentinel.fleet.budget import Wish
 from sentinel.fleet.lease import PoolBudget
 from sentinel.record.ledger import Ledger
 from sentinel.record.observers import Observations
 from sentinel.record.provider import Provider, fragments, gather
-from sentinel.serve.status import PriorityReport, StatusInputs, Transition, status_document
 from sentinel.telemetry.logging import get_logger
 from sentinel.telemetry.metrics import SentinelMetrics
 from sentinel.verdict import (
@@ -272,6 +272,7 @@ class Evaluator:
                     enforce=self.settings.enforce,
                     config=self.config,
                     ledger=self.ledger,
+                    evidence=evidence,
                     verdict=verdict,
                     episodes=self.verdict_state.restarts,
                     brake_window=self.policy.brake_window,

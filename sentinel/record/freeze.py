@@ -31,6 +31,8 @@ class KindView(Protocol):
     @property
     def enabled(self) -> bool: ...
     @property
+    def disabled_reason(self) -> str: ...
+    @property
     def latency_slo(self) -> float | None: ...
     @property
     def results(self) -> Iterable[CanaryResult]: ...
@@ -110,6 +112,7 @@ def freeze(
                 kind=kind,
                 action=record.action,
                 enabled=record.enabled,
+                disabled_reason=record.disabled_reason,
                 results=tuple(record.results),
                 outstanding=tuple(record.outstanding.values()),
                 outstanding_engines=tuple(record.aims.get(t) for t in record.outstanding),

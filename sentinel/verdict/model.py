@@ -101,6 +101,7 @@ class KindEvidence:
     kind: CanaryKind
     action: Action = Action.RESTART
     enabled: bool = True
+    disabled_reason: str = ""  # why a kind was set aside (the server cannot do it)
     results: tuple[CanaryResult, ...] = ()  # oldest first
     outstanding: tuple[float, ...] = ()  # send times of canaries still in flight
     # The data-parallel engine each of ``outstanding`` was aimed at (aligned

@@ -16,9 +16,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from sentinel.canary.result import CanaryResult, Reason
 from sentinel.canary.spec import CanaryKind
 from sentinel.evaluation.health import HealthState, ProbeAnswer
+from sentinel.evaluation.status import PriorityReport, StatusInputs, Transition, status_document
 from sentinel.record.ledger import Ledger
 from sentinel.serve.http import AnswerBodies, HttpServer
-from sentinel.serve.status import PriorityReport, StatusInputs, Transition, status_document
 from sentinel.telemetry.metrics import SentinelMetrics
 from sentinel.verdict import Action, Policy, VerdictState, evaluate
 from tests.metric_contract import CONTRACT
@@ -204,7 +204,8 @@ def test_status_document_is_built_from_its_inputs_alone() -> None:
     result = CanaryResult(name="text", kind=text, reason=Reason.OK, started=104.0, duration=0.5)
     ledger.canary_done(text, token, result, 104.5, epoch=0)
     ledger.canary_sent(text, 108.0)
-    _, verdict = evaluate(VerdictState(), ledger.evidence(110.0, freshness=10.0), Policy(), 110.0)
+    evidence = ledger.evidence(110.0, freshness=10.0)
+    _, verdict = evaluate(VerdictState(), evidence, Policy(), 110.0)
 
     def document() -> dict[str, Any]:
         return status_document(
@@ -214,6 +215,7 @@ def test_status_document_is_built_from_its_inputs_alone() -> None:
                 enforce=True,
                 config={"listen": ":8081"},
                 ledger=ledger,
+                evidence=evidence,
                 verdict=verdict,
                 episodes=[0.0, 55.0, 109.0],
                 brake_window=60.0,

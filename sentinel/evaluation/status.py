@@ -20,7 +20,7 @@ from sentinel.evaluation.incidents import OpenIncident
 from sentinel.evidence.process_model import ProcessInfo, SchedulingPolicy
 from sentinel.progress.tracker import STEP_COUNTER
 from sentinel.record.ledger import Ledger
-from sentinel.verdict import Verdict
+from sentinel.verdict import Evidence, Verdict
 
 RECENT_RESULTS = 10  # canary results shown per kind
 RECENT_INCIDENTS = 5
@@ -62,6 +62,9 @@ class StatusInputs:
     enforce: bool
     config: Mapping[str, Any]
     ledger: Ledger
+    # The evidence the verdict judged: what it shows of the server is shown
+    # from here, so /status never tells what the verdict did not see.
+    evidence: Evidence
     verdict: Verdict
     episodes: Iterable[float]  # the brake's memory: real restarts that followed a red episode
     brake_window: float
@@ -79,20 +82,20 @@ class StatusInputs:
 
 def status_document(inputs: StatusInputs) -> dict[str, Any]:
     """The JSON-able ``/status`` body at ``inputs.now``."""
-    now, ledger, verdict = inputs.now, inputs.ledger, inputs.verdict
+    now, ledger, verdict, judged = inputs.now, inputs.ledger, inputs.verdict, inputs.evidence
     priority, incident = inputs.priority, inputs.incident
 
     def age(t: float | None) -> float | None:
         return None if t is None else round(now - t, 3)
 
     canaries: dict[str, Any] = {}
-    for kind, record in ledger.records.items():
+    for kind, record in judged.kinds.items():
         results = list(record.results)
         canaries[str(kind)] = {
             "enabled": record.enabled,
             "disabled_reason": record.disabled_reason or None,
             "action": record.action.value,
-            "outstanding_for": [age(t) for t in record.outstanding.values()],
+            "outstanding_for": [age(t) for t in record.outstanding],
             "last": [result_json(r, now) for r in results[-RECENT_RESULTS:]],
             "passing": bool(results) and results[-1].ok,
         }
@@ -103,8 +106,8 @@ def status_document(inputs: StatusInputs) -> dict[str, Any]:
         "model": ledger.model,
         "enforce": inputs.enforce,
         "server": {
-            "epoch": ledger.epoch,
-            "epoch_age": age(ledger.epoch_started),
+            "epoch": judged.epoch,
+            "epoch_age": age(judged.epoch_started),
             "epoch_reason": ledger.epoch_reason,
             "reachable": ledger.reachable,
             "vllm_health_status": ledger.health_status,
@@ -112,12 +115,10 @@ def status_document(inputs: StatusInputs) -> dict[str, Any]:
         # Asleep, paused (or a weight update, or a maintenance window): since
         # when, who said so, and when the server last resumed.
         "lifecycle": {
-            "phase": ledger.lifecycle.current.phase.value,
-            "for": age(ledger.lifecycle.current.since)
-            if ledger.lifecycle.current.stalled
-            else None,
-            "why": ledger.lifecycle.current.why or None,
-            "resumed_age": age(ledger.lifecycle.current.resumed_at),
+            "phase": judged.lifecycle.phase.value,
+            "for": age(judged.lifecycle.since) if judged.lifecycle.stalled else None,
+            "why": judged.lifecycle.why or None,
+            "resumed_age": age(judged.lifecycle.resumed_at),
         },
         "priority": {
             "policy": priority.policy,
@@ -127,33 +128,33 @@ def status_document(inputs: StatusInputs) -> dict[str, Any]:
         "evidence": {
             "progress_signals": list(ledger.progress.signals),
             "progress_available": bool(ledger.progress.signals),
-            "progress_age": age(ledger.progress.last_progress_at),
-            "real_completion_age": age(ledger.progress.last_real_completion_at),
-            "last_scrape_age": age(ledger.progress.last_sample_at),
-            "evidence_age": age(ledger.progress.last_evidence_at),
+            "progress_age": age(judged.last_progress_at),
+            "real_completion_age": age(judged.last_real_completion_at),
+            "last_scrape_age": age(judged.sampled_at),
+            "evidence_age": age(judged.last_evidence_at),
             # The engine loop's heartbeat: any work counter moving at all
             # (sentinel's own canaries included), read by the still-engine rule.
             "steps_available": STEP_COUNTER in ledger.progress.signals,
-            "step_age": age(ledger.progress.last_step_at),
+            "step_age": age(judged.last_step_at),
             # Which work counters moved, by how much, and how much of it was
             # sentinel's own canaries (discounted at all times).
             "progress": ledger.progress.report(now),
-            "refused_age": age(ledger.refused_since),
+            "refused_age": age(judged.refused_since),
             # Real requests waiting (by reason capacity where told, less
             # sentinel's canaries) and for how long: the starvation rule.
-            "waiting_real": ledger.waiting_real,
+            "waiting_real": judged.waiting_real,
             "waiting_for": age(ledger.waiting_since),
             # Work that moves no counter: a prompt prefilled in chunks (KV-cache
             # highs) and a compiler busy under the engine (a long compile step).
             "prefill_age": age(ledger.progress.last_prefill_at),
-            "compiling_for": age(ledger.compiling.since),
-            "compiling": ledger.compiling.detail or None,
+            "compiling_for": age(judged.compiling_since),
+            "compiling": judged.compile_detail or None,
             "last_scrape_error": inputs.last_scrape_error or None,
             # Why the last /health poll gave no evidence, and what each loop
             # survived (loop name -> errors, last, ago): failed reads and
             # parses are recorded, never fatal.
             "errors": dict(inputs.evidence_errors or {}),
-            "engine_down": ledger.engine_down_detail or None,
+            "engine_down": judged.engine_down_detail or None,
             # How the API server was found (the socket's owner, or its command line
             # and the socket's uid where the owner is unreadable), what could not
             # be read, and each piece of process evidence on or off and why.
