@@ -6,7 +6,8 @@ the one declaration of each field (:func:`sentinel.knob.setting`) in
 :mod:`sentinel.config.settings`, or in the rules' knobs that
 :class:`sentinel.verdict.Policy` composes for the verdict's thresholds; and
 ``docs/metrics.md`` every ``sentinel_*`` series a daemon registers; ``docs/verdict.md``
-the hang rules as registered (:mod:`sentinel.verdict.table`). A unit
+the hang rules as registered (:mod:`sentinel.verdict.table`); ``docs/layout.md``
+every module (:mod:`sentinel.config.layout`). A unit
 test regenerates them and fails when the files drift;
 ``python -m sentinel.config.reference`` writes them.
 """
@@ -21,6 +22,7 @@ from prometheus_client import CollectorRegistry
 from pydantic import BaseModel
 
 from sentinel.canary.kinds import path_kinds
+from sentinel.config.layout import layout
 from sentinel.config.loader import env_name
 from sentinel.config.settings import CanaryOverride, RestartBudget, Settings
 from sentinel.evaluation.health import HealthState
@@ -138,7 +140,12 @@ def verdict() -> str:
     return verdict_reference(path_kinds())
 
 
-REFERENCES = {"configuration.md": configuration, "metrics.md": metrics, "verdict.md": verdict}
+REFERENCES = {
+    "configuration.md": configuration,
+    "metrics.md": metrics,
+    "verdict.md": verdict,
+    "layout.md": layout,
+}
 
 
 def main() -> int:

@@ -1,4 +1,4 @@
-"""Telemetry: sentinel's metrics, its log setup and the redaction every sink applies.
+"""Telemetry: metrics, logs, Kubernetes Events and the redaction every sink applies.
 
 Importing the package installs the default log configuration (redacted lines
 on stderr), so no command can write an unredacted log line to stdout.
