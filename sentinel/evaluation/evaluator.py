@@ -106,6 +106,7 @@ class Evaluator:
     async def evaluate(self, now: float) -> Verdict:
         """Judge the ledger at ``now`` and publish the result."""
         ledger = self.ledger
+        ledger.end_if_gone(now, self.settings.dead_grace)
         if ledger.epoch != self._seen_epoch:
             self._seen_epoch = ledger.epoch
             self.metrics.server_restarted()
@@ -136,7 +137,7 @@ class Evaluator:
             self._hang_confirmed(hang, verdict)
         found = suspicion(evidence, verdict)
         if found is not None:
-            self.incidents.suspect(*found)
+            self.incidents.suspect(*found, confirmed=bool(verdict.hangs))
         elif not verdict.hangs:
             self.incidents.all_clear()
         self._log_transitions(previous, verdict, now)

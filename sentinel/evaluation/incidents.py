@@ -91,6 +91,7 @@ class OpenIncident:
     trigger: Trigger
     opened: float
     record: IncidentRecord | None = None
+    confirmed: bool = False  # opened for a confirmed hang, not a suspicion
 
 
 class IncidentRecorder:
@@ -115,6 +116,7 @@ class IncidentRecorder:
         self.current: OpenIncident | None = None
         self.recent: list[IncidentRecord] = []
         self._last_capture = float("-inf")
+        self._last_hang_capture = float("-inf")
         self._queue: asyncio.Queue[OpenIncident] = asyncio.Queue()
         self._events: asyncio.Queue[tuple[EventReason, str]] = asyncio.Queue()
 
@@ -153,18 +155,29 @@ class IncidentRecorder:
         )
 
     # -- called by the evaluation loop (synchronous, never waits) ------------
-    def suspect(self, kind: str, reason: str) -> None:
-        """Open an incident (and queue its capture) unless one is open already."""
-        if self.current is not None:
+    def suspect(self, kind: str, reason: str, *, confirmed: bool = False) -> None:
+        """Open an incident (and queue its capture) unless one is open already.
+
+        A confirmed hang (``confirmed``) is the incident a restart follows, so
+        it always gets a bundle of its own: it takes over an open suspicion
+        (a missed deadline, a slow first check during start-up) and is not
+        held by the gap after that suspicion's capture, only by the gap after
+        another confirmed hang's.
+        """
+        current = self.current
+        if current is not None and (current.confirmed or not confirmed):
             return
         reason = redact(reason)
-        incident = OpenIncident(Trigger(kind, reason), self.clock())
+        incident = OpenIncident(Trigger(kind, reason), self.clock(), confirmed=confirmed)
         self.current = incident
         now = incident.opened
-        capturing = self.store is not None and now - self._last_capture >= MIN_CAPTURE_GAP
+        last = self._last_hang_capture if confirmed else self._last_capture
+        capturing = self.store is not None and now - last >= MIN_CAPTURE_GAP
         log.warning("incident_opened", trigger=kind, reason=reason, capturing=capturing)
         if capturing:
             self._last_capture = now
+            if confirmed:
+                self._last_hang_capture = now
             self._queue.put_nowait(incident)
 
     def all_clear(self) -> None:

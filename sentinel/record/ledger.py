@@ -8,9 +8,12 @@ event loop, so there are no locks: each method is a few synchronous lines.
 A server (re)start — a new API server PID or start time, the attributed API
 server exiting, or vLLM's work counters all going down together — opens a new
 *epoch*: canary history and progress are forgotten and startup is earned
-again. A refused connection is not a restart (it starts the *listener down*
-timer), and a reset is a failed canary: neither says the server's identity
-changed.
+again. So does a server that went away: connections refused past the dead
+grace with no process evidence that its API server lives (a restart loading
+its model, a crash); whatever comes back is judged afresh, so a verdict never
+outlives its server. A refusal while the API-server process is seen alive
+is not a restart (it starts the *listener down* timer), and a reset is a
+failed canary: neither says the server's identity changed.
 """
 
 from __future__ import annotations
@@ -71,6 +74,7 @@ class Ledger:
         self.epoch_reason = "sentinel started"
         self.reachable: bool | None = None
         self.refused_since: float | None = None  # connections refused since (None: answering)
+        self.answered = False  # the server answered in this epoch (it can go away)
         self.model: str | None = None
         self.health_status: int | None = None
         self.health_failing_since: float | None = None
@@ -99,6 +103,7 @@ class Ledger:
         self.epoch += 1
         self.epoch_started = now
         self.epoch_reason = reason
+        self.answered = False
         for record in self.records.values():
             record.clear()
         self.progress.reset()
@@ -139,6 +144,20 @@ class Ledger:
     def saw_answer(self) -> None:
         self.reachable = True
         self.refused_since = None
+        self.answered = True
+
+    def end_if_gone(self, now: float, grace: float) -> None:
+        """End the epoch when the server went away: refused past ``grace``, its API server unseen.
+
+        A restarted vLLM refuses connections while it loads its model, and
+        without process evidence nothing else tells the new server from the
+        old: the old one's confirmed hang would stay confirmed and its
+        startup passed, and the kubelet would kill the new one mid-load.
+        """
+        since = self.refused_since
+        if since is None or not self.answered or self.api_alive() is True or now - since < grace:
+            return
+        self.new_epoch(f"server went away: connections refused for {now - since:.0f}s", now)
 
     def api_alive(self) -> bool | None:
         """Whether the target's API-server process lives (None: no process evidence)."""

@@ -1,0 +1,92 @@
+"""A server that goes away takes its verdict with it (docs/design.md, "Verdict semantics").
+
+Without process evidence, a restarted vLLM is told from the hung one it
+replaces only by its absence: it refuses connections while it loads. Past the
+dead grace that ends the epoch, so the old server's confirmed hang clears,
+startup is earned again, and the restart counts for the brake; with the API
+server seen alive the same refusals are the listener-down picture instead.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from sentinel.canary.result import CanaryResult, Reason
+from sentinel.canary.spec import TEXT
+from sentinel.evidence.process_model import (
+    Attribution,
+    ProcessInfo,
+    ProcessRole,
+    ProcessSnapshot,
+    ProcessState,
+)
+from sentinel.record.ledger import Ledger
+from sentinel.verdict import Action, Policy, VerdictState, evaluate
+
+GRACE = 5.0
+
+
+def _ledger() -> Ledger:
+    ledger = Ledger([(TEXT, Action.RESTART, None)], 0.0)
+    token = ledger.canary_sent(TEXT, 1.0)
+    result = CanaryResult("text", TEXT, Reason.OK, started=1.0, duration=0.2)
+    ledger.canary_done(TEXT, token, result, 1.2, epoch=0)
+    ledger.saw_answer()
+    return ledger
+
+
+def test_refusals_past_the_grace_without_process_evidence_end_the_epoch() -> None:
+    ledger = _ledger()
+    ledger.saw_refusal(10.0)
+    ledger.end_if_gone(14.9, GRACE)
+    assert ledger.epoch == 0
+    ledger.end_if_gone(15.0, GRACE)
+    assert (ledger.epoch, ledger.epoch_reason) == (
+        1,
+        "server went away: connections refused for 5s",
+    )
+    assert list(ledger.records[TEXT].results) == []  # the old server's history is gone
+    ledger.end_if_gone(60.0, GRACE)
+    assert ledger.epoch == 1  # once per going away
+    ledger.saw_answer()  # the new server answers: nothing more to end
+    ledger.saw_refusal(70.0)
+    ledger.end_if_gone(76.0, GRACE)
+    assert ledger.epoch == 2  # and it can go away in turn
+
+
+def test_a_server_that_never_answered_is_not_gone() -> None:
+    ledger = Ledger([(TEXT, Action.RESTART, None)], 0.0)
+    ledger.saw_refusal(1.0)  # sentinel started before the server listens
+    ledger.end_if_gone(100.0, GRACE)
+    assert ledger.epoch == 0
+
+
+def test_refusals_while_the_api_server_is_seen_alive_are_listener_down_not_gone() -> None:
+    ledger = _ledger()
+    api = ProcessInfo(41, ProcessRole.API_SERVER, "vllm", ProcessState.SLEEPING, 100.0)
+    snapshot = ProcessSnapshot(at=9.0, api=api, attribution=Attribution.LISTENING_SOCKET)
+    ledger.observe_processes(snapshot, 9.0)
+    ledger.saw_refusal(10.0)
+    ledger.end_if_gone(100.0, GRACE)
+    assert ledger.epoch == 0
+
+
+def test_the_confirmed_hang_clears_startup_is_earned_again_and_the_restart_counts() -> None:
+    ledger = _ledger()
+    policy = Policy()
+    state, _ = evaluate(VerdictState(), ledger.evidence(2.0, freshness=10.0), policy, 2.0)
+    assert state.startup_passed
+    ledger.canary_sent(TEXT, 3.0)  # unanswered: the engine hangs
+    state, verdict = evaluate(state, ledger.evidence(40.0, freshness=10.0), policy, 40.0)
+    assert not verdict.liveness.ok  # no progress evidence: red after the no-evidence window
+    ledger.saw_refusal(41.0)  # the kubelet killed it; the new one loads
+    ledger.end_if_gone(46.0, GRACE)
+    state, verdict = evaluate(state, ledger.evidence(46.0, freshness=10.0), policy, 46.0)
+    assert verdict.new_epoch
+    assert verdict.liveness.ok
+    assert verdict.hangs == ()
+    assert not verdict.startup.ok  # /startupz fails until the new server passes its canaries
+    assert state.restarts == (46.0,)  # the brake counts the restart sentinel caused
+    again = replace(state)
+    _, verdict = evaluate(again, ledger.evidence(200.0, freshness=10.0), policy, 200.0)
+    assert verdict.liveness.ok  # loading for minutes is never a hang
