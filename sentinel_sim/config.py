@@ -68,6 +68,8 @@ class SimConfig:
     reasoning_parser: str | None = None  # chat replies think first (any parser name)
     reasoning_tokens: int = 64  # how many tokens the thinking lasts
     reasoning_field: str = "reasoning"  # 0.32's field; "reasoning_content" before it
+    # A chat template that thinks whatever it is told (ignores enable_thinking=false).
+    thinking_ignores_template: bool = False
     faults: tuple[FaultSpec, ...] = field(default_factory=tuple)
 
     def engine_json(self) -> dict[str, Any]:
@@ -148,6 +150,11 @@ def build_parser() -> argparse.ArgumentParser:
         default=d.reasoning_field,
         help="the message field of the thinking (reasoning_content: vLLM before 0.11)",
     )
+    parser.add_argument(
+        "--thinking-ignores-template",
+        action="store_true",
+        help="chat replies think even when asked not to (a template without enable_thinking)",
+    )
     parser.add_argument("--ready-file", default=None, help="write the ready JSON line here too")
     parser.add_argument(
         "--fault",
@@ -203,6 +210,7 @@ def parse_args(argv: Sequence[str] | None = None) -> SimConfig:
         reasoning_parser=ns.reasoning_parser,
         reasoning_tokens=ns.reasoning_tokens,
         reasoning_field=ns.reasoning_field,
+        thinking_ignores_template=ns.thinking_ignores_template,
         faults=faults,
     )
 

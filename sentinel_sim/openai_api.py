@@ -242,6 +242,7 @@ class OpenAIApi:
         if chat and self.config.reasoning_parser:
             kwargs = body.get("chat_template_kwargs")
             disabled = isinstance(kwargs, Mapping) and kwargs.get("enable_thinking") is False
+            disabled = disabled and not self.config.thinking_ignores_template
             thinking = 0 if disabled else self.config.reasoning_tokens
         return Prepared(
             prompt_text=text,

@@ -34,24 +34,23 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
 from sentinel import __version__
 from sentinel.canary.result import CanaryResult
-from sentinel.diagnostics import access, cgroup, gpu, procs, stacks
-from sentinel.diagnostics.cause import Cause, CauseClass, classify
-from sentinel.diagnostics.sizes import cut_text, json_size, kept_metrics
+from sentinel.diagnostics import access, cgroup, gpu, procs, sections, stacks
+from sentinel.diagnostics.cause import Cause, CauseClass, ProcessObservation, classify
+from sentinel.diagnostics.sizes import json_size
 from sentinel.diagnostics.stuck import of_stuck_engines, stuck_json
-from sentinel.diagnostics.summary import iso, render_summary
+from sentinel.diagnostics.summary import render_summary
 from sentinel.evidence.process_model import named_placements
 from sentinel.telemetry.logging import get_logger
 from sentinel.telemetry.redact import (
     SecretScrubber,
     redact,
-    redact_argv,
     secret_values_in_argv,
     secret_values_in_value,
 )
@@ -126,148 +125,218 @@ async def capture(context: DiagnosticsContext) -> Incident:
     """Take one bundle now. Never raises; returns within about ``context.budget_s``."""
     started_wall = datetime.now(UTC)
     started = time.monotonic()
-    deadline = started + context.budget_s
-    scrubber = SecretScrubber(secret_values_in_value(context.config))
-    sections: dict[str, Any] = {}
-    timings: dict[str, float] = {}
-
-    def remaining() -> float:
-        return max(deadline - time.monotonic(), 0.05)
-
-    # Step 1: status of every process, before anything else touches them.
-    found = await _section(
-        sections,
-        timings,
-        "discovery",
-        lambda: asyncio.to_thread(procs.discover, context.process_match),
-        remaining(),
+    run = _Run(
+        context, started + context.budget_s, SecretScrubber(secret_values_in_value(context.config))
     )
-    discovered: list[procs.Discovered] = found or []
-
-    # Step 2: everything else at once.
-    async def processes() -> list[procs.ProcessRecord]:
-        await asyncio.sleep(min(context.cpu_window_s, remaining() / 4))
-        return await asyncio.to_thread(procs.describe, discovered, scrubber=scrubber)
-
-    async def stack_dumps() -> dict[int, stacks.StackDump]:
-        # Each dump ends before the section does, so a slow one is recorded as
-        # timed out instead of taking every other dump down with the section.
-        return await stacks.dump_stacks(
-            [d.pid for d in discovered],
-            py_spy=context.py_spy,
-            timeout_s=max(min(context.stack_timeout_s, remaining() - 0.3), 0.1),
-            total_s=max(remaining() - 0.3, 0.1),
-        )
-
-    async def gpu_state() -> gpu.GpuSection:
-        if not context.gpu_enabled:
-            return gpu.GpuSection(False, "GPU collection disabled in config")
-        return await asyncio.to_thread(gpu.snapshot, xid_window_s=context.xid_window_s)
-
-    snaps, dumps, gpus = await asyncio.gather(
-        _section(sections, timings, "processes", processes, remaining()),
-        _section(sections, timings, "stacks", stack_dumps, remaining()),
-        _section(sections, timings, "gpu", gpu_state, remaining()),
+    read = await _read_sections(run)
+    finding = _find_cause(run, read)
+    stamp = _Stamp(
+        incident_id_for(started_wall, context.trigger.kind),
+        started_wall.isoformat(),
+        round(time.monotonic() - started, 3),
+        context.trigger,
+        finding.cause,
     )
-    snapshots: list[procs.ProcessRecord] = snaps or []
-
-    threads = [
-        cgroup.threads_from_snapshot(s.pid, s.title, s.environ, s.cpu_affinity, s.num_threads)
-        for s in snapshots
-    ]
-    cpu_section = await _section(
-        sections,
-        timings,
-        "cgroup",
-        lambda: asyncio.to_thread(cgroup.snapshot, threads, root=context.cgroup_root),
-        remaining(),
-    )
-
-    if snapshots:
-        observations = [s.observation() for s in snapshots]
-    else:
-        observations = procs.observations_from_discovery(discovered)
-    stuck = named_placements(context.trigger.reason)
-    cause = classify(of_stuck_engines(observations, stuck.get("engine", [])))
-    if "discovery" in sections:  # discovery itself failed: we do not know
-        cause = Cause(cause.cause, f"{cause.summary} (process discovery failed)", cause.pid)
-    for item in discovered:
-        scrubber.add_all(secret_values_in_argv(item.cmdline))
-    cause = Cause(cause.cause, scrubber.scrub_text(redact(cause.summary)), cause.pid)
-
-    incident_id = incident_id_for(started_wall, context.trigger.kind)
-
-    def assemble() -> tuple[dict[str, Any], str]:
-        # Plain CPU work over a few hundred kB of text: done off the event loop.
-        bundle: dict[str, Any] = {
-            "id": incident_id,
-            "started_at": started_wall.isoformat(),
-            "duration_s": duration,
-            "trigger": asdict(context.trigger),
-            "cause": {"class": cause.cause.value, "summary": cause.summary, "pid": cause.pid},
-            # The data-parallel engines and tensor-parallel ranks the trigger
-            # or the cause's process names ([] where none is named).
-            "stuck": stuck_json(stuck, observations, cause.pid),
-            "sentinel": {"version": context.version, "config": dict(context.config)},
-            "processes": [asdict(s) for s in snapshots]
-            or [_discovered_json(d) for d in discovered],
-            "stacks": {
-                str(pid): _stack_json(d, context.section_max_bytes)
-                for pid, d in (dumps or {}).items()
-            },
-            "gpu": gpus.to_json() if gpus is not None else None,
-            "cgroup": _cgroup_json(cpu_section),
-            "metrics": _metrics_json(
-                context.metrics_text, context.section_max_bytes, context.metrics_cut
-            ),
-            "canary_history": {
-                kind: [_canary_json(r) for r in results]
-                for kind, results in context.canary_history.items()
-            },
-            "correctness": dict(context.correctness) or None,
-            "section_errors": sections,
-            "section_durations_s": timings,
-        }
-        # What the process and stack sections could not read, field by field, and why.
-        bundle["lacks"] = access.lacks(bundle["processes"], bundle["stacks"])
-        safe: dict[str, Any] = scrubber.scrub(bundle)
-        _fit(safe, context.bundle_max_bytes)
-        return safe, scrubber.scrub_text(render_summary(safe))
-
-    duration = round(time.monotonic() - started, 3)
-    try:
-        safe, summary = await asyncio.to_thread(assemble)
-    except Exception as exc:  # a bug here must still leave a (small) bundle behind
-        sections["assemble"] = f"{type(exc).__name__}: {exc}"
-        safe = {
-            "id": incident_id,
-            "started_at": started_wall.isoformat(),
-            "duration_s": duration,
-            "trigger": asdict(context.trigger),
-            "cause": {"class": cause.cause.value, "summary": cause.summary, "pid": cause.pid},
-            "section_errors": sections,
-        }
-        safe = scrubber.scrub(safe)
-        summary = safe["cause"]["summary"] + "\n"
+    safe, summary = await _write(run, read, finding, stamp)
     log.warning(
         "diagnostics.captured",
-        incident=incident_id,
-        cause=cause.cause.value,
+        incident=stamp.id,
+        cause=stamp.cause.cause.value,
         summary=safe["cause"]["summary"],
-        duration_s=duration,
-        processes=len(snapshots) or len(discovered),
-        section_errors=sorted(sections),
+        duration_s=stamp.duration_s,
+        processes=len(read.snapshots) or len(read.discovered),
+        section_errors=sorted(run.errors),
     )
     return Incident(
-        id=incident_id,
+        id=stamp.id,
         trigger=context.trigger,
-        started_at=started_wall.isoformat(),
-        duration_s=duration,
-        cause=cause.cause,
+        started_at=stamp.started_at,
+        duration_s=stamp.duration_s,
+        cause=stamp.cause.cause,
         cause_line=safe["cause"]["summary"],
         summary=summary,
         bundle=safe,
     )
+
+
+@dataclass(slots=True)
+class _Run:
+    """One capture's shared state, handed from step to step.
+
+    Every section races the same deadline, and what each one failed at (and how
+    long it took) lands in the bundle, never in an exception.
+    """
+
+    context: DiagnosticsContext
+    deadline: float
+    scrubber: SecretScrubber  # learns each process's secrets as it is read
+    errors: dict[str, Any] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def remaining(self) -> float:
+        return max(self.deadline - time.monotonic(), 0.05)
+
+    def section(self, name: str, step: Callable[[], Awaitable[_T]]) -> Awaitable[_T | None]:
+        # The time left is read now, as the section is made, not when it first runs.
+        return _section(self.errors, self.timings, name, step, self.remaining())
+
+
+@dataclass(frozen=True, slots=True)
+class _Read:
+    """What the sections read; None (or empty) where one failed, its error in the run."""
+
+    discovered: list[procs.Discovered]
+    snapshots: list[procs.ProcessRecord]
+    dumps: dict[int, stacks.StackDump] | None
+    gpus: gpu.GpuSection | None
+    cpu: cgroup.CgroupSection | None
+
+
+@dataclass(frozen=True, slots=True)
+class _Finding:
+    """The cause and where it is stuck, shared by the bundle, its summary and the log."""
+
+    observations: list[ProcessObservation]
+    stuck: dict[str, list[int]]
+    cause: Cause
+
+
+@dataclass(frozen=True, slots=True)
+class _Stamp:
+    """What heads every bundle, even the small one left when assembling it fails."""
+
+    id: str
+    started_at: str  # ISO 8601, UTC
+    duration_s: float
+    trigger: Trigger
+    cause: Cause
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "started_at": self.started_at,
+            "duration_s": self.duration_s,
+            "trigger": asdict(self.trigger),
+            "cause": {
+                "class": self.cause.cause.value,
+                "summary": self.cause.summary,
+                "pid": self.cause.pid,
+            },
+        }
+
+
+async def _read_sections(run: _Run) -> _Read:
+    # Status of every process first, before anything else touches them.
+    found = await run.section(
+        "discovery",
+        lambda: asyncio.to_thread(procs.discover, run.context.process_match),
+    )
+    discovered: list[procs.Discovered] = found or []
+    # Then everything else at once.
+    snaps, dumps, gpus = await asyncio.gather(
+        run.section("processes", lambda: _describe(run, discovered)),
+        run.section("stacks", lambda: _dump_stacks(run, discovered)),
+        run.section("gpu", lambda: _gpu_state(run.context)),
+    )
+    snapshots: list[procs.ProcessRecord] = snaps or []
+    # The CPU quota's check needs each process's threads and affinity, read above.
+    threads = [
+        cgroup.threads_from_snapshot(s.pid, s.title, s.environ, s.cpu_affinity, s.num_threads)
+        for s in snapshots
+    ]
+    cpu = await run.section(
+        "cgroup",
+        lambda: asyncio.to_thread(cgroup.snapshot, threads, root=run.context.cgroup_root),
+    )
+    return _Read(discovered, snapshots, dumps, gpus, cpu)
+
+
+async def _describe(run: _Run, discovered: list[procs.Discovered]) -> list[procs.ProcessRecord]:
+    # CPU use is measured over this window, opened when the processes were discovered.
+    await asyncio.sleep(min(run.context.cpu_window_s, run.remaining() / 4))
+    return await asyncio.to_thread(procs.describe, discovered, scrubber=run.scrubber)
+
+
+async def _dump_stacks(
+    run: _Run, discovered: list[procs.Discovered]
+) -> dict[int, stacks.StackDump]:
+    # Each dump ends before the section does, so a slow one is recorded as
+    # timed out instead of taking every other dump down with the section.
+    return await stacks.dump_stacks(
+        [d.pid for d in discovered],
+        py_spy=run.context.py_spy,
+        timeout_s=max(min(run.context.stack_timeout_s, run.remaining() - 0.3), 0.1),
+        total_s=max(run.remaining() - 0.3, 0.1),
+    )
+
+
+async def _gpu_state(context: DiagnosticsContext) -> gpu.GpuSection:
+    if not context.gpu_enabled:
+        return gpu.GpuSection(False, "GPU collection disabled in config")
+    return await asyncio.to_thread(gpu.snapshot, xid_window_s=context.xid_window_s)
+
+
+def _find_cause(run: _Run, read: _Read) -> _Finding:
+    if read.snapshots:
+        observations = [s.observation() for s in read.snapshots]
+    else:
+        observations = procs.observations_from_discovery(read.discovered)
+    stuck = named_placements(run.context.trigger.reason)
+    cause = classify(of_stuck_engines(observations, stuck.get("engine", [])))
+    if "discovery" in run.errors:  # discovery itself failed: we do not know
+        cause = Cause(cause.cause, f"{cause.summary} (process discovery failed)", cause.pid)
+    # The cause line quotes a process title, which may carry a secret of its argv.
+    for item in read.discovered:
+        run.scrubber.add_all(secret_values_in_argv(item.cmdline))
+    cause = Cause(cause.cause, run.scrubber.scrub_text(redact(cause.summary)), cause.pid)
+    return _Finding(observations, stuck, cause)
+
+
+async def _write(
+    run: _Run, read: _Read, finding: _Finding, stamp: _Stamp
+) -> tuple[dict[str, Any], str]:
+    try:
+        return await asyncio.to_thread(_assemble, run, read, finding, stamp)
+    except Exception as exc:  # a bug here must still leave a (small) bundle behind
+        run.errors["assemble"] = f"{type(exc).__name__}: {exc}"
+        safe: dict[str, Any] = run.scrubber.scrub(stamp.to_json() | {"section_errors": run.errors})
+        return safe, safe["cause"]["summary"] + "\n"
+
+
+def _assemble(
+    run: _Run, read: _Read, finding: _Finding, stamp: _Stamp
+) -> tuple[dict[str, Any], str]:
+    # Plain CPU work over a few hundred kB of text: run off the event loop.
+    context = run.context
+    bundle: dict[str, Any] = stamp.to_json() | {
+        # The data-parallel engines and tensor-parallel ranks the trigger
+        # or the cause's process names ([] where none is named).
+        "stuck": stuck_json(finding.stuck, finding.observations, finding.cause.pid),
+        "sentinel": {"version": context.version, "config": dict(context.config)},
+        "processes": [asdict(s) for s in read.snapshots]
+        or [sections.discovered_json(d) for d in read.discovered],
+        "stacks": {
+            str(pid): sections.stack_json(d, context.section_max_bytes)
+            for pid, d in (read.dumps or {}).items()
+        },
+        "gpu": read.gpus.to_json() if read.gpus is not None else None,
+        "cgroup": sections.cgroup_json(read.cpu),
+        "metrics": sections.metrics_json(
+            context.metrics_text, context.section_max_bytes, context.metrics_cut
+        ),
+        "canary_history": {
+            kind: [sections.canary_json(r) for r in results]
+            for kind, results in context.canary_history.items()
+        },
+        "correctness": dict(context.correctness) or None,
+        "section_errors": run.errors,
+        "section_durations_s": run.timings,
+    }
+    # What the process and stack sections could not read, field by field, and why.
+    bundle["lacks"] = access.lacks(bundle["processes"], bundle["stacks"])
+    safe: dict[str, Any] = run.scrubber.scrub(bundle)
+    _fit(safe, context.bundle_max_bytes)
+    return safe, run.scrubber.scrub_text(render_summary(safe))
 
 
 async def _section(
@@ -294,61 +363,6 @@ async def _section(
 def incident_id_for(at: datetime, kind: str) -> str:
     slug = "".join(c if c.isalnum() else "-" for c in kind.lower()).strip("-") or "incident"
     return f"{at.strftime('%Y%m%dT%H%M%SZ')}-{slug[:40]}"
-
-
-def _discovered_json(d: procs.Discovered) -> dict[str, Any]:
-    return {
-        "pid": d.pid,
-        "ppid": d.ppid,
-        "title": d.name,
-        "role": d.role.value,
-        "status": d.status.value,
-        "cmdline": redact_argv(d.cmdline),
-        "errors": d.errors,
-    }
-
-
-def _cgroup_json(section: cgroup.CgroupSection | None) -> dict[str, Any] | None:
-    if section is None:
-        return None
-    return {
-        "root": asdict(section.root),
-        "per_process": {str(pid): asdict(q) for pid, q in section.per_process.items()},
-        "checks": [asdict(c) | {"oversubscribed": c.oversubscribed} for c in section.checks],
-        "omp_oversubscribed_pids": [c.pid for c in section.omp_oversubscribed],
-    }
-
-
-def _canary_json(result: CanaryResult) -> dict[str, Any]:
-    # Its fields are scalars: a plain copy, not asdict's recursive deep copy.
-    data = {f.name: getattr(result, f.name) for f in fields(result)}
-    data["ok"] = result.ok
-    # A correctness check's token ids are in the bundle's correctness section, with
-    # how each left the fingerprint (and no NaN that strict JSON readers refuse).
-    data.pop("generations", None)
-    return data
-
-
-def _metrics_json(
-    scrapes: Sequence[tuple[float, str]], limit: int, cut_before: Sequence[int]
-) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
-    for kept in kept_metrics(scrapes, limit, cut_before):
-        entry: dict[str, Any] = {"at": iso(kept.at), "text": kept.text}
-        if kept.cut:
-            entry["truncated_bytes"] = kept.cut
-        out.append(entry)
-    return out
-
-
-def _stack_json(dump: stacks.StackDump, limit: int) -> dict[str, Any]:
-    data = asdict(dump)
-    text = data.get("text")
-    if isinstance(text, str):
-        data["text"], cut = cut_text(text, limit)
-        if cut:
-            data["truncated_bytes"] = cut
-    return data
 
 
 def _fit(bundle: dict[str, Any], limit: int) -> None:

@@ -17,7 +17,7 @@ from sentinel import __version__
 from sentinel.canary.result import CanaryResult, Reason
 from sentinel.diagnostics.store import IncidentRecord
 from sentinel.evaluation.incidents import OpenIncident
-from sentinel.evidence.process_model import ProcessInfo, SchedulingPolicy
+from sentinel.evidence.process_model import ProcessInfo, ProcessSnapshot, SchedulingPolicy
 from sentinel.progress.tracker import STEP_COUNTER
 from sentinel.record.ledger import Ledger
 from sentinel.verdict import Evidence, Verdict
@@ -82,155 +82,194 @@ class StatusInputs:
 
 def status_document(inputs: StatusInputs) -> dict[str, Any]:
     """The JSON-able ``/status`` body at ``inputs.now``."""
-    now, ledger, verdict, judged = inputs.now, inputs.ledger, inputs.verdict, inputs.evidence
-    priority, incident = inputs.priority, inputs.incident
+    return {
+        "version": __version__,
+        "target": inputs.target,
+        "model": inputs.ledger.model,
+        "enforce": inputs.enforce,
+        "server": _server(inputs),
+        # Asleep, paused (or a weight update, or a maintenance window): since
+        # when, who said so, and when the server last resumed.
+        "lifecycle": _lifecycle(inputs),
+        "priority": _priority(inputs.priority),
+        "evidence": _evidence(inputs),
+        "canaries": _canaries(inputs),
+        "verdict": _verdict(inputs),
+        # The pool's restart budget (sentinel.fleet.lease.PoolBudget.status).
+        "restart_budget": dict(inputs.restart_budget or {"mode": "off"}),
+        # Every other evidence provider's own fragment, by its name.
+        "sections": dict(inputs.sections or {}),
+        "incidents": _incidents(inputs),
+        "history": _history(inputs),
+        "config": inputs.config,
+    }
 
-    def age(t: float | None) -> float | None:
-        return None if t is None else round(now - t, 3)
 
+def _age(now: float, t: float | None) -> float | None:
+    """Seconds since ``t`` at ``now``, so the document holds no clock of its own."""
+    return None if t is None else round(now - t, 3)
+
+
+def _server(inputs: StatusInputs) -> dict[str, Any]:
+    judged, ledger = inputs.evidence, inputs.ledger
+    return {
+        "epoch": judged.epoch,
+        "epoch_age": _age(inputs.now, judged.epoch_started),
+        "epoch_reason": ledger.epoch_reason,
+        "reachable": ledger.reachable,
+        "vllm_health_status": ledger.health_status,
+    }
+
+
+def _lifecycle(inputs: StatusInputs) -> dict[str, Any]:
+    now, lifecycle = inputs.now, inputs.evidence.lifecycle
+    return {
+        "phase": lifecycle.phase.value,
+        "for": _age(now, lifecycle.since) if lifecycle.stalled else None,
+        "why": lifecycle.why or None,
+        "resumed_age": _age(now, lifecycle.resumed_at),
+    }
+
+
+def _priority(priority: PriorityReport) -> dict[str, Any]:
+    return {
+        "policy": priority.policy,
+        "source": priority.source,
+        "effective": priority.effective,
+    }
+
+
+def _evidence(inputs: StatusInputs) -> dict[str, Any]:
+    now, ledger, judged = inputs.now, inputs.ledger, inputs.evidence
+    processes = ledger.processes
+    return {
+        "progress_signals": list(ledger.progress.signals),
+        "progress_available": bool(ledger.progress.signals),
+        "progress_age": _age(now, judged.last_progress_at),
+        "real_completion_age": _age(now, judged.last_real_completion_at),
+        "last_scrape_age": _age(now, judged.sampled_at),
+        "evidence_age": _age(now, judged.last_evidence_at),
+        # The engine loop's heartbeat: any work counter moving at all
+        # (sentinel's own canaries included), read by the still-engine rule.
+        "steps_available": STEP_COUNTER in ledger.progress.signals,
+        "step_age": _age(now, judged.last_step_at),
+        # Which work counters moved, by how much, and how much of it was
+        # sentinel's own canaries (discounted at all times).
+        "progress": ledger.progress.report(now),
+        "refused_age": _age(now, judged.refused_since),
+        # Real requests waiting (by reason capacity where told, less
+        # sentinel's canaries) and for how long: the starvation rule.
+        "waiting_real": judged.waiting_real,
+        "waiting_for": _age(now, ledger.waiting_since),
+        # Work that moves no counter: a prompt prefilled in chunks (KV-cache
+        # highs) and a compiler busy under the engine (a long compile step).
+        "prefill_age": _age(now, ledger.progress.last_prefill_at),
+        "compiling_for": _age(now, judged.compiling_since),
+        "compiling": judged.compile_detail or None,
+        "last_scrape_error": inputs.last_scrape_error or None,
+        # Why the last /health poll gave no evidence, and what each loop
+        # survived (loop name -> errors, last, ago): failed reads and
+        # parses are recorded, never fatal.
+        "errors": dict(inputs.evidence_errors or {}),
+        "engine_down": judged.engine_down_detail or None,
+        # How the API server was found (the socket's owner, or its command line
+        # and the socket's uid where the owner is unreadable), what could not
+        # be read, and each piece of process evidence on or off and why.
+        "process_attribution": None if processes is None else _process_attribution(processes),
+        "processes": None if processes is None else _processes(processes),
+    }
+
+
+def _process_attribution(processes: ProcessSnapshot) -> dict[str, Any]:
+    return {
+        "by": processes.attribution.value,
+        "detail": processes.attribution_detail or None,
+        "unreadable": list(processes.unreadable),
+        "evidence": None if processes.access is None else processes.access.to_json(),
+    }
+
+
+def _processes(processes: ProcessSnapshot) -> dict[str, Any]:
+    return {
+        "api": None
+        if processes.api is None
+        else {"pid": processes.api.pid, "state": processes.api.state.value},
+        # Engine side, workers and a data-parallel coordinator: ``name`` is
+        # the whole title (its rank suffix included), ``engine`` the
+        # data-parallel engine (a worker's taken from its parent engine),
+        # ``tp_rank`` the tensor-parallel rank; None where none applies.
+        "engines": [
+            process_json(p) for p in (*processes.engine_processes, *processes.coordinators)
+        ],
+        # The API-server processes of --api-server-count sharing the socket.
+        "api_processes": [{"pid": p.pid, "state": p.state.value} for p in processes.api_processes],
+    }
+
+
+def _canaries(inputs: StatusInputs) -> dict[str, Any]:
+    now = inputs.now
     canaries: dict[str, Any] = {}
-    for kind, record in judged.kinds.items():
+    for kind, record in inputs.evidence.kinds.items():
         results = list(record.results)
         canaries[str(kind)] = {
             "enabled": record.enabled,
             "disabled_reason": record.disabled_reason or None,
             "action": record.action.value,
-            "outstanding_for": [age(t) for t in record.outstanding],
+            "outstanding_for": [_age(now, t) for t in record.outstanding],
             "last": [result_json(r, now) for r in results[-RECENT_RESULTS:]],
             "passing": bool(results) and results[-1].ok,
         }
-    processes = ledger.processes
+    return canaries
+
+
+def _verdict(inputs: StatusInputs) -> dict[str, Any]:
+    now, verdict = inputs.now, inputs.verdict
     return {
-        "version": __version__,
-        "target": inputs.target,
-        "model": ledger.model,
-        "enforce": inputs.enforce,
-        "server": {
-            "epoch": judged.epoch,
-            "epoch_age": age(judged.epoch_started),
-            "epoch_reason": ledger.epoch_reason,
-            "reachable": ledger.reachable,
-            "vllm_health_status": ledger.health_status,
-        },
-        # Asleep, paused (or a weight update, or a maintenance window): since
-        # when, who said so, and when the server last resumed.
-        "lifecycle": {
-            "phase": judged.lifecycle.phase.value,
-            "for": age(judged.lifecycle.since) if judged.lifecycle.stalled else None,
-            "why": judged.lifecycle.why or None,
-            "resumed_age": age(judged.lifecycle.resumed_at),
-        },
-        "priority": {
-            "policy": priority.policy,
-            "source": priority.source,
-            "effective": priority.effective,
-        },
-        "evidence": {
-            "progress_signals": list(ledger.progress.signals),
-            "progress_available": bool(ledger.progress.signals),
-            "progress_age": age(judged.last_progress_at),
-            "real_completion_age": age(judged.last_real_completion_at),
-            "last_scrape_age": age(judged.sampled_at),
-            "evidence_age": age(judged.last_evidence_at),
-            # The engine loop's heartbeat: any work counter moving at all
-            # (sentinel's own canaries included), read by the still-engine rule.
-            "steps_available": STEP_COUNTER in ledger.progress.signals,
-            "step_age": age(judged.last_step_at),
-            # Which work counters moved, by how much, and how much of it was
-            # sentinel's own canaries (discounted at all times).
-            "progress": ledger.progress.report(now),
-            "refused_age": age(judged.refused_since),
-            # Real requests waiting (by reason capacity where told, less
-            # sentinel's canaries) and for how long: the starvation rule.
-            "waiting_real": judged.waiting_real,
-            "waiting_for": age(ledger.waiting_since),
-            # Work that moves no counter: a prompt prefilled in chunks (KV-cache
-            # highs) and a compiler busy under the engine (a long compile step).
-            "prefill_age": age(ledger.progress.last_prefill_at),
-            "compiling_for": age(judged.compiling_since),
-            "compiling": judged.compile_detail or None,
-            "last_scrape_error": inputs.last_scrape_error or None,
-            # Why the last /health poll gave no evidence, and what each loop
-            # survived (loop name -> errors, last, ago): failed reads and
-            # parses are recorded, never fatal.
-            "errors": dict(inputs.evidence_errors or {}),
-            "engine_down": judged.engine_down_detail or None,
-            # How the API server was found (the socket's owner, or its command line
-            # and the socket's uid where the owner is unreadable), what could not
-            # be read, and each piece of process evidence on or off and why.
-            "process_attribution": None
-            if processes is None
-            else {
-                "by": processes.attribution.value,
-                "detail": processes.attribution_detail or None,
-                "unreadable": list(processes.unreadable),
-                "evidence": None if processes.access is None else processes.access.to_json(),
-            },
-            "processes": None
-            if processes is None
-            else {
-                "api": None
-                if processes.api is None
-                else {"pid": processes.api.pid, "state": processes.api.state.value},
-                # Engine side, workers and a data-parallel coordinator: ``name`` is
-                # the whole title (its rank suffix included), ``engine`` the
-                # data-parallel engine (a worker's taken from its parent engine),
-                # ``tp_rank`` the tensor-parallel rank; None where none applies.
-                "engines": [
-                    process_json(p) for p in (*processes.engine_processes, *processes.coordinators)
-                ],
-                # The API-server processes of --api-server-count sharing the socket.
-                "api_processes": [
-                    {"pid": p.pid, "state": p.state.value} for p in processes.api_processes
-                ],
-            },
-        },
-        "canaries": canaries,
-        "verdict": {
-            "hangs": [
-                {
-                    "kind": str(h.kind),
-                    "action": h.action.value,
-                    "reason": h.reason,
-                    "for": age(h.since),
-                    # Where it is stuck: the data-parallel engine(s) and
-                    # tensor-parallel rank(s); None and [] for the whole server.
-                    "engine": h.engines[0] if len(h.engines) == 1 else None,
-                    "engines": list(h.engines),
-                    "ranks": list(h.ranks),
-                }
-                for h in verdict.hangs
-            ],
-            "brake_engaged": verdict.brake_engaged,
-            "would_restart": verdict.would_restart,
-            "sentinel_stalls": inputs.stalls,
-            "hang_episodes_last_hour": len(
-                [t for t in inputs.episodes if now - t < inputs.brake_window]
-            ),
-            "restart_wanted": verdict.restart_wanted,
-            "budget_held": verdict.budget_held,
-        },
-        # The pool's restart budget (sentinel.fleet.lease.PoolBudget.status).
-        "restart_budget": dict(inputs.restart_budget or {"mode": "off"}),
-        # Every other evidence provider's own fragment, by its name.
-        "sections": dict(inputs.sections or {}),
-        "incidents": {
-            "open": None
-            if incident is None
-            else {
-                "trigger": incident.trigger.kind,
-                "reason": incident.trigger.reason,
-                "for": age(incident.opened),
-                "bundle": None if incident.record is None else incident.record.path,
-            },
-            "recent": [r.to_json() for r in inputs.recent_incidents[:RECENT_INCIDENTS]],
-        },
-        "history": [
-            {"ago": age(t.at), "probe": t.probe, "ok": t.ok, "reason": t.reason}
-            for t in inputs.transitions
+        "hangs": [
+            {
+                "kind": str(h.kind),
+                "action": h.action.value,
+                "reason": h.reason,
+                "for": _age(now, h.since),
+                # Where it is stuck: the data-parallel engine(s) and
+                # tensor-parallel rank(s); None and [] for the whole server.
+                "engine": h.engines[0] if len(h.engines) == 1 else None,
+                "engines": list(h.engines),
+                "ranks": list(h.ranks),
+            }
+            for h in verdict.hangs
         ],
-        "config": inputs.config,
+        "brake_engaged": verdict.brake_engaged,
+        "would_restart": verdict.would_restart,
+        "sentinel_stalls": inputs.stalls,
+        "hang_episodes_last_hour": len(
+            [t for t in inputs.episodes if now - t < inputs.brake_window]
+        ),
+        "restart_wanted": verdict.restart_wanted,
+        "budget_held": verdict.budget_held,
     }
+
+
+def _incidents(inputs: StatusInputs) -> dict[str, Any]:
+    incident = inputs.incident
+    return {
+        "open": None
+        if incident is None
+        else {
+            "trigger": incident.trigger.kind,
+            "reason": incident.trigger.reason,
+            "for": _age(inputs.now, incident.opened),
+            "bundle": None if incident.record is None else incident.record.path,
+        },
+        "recent": [r.to_json() for r in inputs.recent_incidents[:RECENT_INCIDENTS]],
+    }
+
+
+def _history(inputs: StatusInputs) -> list[dict[str, Any]]:
+    return [
+        {"ago": _age(inputs.now, t.at), "probe": t.probe, "ok": t.ok, "reason": t.reason}
+        for t in inputs.transitions
+    ]
 
 
 def process_json(p: ProcessInfo) -> dict[str, Any]:

@@ -45,6 +45,7 @@ from sentinel.record.ledger import Ledger
 from sentinel.scheduling.aiming import Aiming
 from sentinel.scheduling.late import LateAnswers
 from sentinel.scheduling.served_model import ServedModel
+from sentinel.scheduling.set_aside import set_aside_reason
 from sentinel.telemetry.logging import get_logger
 from sentinel.telemetry.metrics import SentinelMetrics
 
@@ -170,7 +171,21 @@ class Scheduler:
             why = unsupported.detail
             ledger.disable(spec.kind, why or "the model does not take this input")
             log.warning("canary_kind_disabled", canary=spec.name, kind=spec.kind.value, why=why)
+        self._set_aside_if_never_conclusive(spec, epoch)
         return any(r.reason is Reason.TIMEOUT for r in results)
+
+    def _set_aside_if_never_conclusive(self, spec: CanarySpec, epoch: int) -> None:
+        """Before startup, set aside a kind this server can never answer (:mod:`.set_aside`)."""
+        ledger = self.ledger
+        record = ledger.records.get(spec.kind)
+        if record is None or not record.enabled or spec.kind == kinds.CONTROL:
+            return
+        if ledger.startup_passed or epoch != ledger.epoch:
+            return
+        why = set_aside_reason(record.results)
+        if why is not None:
+            ledger.disable(spec.kind, why)
+            log.warning("canary_kind_set_aside", canary=spec.name, kind=spec.kind.value, why=why)
 
     async def _send_each(
         self, spec: CanarySpec, model: str, epoch: int, targets: tuple[int | None, ...]

@@ -59,7 +59,15 @@ def evaluate(
     )
     startup_passed = state.startup_passed or (bool(enabled) and not unstarted)
     if startup_passed:
-        startup = ProbeAnswer(True, "every canary kind succeeded")
+        aside = [
+            f"{k.kind.value} ({k.disabled_reason})"
+            for k in evidence.kinds.values()
+            if not k.enabled and k.disabled_reason
+        ]
+        startup = ProbeAnswer(
+            True,
+            "every canary kind succeeded" + ("; set aside: " + ", ".join(aside) if aside else ""),
+        )
     else:
         missing = ", ".join(_why_not_started(k, evidence.epoch_started) for k in unstarted)
         startup = ProbeAnswer(False, "waiting for canary kinds: " + missing)

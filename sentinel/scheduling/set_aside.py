@@ -1,0 +1,55 @@
+"""Startup that ends: a canary kind the server can never answer conclusively is set aside.
+
+Startup waits for every enabled kind to pass once. A reasoning model whose
+template ignores ``enable_thinking=false`` answers the structured and
+multimodal canaries with reasoning only, cut at ``max_tokens``; a server
+refuses a capability with a 4xx (a chat request to a model without a chat
+template, a field it does not take). Such a kind would hold startup forever,
+and the kubelet would restart the container for it again and again: a crash
+loop made by the health checker. So before startup, a kind whose last
+:data:`SET_ASIDE_AFTER` canaries were all inconclusive or refused that way,
+and that never passed, is set aside for this server epoch with its reason;
+startup passes on the kinds the server can do. The text control is never set
+aside: it is the proof that the engine produces tokens at all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from sentinel.canary.result import CanaryResult, Reason
+
+SET_ASIDE_AFTER = 5
+# Refusals that say nothing about the server's capability: credentials, a
+# request timeout answered by a proxy, rate limits.
+NOT_A_CAPABILITY = frozenset({401, 403, 407, 408, 429})
+
+
+def never_conclusive(result: CanaryResult) -> bool:
+    """A reply that can never pass on this server: reasoning cut short, or a capability refused."""
+    if result.reason is Reason.INCONCLUSIVE:
+        return True
+    status = result.http_status
+    return (
+        result.reason is Reason.HTTP_STATUS
+        and status is not None
+        and 400 <= status < 500
+        and status not in NOT_A_CAPABILITY
+    )
+
+
+def set_aside_reason(results: Iterable[CanaryResult]) -> str | None:
+    """Why to set a kind aside for this epoch (its results, oldest first), or None."""
+    seen = list(results)
+    if any(r.ok for r in seen):
+        return None
+    last = seen[-SET_ASIDE_AFTER:]
+    if len(last) < SET_ASIDE_AFTER or not all(never_conclusive(r) for r in last):
+        return None
+    newest = last[-1]
+    if newest.reason is Reason.INCONCLUSIVE:
+        what = "inconclusive (only reasoning, cut at max_tokens)"
+    else:
+        what = f"refused with HTTP {newest.http_status}"
+    detail = f": {newest.detail[:160]}" if newest.detail else ""
+    return f"set aside for this server: {len(last)} canaries in a row {what}{detail}"
