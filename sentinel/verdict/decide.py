@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from sentinel.canary.result import CanaryResult, Reason
 from sentinel.verdict.model import (
@@ -29,54 +29,109 @@ def evaluate(
     """Judge the evidence at ``now``; return the next state and the verdict."""
     new_epoch = evidence.epoch != state.epoch
     if new_epoch:
-        # A real restart is a new server identity after an enforced red episode;
-        # the first evaluation (epoch -1) and red-free restarts are not counted.
-        restarts = state.restarts
-        if state.red_in_epoch:
-            restarts = (*restarts, now)
-        state = VerdictState(
-            epoch=evidence.epoch,
-            restarts=restarts,
-            liveness=_flip(state.liveness, ProbeAnswer(True, "no hang confirmed"), now),
-            readiness=_flip(state.readiness, ProbeAnswer(False, "startup has not passed"), now),
-            startup=_flip(
-                state.startup,
-                ProbeAnswer(False, "waiting for every canary kind to succeed"),
-                now,
-            ),
-        )
-
+        state = _new_epoch(state, evidence.epoch, now)
     enabled = evidence.enabled
+    startup_passed, startup = _startup(state, evidence)
+    hangs = tuple(confirmed_hangs(evidence, policy, now, startup_passed=state.startup_passed))
+    restart = _restart(state, hangs, evidence, policy, now)
+    # Readiness hysteresis over canary results newer than the last judged one.
+    degraded, bad, good, judged = _hysteresis(state, enabled, policy, evidence.epoch_started)
+    readiness = _readiness(evidence, policy, hangs, restart, startup_passed, degraded)
+    next_state = replace(
+        state,
+        startup_passed=startup_passed,
+        degraded=degraded,
+        bad_streak=bad,
+        good_streak=good,
+        judged_until=judged,
+        restarts=restart.restarts,
+        red_in_epoch=restart.red,
+        in_episode=restart.in_episode,
+        braked=restart.braked,
+        confirmed=frozenset(h.kind for h in hangs),
+        liveness=_flip(state.liveness, restart.liveness, now),
+        readiness=_flip(state.readiness, readiness, now),
+        startup=_flip(state.startup, startup, now),
+    )
+    verdict = Verdict(
+        liveness=next_state.liveness,
+        readiness=next_state.readiness,
+        startup=next_state.startup,
+        hangs=hangs,
+        new_hangs=tuple(h for h in hangs if h.kind not in state.confirmed),
+        brake_engaged=restart.braked,
+        would_restart=bool(restart.hangs) and not policy.enforce,
+        new_epoch=new_epoch,
+        restart_wanted=restart.wanted,
+        budget_held=restart.held,
+    )
+    return next_state, verdict
 
-    # Startup: every enabled kind succeeded at least once in this epoch.
+
+def _new_epoch(state: VerdictState, epoch: int, now: float) -> VerdictState:
+    """Everything forgotten but the brake's memory of real restarts.
+
+    A real restart is a new server identity after an enforced red episode;
+    the first evaluation (epoch -1) and red-free restarts are not counted.
+    """
+    restarts = (*state.restarts, now) if state.red_in_epoch else state.restarts
+    return VerdictState(
+        epoch=epoch,
+        restarts=restarts,
+        liveness=_flip(state.liveness, ProbeAnswer(True, "no hang confirmed"), now),
+        readiness=_flip(state.readiness, ProbeAnswer(False, "startup has not passed"), now),
+        startup=_flip(
+            state.startup, ProbeAnswer(False, "waiting for every canary kind to succeed"), now
+        ),
+    )
+
+
+def _startup(state: VerdictState, evidence: Evidence) -> tuple[bool, ProbeAnswer]:
+    """Startup: every enabled kind succeeded at least once in this epoch (then it stays)."""
     unstarted = sorted(
         (
             k
-            for k in enabled
+            for k in evidence.enabled
             if not any(r.ok and r.started >= evidence.epoch_started for r in k.results)
         ),
         key=lambda k: k.kind.value,
     )
-    startup_passed = state.startup_passed or (bool(enabled) and not unstarted)
-    if startup_passed:
-        aside = [
-            f"{k.kind.value} ({k.disabled_reason})"
-            for k in evidence.kinds.values()
-            if not k.enabled and k.disabled_reason
-        ]
-        startup = ProbeAnswer(
-            True,
-            "every canary kind succeeded" + ("; set aside: " + ", ".join(aside) if aside else ""),
-        )
-    else:
+    passed = state.startup_passed or (bool(evidence.enabled) and not unstarted)
+    if not passed:
         missing = ", ".join(_why_not_started(k, evidence.epoch_started) for k in unstarted)
-        startup = ProbeAnswer(False, "waiting for canary kinds: " + missing)
+        return False, ProbeAnswer(False, "waiting for canary kinds: " + missing)
+    aside = [
+        f"{k.kind.value} ({k.disabled_reason})"
+        for k in evidence.kinds.values()
+        if not k.enabled and k.disabled_reason
+    ]
+    said = "every canary kind succeeded" + ("; set aside: " + ", ".join(aside) if aside else "")
+    return True, ProbeAnswer(True, said)
 
-    hangs = tuple(confirmed_hangs(evidence, policy, now, startup_passed=state.startup_passed))
-    new_hangs = tuple(h for h in hangs if h.kind not in state.confirmed)
 
-    # Restart-loop brake and liveness.
-    restart_hangs = [h for h in hangs if h.action is Action.RESTART]
+@dataclass(frozen=True, slots=True)
+class _Restart:
+    """What the confirmed restart hangs do to liveness: the brake and the restart budget."""
+
+    hangs: tuple[Hang, ...]
+    restarts: tuple[float, ...]
+    in_episode: bool
+    braked: bool
+    red: bool
+    wanted: bool
+    held: bool
+    liveness: ProbeAnswer
+
+
+def _restart(
+    state: VerdictState,
+    hangs: Sequence[Hang],
+    evidence: Evidence,
+    policy: Policy,
+    now: float,
+) -> _Restart:
+    """The restart-loop brake, the pool's restart budget and liveness."""
+    restart_hangs = tuple(h for h in hangs if h.action is Action.RESTART)
     restarts = tuple(t for t in state.restarts if now - t < policy.brake_window)
     in_episode, braked, red = state.in_episode, state.braked, state.red_in_epoch
     if restart_hangs and policy.enforce and not in_episode:
@@ -88,7 +143,6 @@ def evaluate(
     wanted = bool(restart_hangs) and policy.enforce and not braked
     gate = evidence.restart_gate
     held = wanted and not gate.open
-
     if wanted and not held:
         liveness = ProbeAnswer(False, _describe(restart_hangs))
         red = True
@@ -104,9 +158,18 @@ def evaluate(
         liveness = ProbeAnswer(True, "observe-only: would restart: " + _describe(restart_hangs))
     else:
         liveness = ProbeAnswer(True, "no hang confirmed")
+    return _Restart(restart_hangs, restarts, in_episode, braked, red, wanted, held, liveness)
 
-    # Readiness hysteresis over canary results newer than the last judged one.
-    degraded, bad, good, judged = _hysteresis(state, enabled, policy, evidence.epoch_started)
+
+def _readiness(
+    evidence: Evidence,
+    policy: Policy,
+    hangs: Sequence[Hang],
+    restart: _Restart,
+    startup_passed: bool,
+    degraded: bool,
+) -> ProbeAnswer:
+    """Readiness, in order of what an operator most needs to read first."""
     # Observe-only mode changes no kubelet answer because of a hang: it reports.
     unready_hangs = [
         h for h in hangs if h.action in (Action.RESTART, Action.UNREADY) and policy.enforce
@@ -118,55 +181,25 @@ def evaluate(
     resumed = life.resumed_at
     unproven = sorted(
         k.kind.value
-        for k in enabled
+        for k in evidence.enabled
         if resumed is not None and not any(r.ok and r.started >= resumed for r in k.results)
     )
+    gate = evidence.restart_gate
     if not startup_passed:
-        readiness = ProbeAnswer(False, "startup has not passed")
-    elif life.stalled:
-        readiness = ProbeAnswer(False, f"{life.phase.value}: {life.why}")
-    elif braked:
-        readiness = ProbeAnswer(False, "restart-loop brake engaged: " + _describe(restart_hangs))
-    elif held:
-        readiness = ProbeAnswer(False, f"{gate.reason}: {_describe(restart_hangs)}")
-    elif unready_hangs:
-        readiness = ProbeAnswer(False, _describe(unready_hangs))
-    elif unproven:
-        readiness = ProbeAnswer(False, "resumed; waiting for canary kinds: " + ", ".join(unproven))
-    elif degraded:
-        readiness = ProbeAnswer(False, "degraded: recent canaries failed or were slow")
-    else:
-        readiness = ProbeAnswer(True, "serving")
-
-    next_state = replace(
-        state,
-        startup_passed=startup_passed,
-        degraded=degraded,
-        bad_streak=bad,
-        good_streak=good,
-        judged_until=judged,
-        restarts=restarts,
-        red_in_epoch=red,
-        in_episode=in_episode,
-        braked=braked,
-        confirmed=frozenset(h.kind for h in hangs),
-        liveness=_flip(state.liveness, liveness, now),
-        readiness=_flip(state.readiness, readiness, now),
-        startup=_flip(state.startup, startup, now),
-    )
-    verdict = Verdict(
-        liveness=next_state.liveness,
-        readiness=next_state.readiness,
-        startup=next_state.startup,
-        hangs=hangs,
-        new_hangs=new_hangs,
-        brake_engaged=braked,
-        would_restart=bool(restart_hangs) and not policy.enforce,
-        new_epoch=new_epoch,
-        restart_wanted=wanted,
-        budget_held=held,
-    )
-    return next_state, verdict
+        return ProbeAnswer(False, "startup has not passed")
+    if life.stalled:
+        return ProbeAnswer(False, f"{life.phase.value}: {life.why}")
+    if restart.braked:
+        return ProbeAnswer(False, "restart-loop brake engaged: " + _describe(restart.hangs))
+    if restart.held:
+        return ProbeAnswer(False, f"{gate.reason}: {_describe(restart.hangs)}")
+    if unready_hangs:
+        return ProbeAnswer(False, _describe(unready_hangs))
+    if unproven:
+        return ProbeAnswer(False, "resumed; waiting for canary kinds: " + ", ".join(unproven))
+    if degraded:
+        return ProbeAnswer(False, "degraded: recent canaries failed or were slow")
+    return ProbeAnswer(True, "serving")
 
 
 def _hysteresis(
