@@ -21,6 +21,7 @@ from sentinel.verdict.registry import confirmed_hangs
 # Results that say nothing about the server's health: the model takes no such
 # input, or a reasoning model spent the canary's tokens thinking.
 NOT_JUDGED = frozenset({Reason.UNSUPPORTED, Reason.INCONCLUSIVE})
+RESTART_ASKED = "a restart was asked for; the restarted server earns its startup afresh"
 
 
 def evaluate(
@@ -34,6 +35,11 @@ def evaluate(
     startup_passed, startup = _startup(state, evidence)
     hangs = tuple(confirmed_hangs(evidence, policy, now, startup_passed=state.startup_passed))
     restart = _restart(state, hangs, evidence, policy, now)
+    if restart.wanted and not restart.held and startup.ok:
+        # The kubelet asks /startupz only of a container it just started: while
+        # liveness asks for a restart, that is the restarted server, which earns
+        # its startup afresh (it may ask before sentinel sees the old one gone).
+        startup = ProbeAnswer(False, RESTART_ASKED)
     # Readiness hysteresis over canary results newer than the last judged one.
     degraded, bad, good, judged = _hysteresis(state, enabled, policy, evidence.epoch_started)
     readiness = _readiness(evidence, policy, hangs, restart, startup_passed, degraded)

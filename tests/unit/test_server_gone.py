@@ -90,3 +90,19 @@ def test_the_confirmed_hang_clears_startup_is_earned_again_and_the_restart_count
     again = replace(state)
     _, verdict = evaluate(again, ledger.evidence(200.0, freshness=10.0), policy, 200.0)
     assert verdict.liveness.ok  # loading for minutes is never a hang
+
+
+def test_while_liveness_asks_for_a_restart_startup_fails_for_the_restarted_server() -> None:
+    """The kubelet probes /startupz of the new container before sentinel sees the old one go."""
+    ledger = _ledger()
+    policy = Policy()
+    state, _ = evaluate(VerdictState(), ledger.evidence(2.0, freshness=10.0), policy, 2.0)
+    ledger.canary_sent(TEXT, 3.0)
+    state, verdict = evaluate(state, ledger.evidence(40.0, freshness=10.0), policy, 40.0)
+    assert not verdict.liveness.ok
+    assert not verdict.startup.ok
+    assert "restart was asked for" in verdict.startup.reason
+    observe_only = policy.model_copy(update={"enforce": False})
+    _, verdict = evaluate(state, ledger.evidence(41.0, freshness=10.0), observe_only, 41.0)
+    assert verdict.liveness.ok
+    assert verdict.startup.ok  # nothing restarts the server: its startup stands
