@@ -123,14 +123,16 @@ class Evaluator:
         previous = self.verdict
         self.verdict_state, verdict = evaluate(self.verdict_state, evidence, self.policy, now)
         self.verdict = verdict
-        ledger.startup_passed = verdict.startup.ok
+        # Whether this server passed startup (the verdict's state), not the
+        # /startupz answer, which also fails while a restart is asked for.
+        ledger.startup_passed = self.verdict_state.startup_passed
         if self.budget is not None:
             self.budget.observe(
                 Wish(
                     wanted=verdict.restart_wanted,
                     failing=not verdict.liveness.ok,
                     epoch=ledger.epoch,
-                    started=verdict.startup.ok,
+                    started=self.verdict_state.startup_passed,
                 )
             )
         for hang in verdict.new_hangs:

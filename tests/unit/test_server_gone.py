@@ -106,3 +106,14 @@ def test_while_liveness_asks_for_a_restart_startup_fails_for_the_restarted_serve
     _, verdict = evaluate(state, ledger.evidence(41.0, freshness=10.0), observe_only, 41.0)
     assert verdict.liveness.ok
     assert verdict.startup.ok  # nothing restarts the server: its startup stands
+
+
+def test_the_startup_answer_for_a_restart_leaves_this_servers_startup_standing() -> None:
+    """Scheduling (idle gating, the set-aside) reads whether startup passed, not /startupz."""
+    ledger = _ledger()
+    policy = Policy()
+    state, _ = evaluate(VerdictState(), ledger.evidence(2.0, freshness=10.0), policy, 2.0)
+    ledger.canary_sent(TEXT, 3.0)
+    state, verdict = evaluate(state, ledger.evidence(40.0, freshness=10.0), policy, 40.0)
+    assert not verdict.startup.ok
+    assert state.startup_passed
