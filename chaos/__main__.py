@@ -7,6 +7,15 @@ SIGKILL last), shows progress while they run, and writes the report to
 overview plot there. Exit 0 when every scenario passed its checks, 1 when one
 failed, 2 when a scenario file is invalid.
 
+``python -m chaos supervise FILE [FILE ...] [--checkers sentinel,vllm_health,naive,blackbox]
+[--load-time S] [--watch-after S] [--recover-within S] [--out DIR]`` runs each
+scenario under the harness's kubelet once per checker (what its liveness
+follows), which really restarts the server (:mod:`chaos.supervised`), and
+writes ``supervised.md`` and ``supervised.json``: detect and recover per
+scenario beside the baselines. Exit 0 when every sentinel run passed (a fault:
+one restart and the new server serving; a working server: none), 1 otherwise;
+the baselines' figures are reported, not judged.
+
 ``python -m chaos list [DIR]`` prints each scenario's name, target and fault.
 """
 
@@ -81,6 +90,47 @@ def _run(args: argparse.Namespace) -> int:
     return 0 if all(summary.passed for summary, _ in done) else 1
 
 
+def _supervise(args: argparse.Namespace) -> int:
+    from chaos import supervised, supervised_report
+    from sentinel.telemetry.logging import configure_logging
+
+    console = Console(stderr=True)
+    scenarios = _load_all([Path(p) for p in args.files])
+    checkers = tuple(c.strip() for c in args.checkers.split(",") if c.strip())
+    unknown = sorted(set(checkers) - set(supervised.CHECKERS))
+    if unknown:
+        print(f"--checkers: unknown {', '.join(unknown)} (of {', '.join(supervised.CHECKERS)})")
+        return 2
+    options = supervised.Options(
+        checkers=checkers,
+        load_time=args.load_time,
+        recover_within=args.recover_within,
+        watch_after=args.watch_after,
+    )
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    out_dir = Path(args.out) / f"supervised-{stamp}"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    log_file = (out_dir / "sentinel.log").open("w", encoding="utf-8")
+    configure_logging("info", renderer="json", stream=log_file)
+    done: list[supervised.SupervisedRecord] = []
+
+    def on_result(record: supervised.SupervisedRecord) -> None:
+        done.append(record)
+        supervised_report.write(done, out_dir)
+
+    runs = len(scenarios) * len(checkers)
+    console.log(f"{runs} supervised run(s); report in {out_dir}")
+    try:
+        asyncio.run(supervised.run_supervised(scenarios, out_dir, console, options, on_result))
+    finally:
+        log_file.close()
+    if not done:
+        return 1
+    paths = supervised_report.write(done, out_dir)
+    print(paths["markdown"].read_text(encoding="utf-8"))
+    return 0 if all(r.passed for r in done if r.checker == "sentinel") else 1
+
+
 def _list(args: argparse.Namespace) -> int:
     table = Table(title="chaos scenarios")
     for column in ("file", "name", "target", "fault", "load"):
@@ -107,6 +157,29 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("files", nargs="+", help="scenario YAML files")
     run.add_argument("--out", default=str(DEFAULT_OUT), help="report root (default %(default)s)")
     run.add_argument("--docs", default=None, help="also copy report.md and timeline.png here")
+    supervise = commands.add_parser("supervise", help="run scenarios under the harness's kubelet")
+    supervise.add_argument("files", nargs="+", help="scenario YAML files")
+    supervise.add_argument(
+        "--checkers",
+        default="sentinel,vllm_health,naive,blackbox",
+        help="what the kubelet's liveness follows, one run each (default %(default)s)",
+    )
+    supervise.add_argument(
+        "--load-time", type=float, default=8.0, help="simulator model load, s (default 8)"
+    )
+    supervise.add_argument(
+        "--watch-after",
+        type=float,
+        default=None,
+        help="s watched after recovery (default 600, on the scenario's time scale: 120 for sim)",
+    )
+    supervise.add_argument(
+        "--recover-within",
+        type=float,
+        default=None,
+        help="s from the fault to recover (default 300, on the time scale: 60 for sim)",
+    )
+    supervise.add_argument("--out", default=str(DEFAULT_OUT), help="report root")
     listing = commands.add_parser("list", help="list the scenarios")
     listing.add_argument("directory", nargs="?", default=str(SCENARIO_DIR))
     return parser
@@ -115,7 +188,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return _run(args) if args.command == "run" else _list(args)
+        commands = {"run": _run, "supervise": _supervise, "list": _list}
+        return commands[args.command](args)
     except ScenarioError as exc:
         print(exc, file=sys.stderr)
         return 2

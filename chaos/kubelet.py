@@ -42,9 +42,13 @@ import httpx
 
 from chaos.kubelet_state import Event, KubeletSettings, KubeletState, ProbeSpec, timeline
 
-__all__ = ["USER_AGENT", "Kubelet", "load_wrapper", "sim_command"]
+__all__ = ["USER_AGENT", "Check", "Kubelet", "load_wrapper", "sim_command"]
 
 USER_AGENT = "kube-probe/1.30"
+
+#: A probe of the caller's own (a liveness endpoint backed by something other than
+#: HTTP at ``probe_url``): it gets the probe's spec and answers (passed, detail).
+Check = Callable[[ProbeSpec], Awaitable[tuple[bool, str]]]
 
 # Sleeps (the model load: nothing listens yet), then becomes the server, keeping the PID.
 _LOAD = "import os, sys, time; time.sleep(float(sys.argv[1])); os.execvp(sys.argv[2], sys.argv[2:])"
@@ -87,7 +91,10 @@ class Kubelet:
     count. ``load_time`` starts each container through :func:`load_wrapper`.
     ``restart_sidecar``, where given, restarts sentinel and returns its new
     URL; only :meth:`restart_sidecar` calls it: sentinel's restarts are not
-    the container's.
+    the container's. ``checks`` replace the httpGet of a probe kind with the
+    caller's :data:`Check`; ``before_start`` runs before each container
+    starts (with its number: 0 the first); ``popen`` adds keyword arguments
+    to the container's process creation (``cwd``, ``preexec_fn``).
     """
 
     def __init__(
@@ -101,6 +108,9 @@ class Kubelet:
         log_path: Path | None = None,
         shutdown_grace: float = 5.0,
         restart_sidecar: Callable[[], Awaitable[str]] | None = None,
+        checks: Mapping[str, Check] | None = None,
+        before_start: Callable[[int], Awaitable[None]] | None = None,
+        popen: Mapping[str, Any] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.command = load_wrapper(load_time, command) if load_time > 0 else list(command)
@@ -113,6 +123,9 @@ class Kubelet:
         self.shutdown_grace = shutdown_grace
         self.clock = clock
         self._restart_sidecar = restart_sidecar
+        self._checks = dict(checks or {})
+        self._before_start = before_start
+        self._popen = dict(popen or {})
         self._client: httpx.AsyncClient | None = None
         self._log: IO[bytes] | None = None
         self._proc: asyncio.subprocess.Process | None = None
@@ -176,6 +189,20 @@ class Kubelet:
 
     def timeline(self) -> str:
         return timeline(self.events)
+
+    def kill(self, reason: str, by: str = "") -> bool:
+        """Kill the running container as a probe failure would (an alert's restart, say).
+
+        False when no container runs or one is already being killed.
+        """
+        events = self.state.kill(self.clock(), reason, by)
+        self._record(events)
+        return bool(events)
+
+    @property
+    def phase(self) -> str:
+        """The container's phase: waiting, starting, running or terminating."""
+        return self.state.phase.value
 
     async def restart_sidecar(self) -> str:
         """Restart sentinel through the caller's hook; the container is left alone."""
@@ -261,6 +288,8 @@ class Kubelet:
     async def _run_container(self) -> None:
         """Start the container, wait for its end (by itself or by a kill), then the back-off."""
         output = self._log if self._log is not None else subprocess.DEVNULL
+        if self._before_start is not None:
+            await self._before_start(self.state.container + 1)
         proc = await asyncio.create_subprocess_exec(
             *self.command,
             stdin=subprocess.DEVNULL,
@@ -268,6 +297,7 @@ class Kubelet:
             stderr=output,
             start_new_session=True,
             env=self.env,
+            **self._popen,
         )
         self._proc = proc
         self._kill = asyncio.get_running_loop().create_future()
@@ -317,7 +347,8 @@ class Kubelet:
             await asyncio.sleep(max(0.0, pod_start + tick * spec.period - self.clock()))
             container = self.state.container
             if self.state.due(kind, self.clock()):
-                ok, detail = await self._probe(spec)
+                check = self._checks.get(kind, self._probe)
+                ok, detail = await check(spec)
                 self._record(self.state.feed(kind, self.clock(), ok, detail, container))
             tick = math.floor((self.clock() - pod_start) / spec.period) + 1
 

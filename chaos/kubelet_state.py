@@ -135,7 +135,7 @@ class KubeletSettings:
                 yield kind, spec
 
     def kill_grace(self, kind: str | None) -> float:
-        spec = self.probe(kind) if kind else None
+        spec = self.probe(kind) if kind in KINDS else None  # else the caller's (an alert's) kill
         return self.grace if spec is None or spec.grace is None else spec.grace
 
 
@@ -307,19 +307,20 @@ def recovery(events: Sequence[Event], fault_at: float) -> dict[str, float]:
     """Seconds from a fault to the first failed liveness probe, the kill, and a new ready container.
 
     Keys present only for what happened: ``detect`` (a liveness probe failed),
-    ``kill``, ``restart`` (the new container started), ``recover`` (the new
-    container ready); ``restarts`` counts restarts since the fault.
+    ``kill`` (the kubelet's, or the container's own exit: a crash),
+    ``restart`` (the new container started), ``recover`` (the new container
+    ready); ``restarts`` counts restarts since the fault.
     """
     after = [e for e in events if e.at >= fault_at]
     figures: dict[str, float] = {"restarts": float(sum(e.kind == "restart" for e in after))}
     detect = next((e for e in after if e.kind == "probe_failure" and e.probe == "liveness"), None)
-    kill = next((e for e in after if e.kind == "kill"), None)
+    end = next((e for e in after if e.kind in ("kill", "exit")), None)
     if detect is not None:
         figures["detect"] = detect.at - fault_at
-    if kill is None:
+    if end is None:
         return figures
-    figures["kill"] = kill.at - fault_at
-    later = [e for e in after if e.container > kill.container]
+    figures["kill"] = end.at - fault_at
+    later = [e for e in after if e.container > end.container]
     for name, kind in (("restart", "start"), ("recover", "ready")):
         if (event := next((e for e in later if e.kind == kind), None)) is not None:
             figures[name] = event.at - fault_at

@@ -42,7 +42,7 @@ from chaos.naive import NaiveCanary
 from chaos.prober import Kill, Prober, ProbeSettings, http_check
 from chaos.records import CanaryPoint, Event, ResultInbox, RunRecord, Sample, ScrapePoint
 from chaos.sampling import changes, status_line, take_sample
-from chaos.scenario import Scenario, sentinel_settings
+from chaos.scenario import LoadSpec, Scenario, sentinel_settings
 from chaos.sentinel_thread import SentinelThread
 from chaos.targets import Target, make_target
 from sentinel.canary.spec import CanaryKind
@@ -50,6 +50,27 @@ from sentinel.daemon import Daemon
 
 SAMPLE_PERIOD = 1.0
 SETTLE = 5.0  # seconds watched after green-again, so a relapse would show
+
+
+def load_command(target: str, load: LoadSpec) -> list[str]:
+    """``python -m chaos.load`` for ``load`` against ``target``, its summary printed as JSON."""
+    mix = ",".join(f"{k}={v}" for k, v in load.mix.items())
+    args = [
+        sys.executable,
+        "-m",
+        "chaos.load",
+        *("--target", target),
+        *("--concurrency", str(load.concurrency)),
+        *("--duration", str(load.duration)),
+        *("--prompt-tokens", str(load.prompt_tokens)),
+        *("--max-tokens", str(load.max_tokens)),
+        *("--mix", mix),
+        *("--timeout", str(load.timeout)),
+        "--json",
+    ]
+    if load.priority is not None:
+        args += ["--priority", str(load.priority)]
+    return args
 
 
 class RunnerError(RuntimeError):
@@ -129,29 +150,7 @@ class ScenarioRun:
     async def _load(self) -> None:
         load = self.scenario.load
         assert load is not None
-        mix = ",".join(f"{k}={v}" for k, v in load.mix.items())
-        args = [
-            sys.executable,
-            "-m",
-            "chaos.load",
-            "--target",
-            self.target.base_url,
-            "--concurrency",
-            str(load.concurrency),
-            "--duration",
-            str(load.duration),
-            "--prompt-tokens",
-            str(load.prompt_tokens),
-            "--max-tokens",
-            str(load.max_tokens),
-            "--mix",
-            mix,
-            "--timeout",
-            str(load.timeout),
-            "--json",
-        ]
-        if load.priority is not None:
-            args += ["--priority", str(load.priority)]
+        args = load_command(self.target.base_url, load)
         process = await asyncio.create_subprocess_exec(
             *args,
             stdout=asyncio.subprocess.PIPE,

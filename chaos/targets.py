@@ -29,6 +29,7 @@ DEV_ROUTE_TIMEOUT = 60.0
 
 if TYPE_CHECKING:
     from chaos.vllm_engine.server import VllmServer
+    from sentinel_sim.control import SimControl
     from sentinel_sim.launch import SimProcess
 
 
@@ -105,32 +106,42 @@ class SimTarget:
         return True
 
     async def inject(self, scenario: Scenario) -> str:
-        sim, fault = self._running(), scenario.fault
-        if fault.kind == "sigstop":
-            os.kill(sim.engine_pid, signal.SIGSTOP)
-            return f"SIGSTOP VLLM::EngineCore pid {sim.engine_pid}"
-        if fault.kind == "sigkill":
-            os.kill(sim.engine_pid, signal.SIGKILL)
-            return f"SIGKILL VLLM::EngineCore pid {sim.engine_pid}"
-        params: dict[str, Any] = dict(fault.params)  # a fault's own knobs, never a duration
-        done = ""
-        if fault.kind == "weight_update" and WEIGHT_UPDATE_PAUSE in params:
-            # as RL frameworks do: pause the scheduler, then load the weights
-            mode = params.pop(WEIGHT_UPDATE_PAUSE)
-            await asyncio.to_thread(sim.control.set_fault, "pause", mode=mode)
-            done = f"fault pause {{'mode': {mode!r}}}, then "
-        if fault.kind == "api_wedge":  # nothing reaches a wedged loop: it ends on its own
-            params["duration"] = fault.duration
-        await asyncio.to_thread(sim.control.set_fault, fault.kind, **params)
-        return f"{done}fault {fault.kind} {params or ''}".strip()
+        sim = self._running()
+        return await inject_sim(sim.control, sim.engine_pid, scenario)
 
     async def clear(self, scenario: Scenario) -> str:
         sim = self._running()
-        if scenario.fault.kind == "sigstop":
-            os.kill(sim.engine_pid, signal.SIGCONT)
-            return "SIGCONT VLLM::EngineCore"
-        await asyncio.to_thread(sim.control.clear_all)
-        return f"fault {scenario.fault.kind} cleared"
+        return await clear_sim(sim.control, sim.engine_pid, scenario)
+
+
+async def inject_sim(control: SimControl, engine_pid: int, scenario: Scenario) -> str:
+    """A scenario's fault into a simulator: a signal to its engine, or its control port."""
+    fault = scenario.fault
+    if fault.kind == "sigstop":
+        os.kill(engine_pid, signal.SIGSTOP)
+        return f"SIGSTOP VLLM::EngineCore pid {engine_pid}"
+    if fault.kind == "sigkill":
+        os.kill(engine_pid, signal.SIGKILL)
+        return f"SIGKILL VLLM::EngineCore pid {engine_pid}"
+    params: dict[str, Any] = dict(fault.params)  # a fault's own knobs, never a duration
+    done = ""
+    if fault.kind == "weight_update" and WEIGHT_UPDATE_PAUSE in params:
+        # as RL frameworks do: pause the scheduler, then load the weights
+        mode = params.pop(WEIGHT_UPDATE_PAUSE)
+        await asyncio.to_thread(control.set_fault, "pause", mode=mode)
+        done = f"fault pause {{'mode': {mode!r}}}, then "
+    if fault.kind == "api_wedge":  # nothing reaches a wedged loop: it ends on its own
+        params["duration"] = fault.duration
+    await asyncio.to_thread(control.set_fault, fault.kind, **params)
+    return f"{done}fault {fault.kind} {params or ''}".strip()
+
+
+async def clear_sim(control: SimControl, engine_pid: int, scenario: Scenario) -> str:
+    if scenario.fault.kind == "sigstop":
+        os.kill(engine_pid, signal.SIGCONT)
+        return "SIGCONT VLLM::EngineCore"
+    await asyncio.to_thread(control.clear_all)
+    return f"fault {scenario.fault.kind} cleared"
 
 
 class VllmTarget:
@@ -145,7 +156,8 @@ class VllmTarget:
         self.server: VllmServer | None = None
         self._paused = False  # a /pause of ours not yet resumed
 
-    def _build(self) -> VllmServer:
+    def build_server(self) -> VllmServer:
+        """The server on this target's fixed port (not started)."""
         from chaos.vllm_engine import env as engine_env
         from chaos.vllm_engine.server import VllmServer
 
@@ -172,6 +184,10 @@ class VllmTarget:
             environment=self.spec.environment,
         )
 
+    def forget_pause(self) -> None:
+        """The server was restarted: a /pause of ours ended with it."""
+        self._paused = False
+
     def _built(self) -> VllmServer:
         if self.server is None:
             raise RuntimeError("the vLLM server is not built")
@@ -180,7 +196,7 @@ class VllmTarget:
     async def start(self) -> float:
         self.workdir.mkdir(parents=True, exist_ok=True)
         if self.server is None:
-            self.server = await asyncio.to_thread(self._build)
+            self.server = await asyncio.to_thread(self.build_server)
         server = self.server
         server.faults.clear_all()
         await asyncio.to_thread(server.start)

@@ -165,6 +165,27 @@ class VllmServer:
             raise ServerError("server already started")
         if not self.port or not port_bindable(self.port):
             self.port = free_port()
+        env, popen = self.spawn_options()
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with self.log_path.open("ab") as log:
+            log.write(f"\n$ {' '.join(self.command())}\n".encode())
+            log.flush()
+            self._process = subprocess.Popen(
+                self.command(),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+                **popen,
+            )
+
+    def spawn_options(self) -> tuple[dict[str, str], dict[str, Any]]:
+        """The server's environment, and its working directory and CPU pinning (Popen keywords).
+
+        What :meth:`start` uses; a supervisor that starts :meth:`command` itself
+        (the chaos harness's kubelet) takes the same.
+        """
         env = dict(os.environ)
         env.update(
             {
@@ -182,19 +203,7 @@ class VllmServer:
             env["VLLM_CPU_OMP_THREADS_BIND"] = ",".join(str(c) for c in sorted(cpus))
         env.update(self.environment)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with self.log_path.open("ab") as log:
-            log.write(f"\n$ {' '.join(self.command())}\n".encode())
-            log.flush()
-            self._process = subprocess.Popen(
-                self.command(),
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=env,
-                cwd=self.log_path.parent,
-                start_new_session=True,
-                preexec_fn=partial(_prepare_child, cpus),
-            )
+        return env, {"cwd": self.log_path.parent, "preexec_fn": partial(_prepare_child, cpus)}
 
     def wait_ready(self, deadline_s: float = 240.0) -> float:
         """Poll ``/v1/models``, then get one completion; return seconds since called."""
