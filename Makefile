@@ -104,6 +104,20 @@ chaos: engine-env
 chaos-sim: $(STAMP)
 	$(PY) -m chaos run chaos/scenarios/sim-*.yaml
 
+# The restart loop: the faults under the harness's kubelet, which really restarts the
+# server, once per checker its liveness follows (docs/chaos/supervised.md). The
+# simulator set takes about half an hour; the real-vLLM set watches ten minutes after each
+# recovery (sentinel only; CHECKERS=sentinel,vllm_health,naive,blackbox for all).
+SUPERVISED_SIM := engine-hang sigstop-engine sigstop-api sigkill-engine api-wedge
+CHECKERS ?= sentinel
+.PHONY: chaos-supervised chaos-supervised-sim
+chaos-supervised-sim: $(STAMP)
+	$(PY) -m chaos supervise $(foreach s,$(SUPERVISED_SIM),chaos/scenarios/sim-$(s).yaml) \
+		--watch-after 30
+chaos-supervised: engine-env
+	$(PY) -m chaos supervise $(foreach s,engine-hang sigstop-engine sigstop-api sigkill-engine,\
+		chaos/scenarios/vllm-$(s).yaml) --checkers $(CHECKERS)
+
 bench: $(STAMP)
 	$(PY) -m tests.bench.bench_sentinel
 

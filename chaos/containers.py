@@ -111,11 +111,14 @@ class SimContainer:
             raise ContainerError(f"no {ENGINE} process in the container's group {group}")
         return engines[0].pid
 
+    def _signalled(self, scenario: Scenario, group: int) -> int:
+        return group if scenario.fault.process == "api" else self._engine(group)
+
     async def inject(self, scenario: Scenario, group: int) -> str:
-        return await inject_sim(self._control(), self._engine(group), scenario)
+        return await inject_sim(self._control(), self._signalled(scenario, group), scenario)
 
     async def clear(self, scenario: Scenario, group: int) -> str:
-        return await clear_sim(self._control(), self._engine(group), scenario)
+        return await clear_sim(self._control(), self._signalled(scenario, group), scenario)
 
 
 class VllmContainer:
@@ -141,6 +144,9 @@ class VllmContainer:
         fault = scenario.fault
         if fault.kind in ("sigstop", "sigkill"):
             signum = signal.SIGSTOP if fault.kind == "sigstop" else signal.SIGKILL
+            if fault.process == "api":  # the container's main process: the API server
+                os.kill(group, signum)
+                return f"{signum.name} the API server pid {group}"
             title = self._title(scenario)
             pids = signal_titled(group, title, signum)
             return f"{signum.name} {title} pid {', '.join(map(str, pids))}"
@@ -148,6 +154,9 @@ class VllmContainer:
 
     async def clear(self, scenario: Scenario, group: int) -> str:
         if scenario.fault.kind == "sigstop":
+            if scenario.fault.process == "api":
+                os.kill(group, signal.SIGCONT)
+                return "SIGCONT the API server"
             title = self._title(scenario)
             signal_titled(group, title, signal.SIGCONT)
             return f"SIGCONT {title}"

@@ -208,8 +208,9 @@ class FaultSpec(_Strict):
     """One fault: what, where, when (seconds after sentinel's startup passed) and how long."""
 
     kind: FaultKind
-    #: for sigstop and sigkill: which vLLM process (the simulator has only the engine)
-    process: Literal["engine", "worker"] | None = None
+    #: for sigstop and sigkill: which vLLM process (the simulator has no worker); ``api``
+    #: is the API server, the container's main process (SIGSTOP: a wedged API server)
+    process: Literal["engine", "worker", "api"] | None = None
     start: float = Field(default=10.0, ge=0)
     #: seconds until the fault is cleared (SIGCONT for sigstop); sigkill: none, the
     #: runner restarts the server and the window ends when it answers again
@@ -219,7 +220,7 @@ class FaultSpec(_Strict):
     @model_validator(mode="after")
     def _shape(self) -> FaultSpec:
         if self.kind in ("sigstop", "sigkill") and self.process is None:
-            raise ValueError(f"process: required for {self.kind} (engine or worker)")
+            raise ValueError(f"process: required for {self.kind} (engine, worker or api)")
         if self.kind not in ("sigstop", "sigkill") and self.process is not None:
             raise ValueError(f"process: only for sigstop and sigkill, not {self.kind}")
         if self.kind == "sigkill" and self.duration is not None:

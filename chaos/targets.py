@@ -105,24 +105,29 @@ class SimTarget:
             os.kill(sim.engine_pid, signal.SIGCONT)
         return True
 
-    async def inject(self, scenario: Scenario) -> str:
+    def _signalled(self, scenario: Scenario) -> int:
         sim = self._running()
-        return await inject_sim(sim.control, sim.engine_pid, scenario)
+        return sim.api_pid if scenario.fault.process == "api" else sim.engine_pid
+
+    async def inject(self, scenario: Scenario) -> str:
+        return await inject_sim(self._running().control, self._signalled(scenario), scenario)
 
     async def clear(self, scenario: Scenario) -> str:
-        sim = self._running()
-        return await clear_sim(sim.control, sim.engine_pid, scenario)
+        return await clear_sim(self._running().control, self._signalled(scenario), scenario)
 
 
-async def inject_sim(control: SimControl, engine_pid: int, scenario: Scenario) -> str:
-    """A scenario's fault into a simulator: a signal to its engine, or its control port."""
+def _title(scenario: Scenario) -> str:
+    return "the API server" if scenario.fault.process == "api" else "VLLM::EngineCore"
+
+
+async def inject_sim(control: SimControl, pid: int, scenario: Scenario) -> str:
+    """A scenario's fault into a simulator: a signal to ``pid`` (its engine or API server),
+    or its control port."""
     fault = scenario.fault
-    if fault.kind == "sigstop":
-        os.kill(engine_pid, signal.SIGSTOP)
-        return f"SIGSTOP VLLM::EngineCore pid {engine_pid}"
-    if fault.kind == "sigkill":
-        os.kill(engine_pid, signal.SIGKILL)
-        return f"SIGKILL VLLM::EngineCore pid {engine_pid}"
+    if fault.kind in ("sigstop", "sigkill"):
+        signum = signal.SIGSTOP if fault.kind == "sigstop" else signal.SIGKILL
+        os.kill(pid, signum)
+        return f"{signum.name} {_title(scenario)} pid {pid}"
     params: dict[str, Any] = dict(fault.params)  # a fault's own knobs, never a duration
     done = ""
     if fault.kind == "weight_update" and WEIGHT_UPDATE_PAUSE in params:
@@ -136,10 +141,10 @@ async def inject_sim(control: SimControl, engine_pid: int, scenario: Scenario) -
     return f"{done}fault {fault.kind} {params or ''}".strip()
 
 
-async def clear_sim(control: SimControl, engine_pid: int, scenario: Scenario) -> str:
+async def clear_sim(control: SimControl, pid: int, scenario: Scenario) -> str:
     if scenario.fault.kind == "sigstop":
-        os.kill(engine_pid, signal.SIGCONT)
-        return "SIGCONT VLLM::EngineCore"
+        os.kill(pid, signal.SIGCONT)
+        return f"SIGCONT {_title(scenario)}"
     await asyncio.to_thread(control.clear_all)
     return f"fault {scenario.fault.kind} cleared"
 
@@ -257,6 +262,9 @@ class VllmTarget:
             return f"POST /pause?mode={mode}: {answer}"
         if fault.kind in ("sigstop", "sigkill"):
             signum = signal.SIGSTOP if fault.kind == "sigstop" else signal.SIGKILL
+            if fault.process == "api":
+                os.kill(server.api_pid, signum)
+                return f"{signum.name} the API server pid {server.api_pid}"
             title = self._title(scenario)
             pids = server.signal(title, signum)
             return f"{signum.name} {title} pid {', '.join(map(str, pids))}"
@@ -269,6 +277,9 @@ class VllmTarget:
         if scenario.fault.kind == "pause":
             return f"POST /resume: {await self._post('/resume')}"
         if scenario.fault.kind == "sigstop":
+            if scenario.fault.process == "api":
+                os.kill(server.api_pid, signal.SIGCONT)
+                return "SIGCONT the API server"
             title = self._title(scenario)
             server.signal(title, signal.SIGCONT)
             return f"SIGCONT {title}"
