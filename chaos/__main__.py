@@ -28,6 +28,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+import yaml
 from rich.console import Console
 from rich.table import Table
 
@@ -101,7 +102,25 @@ def _supervise(args: argparse.Namespace) -> int:
     if unknown:
         print(f"--checkers: unknown {', '.join(unknown)} (of {', '.join(supervised.CHECKERS)})")
         return 2
+    overrides = {}
+    for item in args.set:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            print(f"--set: KEY=VALUE, not {item!r}")
+            return 2
+        overrides[key.strip()] = yaml.safe_load(value)
+    from chaos.scenario import sentinel_settings
+    from sentinel.config.loader import ConfigError
+
+    for scenario in scenarios:
+        given = scenario.model_copy(update={"sentinel": {**scenario.sentinel, **overrides}})
+        try:
+            sentinel_settings(given, "http://127.0.0.1:8000", Path("/nonexistent"))
+        except ConfigError as exc:
+            print(f"--set: {scenario.name}: {exc}")
+            return 2
     options = supervised.Options(
+        sentinel=overrides,
         checkers=checkers,
         load_time=args.load_time,
         recover_within=args.recover_within,
@@ -178,6 +197,13 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=None,
         help="s from the fault to recover (default 300, on the time scale: 60 for sim)",
+    )
+    supervise.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a sentinel setting over the scenario's (YAML value), e.g. watch_processes=false",
     )
     supervise.add_argument("--out", default=str(DEFAULT_OUT), help="report root")
     listing = commands.add_parser("list", help="list the scenarios")

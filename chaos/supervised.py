@@ -69,6 +69,8 @@ class Options:
     recover_within: float | None = None
     #: seconds watched after recovery for a second restart (None: ten minutes, scaled)
     watch_after: float | None = None
+    #: sentinel settings over the scenario's (``watch_processes: false``: no attribution)
+    sentinel: dict[str, Any] = field(default_factory=dict)
 
     def recover_limit(self, scale: float) -> float:
         return self.recover_within if self.recover_within is not None else 300.0 * scale
@@ -93,6 +95,7 @@ class SupervisedRecord:
     figures: dict[str, float] = field(default_factory=dict)
     events: list[Event] = field(default_factory=list)
     load: dict[str, Any] | None = None  # the load's summary (``python -m chaos.load --json``)
+    bundles: list[str] = field(default_factory=list)  # sentinel's incident bundles, by name
     error: str | None = None
 
     @property
@@ -317,6 +320,9 @@ class SupervisedRun:
             if record.served_at is not None:
                 record.served_at -= zero
                 record.figures["served"] = record.served_at - record.fault_at
+        diagnostics = self.workdir / "diagnostics"
+        if diagnostics.is_dir():
+            record.bundles = sorted(p.name for p in diagnostics.iterdir() if p.is_dir())
         (self.workdir / "timeline.txt").write_text(kubelet.timeline() + "\n", encoding="utf-8")
 
     # -- the checkers ---------------------------------------------------------------
@@ -327,9 +333,9 @@ class SupervisedRun:
         """The probe URL, the probes replaced, and the tasks that run beside the kubelet."""
         if self.checker == "sentinel":
             diagnostics = self.workdir / "diagnostics"
-            thread = SentinelThread(
-                sentinel_settings(self.scenario, container.base_url, diagnostics)
-            )
+            given = {**self.scenario.sentinel, **self.options.sentinel}
+            scenario = self.scenario.model_copy(update={"sentinel": given})
+            thread = SentinelThread(sentinel_settings(scenario, container.base_url, diagnostics))
             daemon = await thread.start()
             stack.push_async_callback(thread.stop)
             assert daemon.http is not None

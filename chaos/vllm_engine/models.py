@@ -14,14 +14,23 @@ shows up in the prompt token count.
   loader expects the vision weights under ``vision_tower.vision_model.*``
   without the unused ``vision_tower.head.*``; both are arranged here.
 
+- a base model, :func:`without_chat_template` (``python models.py base
+  MODEL_DIR``): a copy of a generated model, its files hard-linked, whose
+  tokenizer defines no chat template, so vLLM answers every chat request with
+  HTTP 400 while completions work. Named ``<model>-nochat`` beside the model,
+  whose own name carries this file's hash, so a change here never reuses a
+  copy made by older code.
+
 This file runs inside the engine environment (torch, transformers,
-tokenizers, safetensors) as a script: ``python models.py OUT_DIR``. It imports
-nothing from the sentinel tree, so it works without the project installed.
+tokenizers, safetensors) as a script: ``python models.py KIND OUT_DIR``. It
+imports nothing from the sentinel tree, so it works without the project
+installed.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -242,6 +251,41 @@ def _rename_vision_weights(out: Path) -> None:
 
 
 BUILDERS = {"text": build_text, "vision": build_vision}
+BASE = "base"  # the command that copies a model without its chat template
+NO_TEMPLATE_SUFFIX = "-nochat"
+# Where transformers keeps a chat template besides tokenizer_config.json.
+TEMPLATE_FILES = frozenset({"chat_template.jinja", "chat_template.json"})
+
+
+def without_chat_template(model: Path) -> Path:
+    """``model`` as a base model: the same weights and tokenizer, no chat template.
+
+    A sibling folder, built once and atomically (staged, then renamed into
+    place; a racing builder's copy is as good as this one).
+    """
+    out = model.with_name(model.name + NO_TEMPLATE_SUFFIX)
+    if (out / "config.json").exists():
+        return out
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=model.parent))
+    try:
+        rewritten = {"tokenizer_config.json", "sentinel-model.json"}
+        for item in model.iterdir():
+            if item.is_file() and item.name not in TEMPLATE_FILES | rewritten:
+                os.link(item, staging / item.name)
+        tokenizer = json.loads((model / "tokenizer_config.json").read_text())
+        tokenizer.pop("chat_template", None)
+        (staging / "tokenizer_config.json").write_text(json.dumps(tokenizer, indent=2) + "\n")
+        built = json.loads((model / "sentinel-model.json").read_text())
+        built["chat_template"] = False
+        (staging / "sentinel-model.json").write_text(json.dumps(built) + "\n")
+        with contextlib.suppress(OSError):  # another builder got there first
+            os.rename(staging, out)
+        if not (out / "config.json").exists():
+            raise RuntimeError(f"could not make {out}")
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)
+    return out
 
 
 def build(kind: str, out: Path) -> Path:
@@ -262,9 +306,12 @@ def build(kind: str, out: Path) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("kind", choices=sorted(BUILDERS))
-    parser.add_argument("out", type=Path)
+    parser.add_argument("kind", choices=[*sorted(BUILDERS), BASE])
+    parser.add_argument("out", type=Path, help=f"the model folder (for {BASE}: the model to copy)")
     args = parser.parse_args(argv)
+    if args.kind == BASE:
+        print(without_chat_template(args.out))
+        return 0
     build(args.kind, args.out)
     print(args.out)
     return 0
