@@ -71,6 +71,14 @@ def add_diagnose_arguments(parser: argparse.ArgumentParser) -> None:
 
 def add_doctor_arguments(parser: argparse.ArgumentParser) -> None:
     _add_common(parser)
+    parser.add_argument(
+        "--sentinel",
+        nargs="?",
+        const="http://127.0.0.1:8471",
+        metavar="URL",
+        help="also read a running sentinel's /status: canary kinds set aside for this server, "
+        "a server not answering (bare flag: http://127.0.0.1:8471)",
+    )
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -127,9 +135,9 @@ def diagnose_main(args: argparse.Namespace) -> int:
 
 
 def doctor_main(args: argparse.Namespace) -> int:
-    """Run every check, print the table, exit 0 (no problems) or 1."""
+    """Run every check (``--sentinel``: a running sentinel's too), print the table, exit 0/1."""
     from sentinel.canary.catalog import CatalogError, apply_overrides, load_catalog
-    from sentinel.diagnostics.doctor import ProbeTimings, render_report, run_doctor
+    from sentinel.diagnostics.doctor import DoctorReport, ProbeTimings, render_report, run_doctor
 
     try:
         settings = _settings(args)
@@ -137,14 +145,22 @@ def doctor_main(args: argparse.Namespace) -> int:
     except (ConfigError, CatalogError) as exc:
         print(f"sentinel doctor: configuration error:\n{exc}", file=sys.stderr)
         return ExitCode.USAGE
-    report = asyncio.run(
-        run_doctor(
+
+    async def run() -> DoctorReport:
+        report = await run_doctor(
             settings.target,
             process_match=_match(args),
             cgroup_root=args.cgroup_root,
             timings=ProbeTimings.of(settings, specs),
             specs=specs,
         )
-    )
+        sentinel = getattr(args, "sentinel", None)
+        if sentinel is None:
+            return report
+        from sentinel.diagnostics.running import running_checks
+
+        return DoctorReport((*report.checks, *await running_checks(sentinel)))
+
+    report = asyncio.run(run())
     render_report(report)
     return report.exit_code

@@ -19,6 +19,8 @@ so it is tested without a pod; :func:`run_doctor` only gathers the inputs:
   ``--reasoning-parser``), disables itself with a warning when sentinel runs;
   the doctor names it beforehand.
 - *Probe timing*: sentinel's windows against the kubelet's probe settings.
+- *A running sentinel* (``--sentinel URL``, :mod:`.running`): the canary kinds
+  it set aside for this server, a server not answering.
 
 Exit code: 0 when nothing is a problem (warnings allowed), 1 otherwise.
 """

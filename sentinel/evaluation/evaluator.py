@@ -3,7 +3,8 @@
 Once per evaluation interval it freezes the ledger into evidence, runs the pure
 verdict, and acts on what changed: a new server epoch (forget cached
 baselines, count the restart), a confirmed hang (metric, incident, the phrased
-outcome in the log), a suspicion (opens an incident), flips of the kubelet
+outcome in the log), a suspicion (opens an incident), a canary kind set aside
+(an Event, once per kind per epoch), flips of the kubelet
 answers (history), and the engine's scheduling policy (the priority report).
 It then builds the ``/status`` document and publishes one snapshot.
 
@@ -30,12 +31,14 @@ from sentinel.canary.spec import CanaryKind, CanarySpec
 from sentinel.config.settings import Settings
 from sentinel.evaluation.health import HealthSnapshot, HealthState
 from sentinel.evaluation.incidents import IncidentRecorder
+from sentinel.evaluation.kind_events import KindNotices
 from sentinel.evaluation.status import PriorityReport, StatusInputs, Transition, status_document
 from sentinel.fleet.budget import Wish
 from sentinel.fleet.lease import PoolBudget
 from sentinel.record.ledger import Ledger
 from sentinel.record.observers import Observations
 from sentinel.record.provider import Provider, fragments, gather
+from sentinel.telemetry.events import EventReason
 from sentinel.telemetry.logging import get_logger
 from sentinel.telemetry.metrics import SentinelMetrics
 from sentinel.verdict import (
@@ -91,6 +94,7 @@ class Evaluator:
         # The pool's restart budget: each verdict's wish is its input (its gate a provider).
         self.budget = budget if budget is not None and budget.enabled else None
         self._disabled_said: set[tuple[CanaryKind, str]] = set()
+        self.kind_notices = KindNotices()  # the kinds set aside, announced once per epoch
         self.verdict_state = VerdictState()
         self.verdict: Verdict | None = None
         self.priority = PriorityReport()
@@ -111,7 +115,12 @@ class Evaluator:
             self._seen_epoch = ledger.epoch
             self.metrics.server_restarted()
             self.on_server_restart()
-            log.warning("server_restart_seen", epoch=ledger.epoch, reason=ledger.epoch_reason)
+            log.warning(
+                "server_restart_seen",
+                epoch=ledger.epoch,
+                reason=ledger.epoch_reason,
+                departures_recent=len(ledger.departures.within(now)),
+            )
         self._check_own_stall(now)
         self._disable_unvalidatable()
         evidence = ledger.evidence(
@@ -120,6 +129,8 @@ class Evaluator:
             unobserved=tuple(self.unobserved),
             sections=gather(self.providers, now),
         )
+        for notice in self.kind_notices.new(evidence):
+            self.incidents.announce(EventReason.CANARY_KIND_SET_ASIDE, notice.message)
         previous = self.verdict
         self.verdict_state, verdict = evaluate(self.verdict_state, evidence, self.policy, now)
         self.verdict = verdict

@@ -11,7 +11,8 @@ the GIL the probe thread needs nor leaves its imports and allocations in the
 daemon's memory.
 
 Hang confirmations become Kubernetes Events on the pod (one log line outside
-a cluster), naming the incident bundle when there is one.
+a cluster), naming the incident bundle when there is one; so do the
+evaluator's announcements that are no hang (a canary kind set aside).
 
 Reasons and cause lines quote what sentinel saw (a process title, an error
 body), so they are redacted where they enter, and ``/incidents`` is redacted
@@ -196,6 +197,10 @@ class IncidentRecorder:
         else:
             reason = EventReason.HANG_DETECTED
         self._events.put_nowait((reason, redact(hang.reason)))
+
+    def announce(self, reason: EventReason, message: str) -> None:
+        """Queue an Event that is no hang (a canary kind set aside, say); posted in the loop."""
+        self._events.put_nowait((reason, redact(message)))
 
     # -- the loops -------------------------------------------------------------
     async def run(self) -> None:

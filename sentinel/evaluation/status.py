@@ -19,6 +19,7 @@ from sentinel.diagnostics.store import IncidentRecord
 from sentinel.evaluation.incidents import OpenIncident
 from sentinel.evidence.process_model import ProcessInfo, ProcessSnapshot, SchedulingPolicy
 from sentinel.progress.tracker import STEP_COUNTER
+from sentinel.record.departures import departures_json, not_answering
 from sentinel.record.ledger import Ledger
 from sentinel.verdict import Evidence, Verdict
 
@@ -111,13 +112,27 @@ def _age(now: float, t: float | None) -> float | None:
 
 
 def _server(inputs: StatusInputs) -> dict[str, Any]:
-    judged, ledger = inputs.evidence, inputs.ledger
+    judged, ledger, now = inputs.evidence, inputs.ledger, inputs.now
+    departed = ledger.departures.within(now)
     return {
         "epoch": judged.epoch,
-        "epoch_age": _age(inputs.now, judged.epoch_started),
+        "epoch_age": _age(now, judged.epoch_started),
         "epoch_reason": ledger.epoch_reason,
         "reachable": ledger.reachable,
         "vllm_health_status": ledger.health_status,
+        # While connections are refused: for how long, how often the server
+        # went away lately (a crash loop at load) and that sentinel adds no
+        # restart of its own (sentinel.record.departures).
+        "not_answering": not_answering(
+            now,
+            refused_since=judged.refused_since,
+            answered=ledger.answered,
+            epoch=judged.epoch,
+            api_alive=judged.api_alive,
+            departures=departed,
+            liveness_ok=inputs.verdict.liveness.ok,
+        ),
+        "departures": departures_json(departed, now),
     }
 
 

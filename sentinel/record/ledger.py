@@ -30,6 +30,7 @@ from sentinel.evidence.metrics import MetricsSample
 from sentinel.evidence.process_model import ProcessInfo, ProcessSnapshot, ProcessState, placed
 from sentinel.progress.path_traffic import PathTraffic
 from sentinel.progress.tracker import ProgressTracker
+from sentinel.record.departures import Departures
 from sentinel.record.freeze import freeze
 from sentinel.record.lifecycle import LifecycleTracker
 from sentinel.verdict import Action, Evidence
@@ -48,6 +49,9 @@ class KindRecord:
     latency_slo: float | None = None
     enabled: bool = True
     disabled_reason: str = ""
+    # What the kind sends instead of its spec's request in this epoch, and why
+    # (the text canary on /v1/completions for a model without a chat template).
+    fallback: str = ""
     results: deque[CanaryResult] = field(default_factory=lambda: deque(maxlen=HISTORY))
     controls: deque[CanaryResult | None] = field(default_factory=lambda: deque(maxlen=HISTORY))
     outstanding: dict[int, float] = field(default_factory=dict)  # token -> send time
@@ -61,6 +65,7 @@ class KindRecord:
         self.results.clear()
         self.controls.clear()
         self.enabled, self.disabled_reason = True, ""
+        self.fallback = ""
 
 
 class Ledger:
@@ -75,6 +80,7 @@ class Ledger:
         self.reachable: bool | None = None
         self.refused_since: float | None = None  # connections refused since (None: answering)
         self.answered = False  # the server answered in this epoch (it can go away)
+        self.departures = Departures()  # each epoch that ended: the server went away
         self.model: str | None = None
         self.health_status: int | None = None
         self.health_failing_since: float | None = None
@@ -99,7 +105,8 @@ class Ledger:
 
     # -- epochs -------------------------------------------------------------
     def new_epoch(self, reason: str, now: float) -> None:
-        """Forget everything about the previous server instance."""
+        """Forget everything about the previous server instance; keep that it departed."""
+        self.departures.saw(now, reason)
         self.epoch += 1
         self.epoch_started = now
         self.epoch_reason = reason
@@ -265,6 +272,10 @@ class Ledger:
     def disable(self, kind: CanaryKind, reason: str) -> None:
         record = self.records[kind]
         record.enabled, record.disabled_reason = False, reason
+
+    def fall_back(self, kind: CanaryKind, note: str) -> None:
+        """The kind sends its fallback request for the rest of this epoch (a new one clears it)."""
+        self.records[kind].fallback = note
 
     def busy(self, now: float, idle_window: float) -> bool:
         """Real (not sentinel's) completions happened within the idle window, on every engine.

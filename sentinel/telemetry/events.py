@@ -68,6 +68,9 @@ class EventReason(StrEnum):
     CORRUPT_OUTPUT = "SentinelCorruptOutput"  # answers left the model's fingerprint
     # Every restart slot of the pool is held: unready, not restarting (sentinel.fleet.budget).
     RESTART_BUDGET = "RestartBudgetExhausted"
+    # A canary kind this server cannot be judged on, set aside (or disabled as
+    # unsupported) for its epoch: startup and readiness go on without it.
+    CANARY_KIND_SET_ASIDE = "CanaryKindSetAside"
 
 
 @dataclass(frozen=True, slots=True)

@@ -180,3 +180,54 @@ async def test_a_hung_engine_is_restarted_once_and_the_new_server_lives(
     # The new server has to pass startup again, and is not judged by the old one's hang.
     assert (503, 200) in load.sentinel, load.summary()
     assert load.sentinel[-1] == (503, 200), load.summary()
+
+
+async def test_a_server_crashing_again_and_again_is_named_in_status_and_sentinel_adds_no_restart(
+    tmp_path: Path,
+) -> None:
+    # Each container loads (half a second), answers, then exits after 3 s (timeout's
+    # SIGTERM): the kubelet restarts it on its crash back-off (0, 2, 4, 8 s scaled).
+    port, control_port = free_port(), free_port()
+    command = ["timeout", "-s", "TERM", "3", *sim_command(port, control_port, startup_delay=0.5)]
+    livez: list[int] = []
+    said: dict[str, object] = {}
+    async with (
+        running_sidecar(f"http://127.0.0.1:{port}") as sidecar,
+        Kubelet(command, sidecar.url, SETTINGS, log_path=tmp_path / "sim.log") as kubelet,
+    ):
+        deadline = time.monotonic() + 60
+        while True:  # polled: until /status names the crash loop while the port refuses
+            livez.append(await sidecar.code("/livez"))
+            server = (await sidecar.json("/status"))["server"]
+            if "crash loop" in str(server["not_answering"]):
+                said = server
+                break
+            assert time.monotonic() < deadline, (
+                f"no crash loop named: {server}\n{kubelet.timeline()}"
+            )
+            await asyncio.sleep(0.1)
+        starts = len(kubelet.of("start"))
+        deadline = time.monotonic() + 30
+        while len(kubelet.of("start")) <= starts:  # and once more, /livez polled meanwhile
+            livez.append(await sidecar.code("/livez"))
+            assert time.monotonic() < deadline, kubelet.timeline()
+            await asyncio.sleep(0.1)
+        hangs = sidecar.daemon.evaluator.hangs_confirmed
+    print(f"\n/status server while the crash-looping server was away: {said}")
+    print(kubelet.timeline())
+    not_answering = str(said["not_answering"])
+    assert not_answering.startswith("the server is not answering: connections refused for ")
+    assert not_answering.endswith("sentinel asks no restart")
+    departures = said["departures"]
+    assert isinstance(departures, dict)
+    assert departures["count"] >= 3, departures
+    assert f"went away or restarted {departures['count']} times in the last 10 min" in not_answering
+    # Sentinel added no restart: /livez answered 200 at every poll, the kubelet never
+    # saw a liveness failure, and every restart followed the container's own exit.
+    assert set(livez) == {200}, livez
+    assert kubelet.of("probe_failure", probe="liveness") == []
+    # No probe killed a container; only the pod's deletion at the end of the test.
+    assert [e.detail for e in kubelet.of("kill")] in ([], ["pod deleted"]), kubelet.timeline()
+    assert len(kubelet.of("exit")) >= 3
+    assert all(e.data["returncode"] == 124.0 for e in kubelet.of("exit")), kubelet.timeline()
+    assert hangs == 0  # no hang confirmed: nothing for sentinel to restart
