@@ -12,7 +12,9 @@ lasting ``chunk / prefill_tps`` seconds (see :mod:`sentinel_sim.scheduler`).
 reads it) registers vLLM's development routes: ``/sleep``, ``/wake_up``,
 ``/is_sleeping``, ``/pause``, ``/resume``, ``/is_paused`` and the RL
 weight-update routes. ``--reasoning-parser NAME`` makes chat replies think
-first (see :mod:`sentinel_sim.model`).
+first (see :mod:`sentinel_sim.model`). ``--no-chat-template`` is a base model
+whose tokenizer defines no chat template: every chat request answers HTTP 400
+with vLLM's message, while ``/v1/completions`` works.
 """
 
 from __future__ import annotations
@@ -70,6 +72,8 @@ class SimConfig:
     reasoning_field: str = "reasoning"  # 0.32's field; "reasoning_content" before it
     # A chat template that thinks whatever it is told (ignores enable_thinking=false).
     thinking_ignores_template: bool = False
+    # A base model whose tokenizer defines no chat template: chat answers vLLM's 400.
+    no_chat_template: bool = False
     faults: tuple[FaultSpec, ...] = field(default_factory=tuple)
 
     def engine_json(self) -> dict[str, Any]:
@@ -155,6 +159,11 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="chat replies think even when asked not to (a template without enable_thinking)",
     )
+    parser.add_argument(
+        "--no-chat-template",
+        action="store_true",
+        help="a base model without a chat template: every chat request answers vLLM's 400",
+    )
     parser.add_argument("--ready-file", default=None, help="write the ready JSON line here too")
     parser.add_argument(
         "--fault",
@@ -211,6 +220,7 @@ def parse_args(argv: Sequence[str] | None = None) -> SimConfig:
         reasoning_tokens=ns.reasoning_tokens,
         reasoning_field=ns.reasoning_field,
         thinking_ignores_template=ns.thinking_ignores_template,
+        no_chat_template=ns.no_chat_template,
         faults=faults,
     )
 

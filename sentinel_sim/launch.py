@@ -73,7 +73,8 @@ class SimProcess:
     ``max_num_batched_tokens`` (the per-step token budget), ``dev_mode``
     (vLLM's dev routes: sleep, pause, weight updates), ``reasoning_parser``,
     ``reasoning_tokens`` and ``reasoning_field`` (chat replies think first),
-    and ``faults`` (``NAME[:k=v,...]`` strings active from the start).
+    ``no_chat_template`` (a base model: chat answers vLLM's 400), and
+    ``faults`` (``NAME[:k=v,...]`` strings active from the start).
     ``extra_args`` are appended verbatim; ``env`` is added to the simulator's
     environment (e.g. ``{"VLLM_SERVER_DEV_MODE": "1"}``, as vLLM reads it).
     """
@@ -100,6 +101,7 @@ class SimProcess:
         reasoning_parser: str | None = None,
         reasoning_tokens: int | None = None,
         reasoning_field: str | None = None,
+        no_chat_template: bool = False,
         faults: Sequence[str] = (),
         extra_args: Sequence[str] = (),
         env: Mapping[str, str] | None = None,
@@ -134,6 +136,8 @@ class SimProcess:
             args.append("--text-only")
         if dev_mode:
             args.append("--dev-mode")
+        if no_chat_template:
+            args.append("--no-chat-template")
         for fault in faults:
             args += ["--fault", fault]
         args += list(extra_args)

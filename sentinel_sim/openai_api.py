@@ -44,6 +44,7 @@ from sentinel_sim.model import (
     unconstrained_reply,
 )
 from sentinel_sim.openai_request import (
+    NO_CHAT_TEMPLATE,
     PRIORITY_HEADER,
     Prepared,
     RequestError,
@@ -183,10 +184,8 @@ class OpenAIApi:
             (text, prompt_tokens), images = completion_prompt(body), []
         if images:
             if self.config.text_only:
-                raise RequestError(
-                    400,
-                    f"{self.config.model} is not a multimodal model: image input is not supported",
-                )
+                # vLLM 0.32's words (vllm/multimodal/registry.py), served model name first.
+                raise RequestError(400, f"{self.config.model} is not a multimodal model")
             loop = asyncio.get_running_loop()
             try:
                 prompt_tokens += await loop.run_in_executor(
@@ -199,6 +198,9 @@ class OpenAIApi:
             except ImageError as exc:
                 raise RequestError(400, f"Failed to load image: {exc}") from None
             self.server.metrics.images_preprocessed(len(images))
+        if chat and self.config.no_chat_template:
+            # After the messages (and their images) are parsed, as vLLM renders them.
+            raise RequestError(400, NO_CHAT_TEMPLATE)
         try:
             constraint = constraint_of(body)
         except ConstraintError as exc:

@@ -22,6 +22,12 @@ from sentinel_sim.structured import Constraint
 PRIORITY_HEADER = "X-Vllm-Priority"
 # Pins a request to one data-parallel engine, as vLLM's OpenAI server does.
 DP_RANK_HEADER = "X-data-parallel-rank"
+# vLLM 0.32's ChatTemplateResolutionError (vllm/renderers/hf.py), a ValueError
+# answered 400 BadRequestError, for a tokenizer that defines no chat template.
+NO_CHAT_TEMPLATE = (
+    "As of transformers v4.44, default chat template is no longer allowed, so you must "
+    "provide a chat template if the tokenizer does not define one."
+)
 _ERROR_TYPES = {
     400: "BadRequestError",
     404: "NotFoundError",

@@ -229,6 +229,7 @@ def _canaries(inputs: StatusInputs) -> dict[str, Any]:
         canaries[str(kind)] = {
             "enabled": record.enabled,
             "disabled_reason": record.disabled_reason or None,
+            "fallback": record.fallback or None,  # how it is sent instead (a base model)
             "action": record.action.value,
             "outstanding_for": [_age(now, t) for t in record.outstanding],
             "last": [result_json(r, now) for r in results[-RECENT_RESULTS:]],

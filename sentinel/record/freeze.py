@@ -33,6 +33,8 @@ class KindView(Protocol):
     @property
     def disabled_reason(self) -> str: ...
     @property
+    def fallback(self) -> str: ...
+    @property
     def latency_slo(self) -> float | None: ...
     @property
     def results(self) -> Iterable[CanaryResult]: ...
@@ -113,6 +115,7 @@ def freeze(
                 action=record.action,
                 enabled=record.enabled,
                 disabled_reason=record.disabled_reason,
+                fallback=record.fallback,
                 results=tuple(record.results),
                 outstanding=tuple(record.outstanding.values()),
                 outstanding_engines=tuple(record.aims.get(t) for t in record.outstanding),

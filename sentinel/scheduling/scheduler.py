@@ -23,6 +23,9 @@ other kind (with its control) goes to the next engine in turn: a path is
 mostly code every engine shares, its canaries are the heaviest (an image, a
 grammar), and an engine that stops serving is the text canaries' to catch.
 The model each canary addresses is :mod:`sentinel.scheduling.served_model`'s.
+A text canary refused on chat as a capability (a base model without a chat
+template) moves, with every control, to a plain completion for the epoch
+(:mod:`sentinel.scheduling.text_fallback`).
 
 A late answer is an answer: with ``late_wait`` set, the first canary of a
 kind that misses its deadline is still recorded (and retried) at once, but
@@ -46,6 +49,7 @@ from sentinel.scheduling.aiming import Aiming
 from sentinel.scheduling.late import LateAnswers
 from sentinel.scheduling.served_model import ServedModel
 from sentinel.scheduling.set_aside import set_aside_reason
+from sentinel.scheduling.text_fallback import TextRoute
 from sentinel.telemetry.logging import get_logger
 from sentinel.telemetry.metrics import SentinelMetrics
 
@@ -95,6 +99,7 @@ class Scheduler:
         self.aim = Aiming(ledger)
         controls = [s for s in self.specs if s.kind == kinds.CONTROL]
         self.control_spec = controls[0] if controls else None
+        self.route = TextRoute(self.specs)  # chat, or a plain completion for this epoch
         # Timed-out canaries still awaited, up to late_wait seconds past the send (0: none).
         self.late = LateAnswers(
             ledger, late_wait=late_wait, clock=clock, observe=self._observe, failed=self._failed
@@ -161,10 +166,11 @@ class Scheduler:
         if model is None:
             return False
         epoch = ledger.epoch
+        text = ledger.records.get(kinds.CONTROL)
         if not kinds.is_paired(spec.kind) or self.control_spec is None:
-            results = await self._send_each(spec, model, epoch, targets)
+            results = await self._send_each(self.route.spec(spec, text), model, epoch, targets)
         else:
-            control = replace(self.control_spec, priority=spec.priority)
+            control = self.route.spec(replace(self.control_spec, priority=spec.priority), text)
             results = [await self._send_pair(spec, control, model, epoch, targets[0])]
         unsupported = next((r for r in results if r.reason is Reason.UNSUPPORTED), None)
         if unsupported is not None and epoch == ledger.epoch:
@@ -172,7 +178,19 @@ class Scheduler:
             ledger.disable(spec.kind, why or "the model does not take this input")
             log.warning("canary_kind_disabled", canary=spec.name, kind=spec.kind.value, why=why)
         self._set_aside_if_never_conclusive(spec, epoch)
+        self._fall_back_if_chat_refused(epoch)
         return any(r.reason is Reason.TIMEOUT for r in results)
+
+    def _fall_back_if_chat_refused(self, epoch: int) -> None:
+        """Send text as a plain completion when chat cannot work (:mod:`.text_fallback`)."""
+        ledger = self.ledger
+        record = ledger.records.get(kinds.CONTROL)
+        if epoch != ledger.epoch:
+            return
+        why = self.route.review(record, epoch)
+        if why is not None:
+            ledger.fall_back(kinds.CONTROL, why)
+            log.warning("canary_kind_fell_back", kind=kinds.CONTROL.value, why=why)
 
     def _set_aside_if_never_conclusive(self, spec: CanarySpec, epoch: int) -> None:
         """Before startup, set aside a kind this server can never answer (:mod:`.set_aside`)."""

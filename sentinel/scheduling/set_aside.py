@@ -10,7 +10,9 @@ loop made by the health checker. So before startup, a kind whose last
 :data:`SET_ASIDE_AFTER` canaries were all inconclusive or refused that way,
 and that never passed, is set aside for this server epoch with its reason;
 startup passes on the kinds the server can do. The text control is never set
-aside: it is the proof that the engine produces tokens at all.
+aside: it is the proof that the engine produces tokens at all. Refused on
+chat the same way, it asks the engine for a plain completion instead
+(:mod:`sentinel.scheduling.text_fallback`).
 """
 
 from __future__ import annotations
@@ -27,8 +29,11 @@ NOT_A_CAPABILITY = frozenset({401, 403, 407, 408, 429})
 
 def never_conclusive(result: CanaryResult) -> bool:
     """A reply that can never pass on this server: reasoning cut short, or a capability refused."""
-    if result.reason is Reason.INCONCLUSIVE:
-        return True
+    return result.reason is Reason.INCONCLUSIVE or refused_capability(result)
+
+
+def refused_capability(result: CanaryResult) -> bool:
+    """A 4xx that refuses what was asked (no chat template, a field), not who asked or when."""
     status = result.http_status
     return (
         result.reason is Reason.HTTP_STATUS
@@ -51,5 +56,6 @@ def set_aside_reason(results: Iterable[CanaryResult]) -> str | None:
         what = "inconclusive (only reasoning, cut at max_tokens)"
     else:
         what = f"refused with HTTP {newest.http_status}"
-    detail = f": {newest.detail[:160]}" if newest.detail else ""
+    said = newest.detail.removeprefix(f"HTTP {newest.http_status}: ")
+    detail = f": {said[:160]}" if said else ""
     return f"set aside for this server: {len(last)} canaries in a row {what}{detail}"

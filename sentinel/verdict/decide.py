@@ -111,7 +111,10 @@ def _startup(state: VerdictState, evidence: Evidence) -> tuple[bool, ProbeAnswer
         for k in evidence.kinds.values()
         if not k.enabled and k.disabled_reason
     ]
-    said = "every canary kind succeeded" + ("; set aside: " + ", ".join(aside) if aside else "")
+    fell_back = [f"{k.kind.value} ({k.fallback})" for k in evidence.enabled if k.fallback]
+    said = "every canary kind succeeded"
+    said += "; fell back: " + ", ".join(fell_back) if fell_back else ""
+    said += "; set aside: " + ", ".join(aside) if aside else ""
     return True, ProbeAnswer(True, said)
 
 
@@ -241,10 +244,11 @@ def _hysteresis(
 def _why_not_started(kind: KindEvidence, epoch_started: float) -> str:
     """``structured`` or ``structured (last: bad_body: ...)``: the kind and its last failure."""
     last = next((r for r in reversed(kind.results) if r.started >= epoch_started), None)
+    note = f"{kind.fallback}; " if kind.fallback else ""
     if last is None:
-        return kind.kind.value
+        return f"{kind.kind.value} ({kind.fallback})" if note else kind.kind.value
     detail = f": {last.detail[:120]}" if last.detail else ""
-    return f"{kind.kind.value} (last: {last.reason.value}{detail})"
+    return f"{kind.kind.value} ({note}last: {last.reason.value}{detail})"
 
 
 def _bad(result: CanaryResult, slo: float | None) -> bool:

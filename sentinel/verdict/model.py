@@ -102,6 +102,10 @@ class KindEvidence:
     action: Action = Action.RESTART
     enabled: bool = True
     disabled_reason: str = ""  # why a kind was set aside (the server cannot do it)
+    # What the kind sends instead of its spec's request in this epoch, and why
+    # (empty: as configured): the text canary on /v1/completions for a base
+    # model without a chat template (:mod:`sentinel.scheduling.text_fallback`).
+    fallback: str = ""
     results: tuple[CanaryResult, ...] = ()  # oldest first
     outstanding: tuple[float, ...] = ()  # send times of canaries still in flight
     # The data-parallel engine each of ``outstanding`` was aimed at (aligned

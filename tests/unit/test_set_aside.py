@@ -52,6 +52,11 @@ def test_a_kind_is_set_aside_after_a_bounded_run_of_never_conclusive_replies() -
     why = set_aside_reason([THINKING, *[NO_TEMPLATE] * SET_ASIDE_AFTER])
     assert why is not None
     assert "refused with HTTP 400: default chat template" in why
+    # The runner's detail names the status already; the reason says it once.
+    prefixed = result(Reason.HTTP_STATUS, 400, "HTTP 400: default chat template")
+    why = set_aside_reason([prefixed] * SET_ASIDE_AFTER)
+    assert why is not None
+    assert "refused with HTTP 400: default chat template" in why
 
 
 def test_a_timeout_in_the_run_or_a_pass_ever_keeps_the_kind() -> None:
