@@ -114,6 +114,26 @@ class SimContainer:
     def _signalled(self, scenario: Scenario, group: int) -> int:
         return group if scenario.fault.process == "api" else self._engine(group)
 
+    def held_by_wedged(self, scenario: Scenario, group: int) -> int | None:
+        """For ``api_wedge``: the connections to the port its satellite holds (None: not one).
+
+        The API servers share one listening socket and the busiest accepts first,
+        so a satellite may hold none of the load's pooled connections: wedged
+        then, it keeps no one waiting (fresh connections go to its peers).
+        """
+        if scenario.fault.kind != "api_wedge":
+            return None
+        from sentinel_sim.satellite import TITLE
+
+        index = scenario.fault.params.get("server", 1)
+        for process in titled(group, f"{TITLE}_{index}"):
+            with contextlib.suppress(psutil.Error, OSError):
+                return sum(
+                    c.status == psutil.CONN_ESTABLISHED and c.laddr.port == self.port
+                    for c in process.net_connections("tcp")
+                )
+        return None
+
     async def inject(self, scenario: Scenario, group: int) -> str:
         return await inject_sim(self._control(), self._signalled(scenario, group), scenario)
 

@@ -266,7 +266,15 @@ class SupervisedRun:
             # A silent hang does not end by itself: it lasts as long as its container.
             lasting = scenario.fault.model_copy(update={"duration": 24 * 3600.0})
             scenario = scenario.model_copy(update={"fault": lasting})
+        held = getattr(container, "held_by_wedged", None)
+        connections = None if held is None else held(scenario, group)
         what = await container.inject(scenario, group)
+        if connections is not None:
+            what += f"; it holds {connections} of the load's connections"
+            if connections == 0:
+                # Nobody waits on it: a working server, judged as one (no restart).
+                record.harmful = False
+                record.fault += " (holding no connection)"
         record.fault_at = kubelet.note("fault", what).at
         self.log(f"inject: {what}")
         if scenario.fault.duration is None or scenario.fault.harmful:
@@ -283,7 +291,7 @@ class SupervisedRun:
     async def _watch(self, kubelet: Kubelet, container: Container) -> None:
         """Harmful: until the restarted server serves, then the watch; else the scenario's watch."""
         record, options = self.record, self.options
-        if not self.scenario.fault.harmful or record.fault_at is None:
+        if not record.harmful or record.fault_at is None:
             await asyncio.sleep(max(0.0, self._planned_end() - self.clock()))
             return
         after = (record.fault_container or 0) + 1
