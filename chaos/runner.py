@@ -66,6 +66,7 @@ def load_command(target: str, load: LoadSpec) -> list[str]:
         *("--max-tokens", str(load.max_tokens)),
         *("--mix", mix),
         *("--timeout", str(load.timeout)),
+        *("--endpoint", load.endpoint),
         "--json",
     ]
     if load.priority is not None:

@@ -201,6 +201,8 @@ class LoadSpec(_Strict):
     max_tokens: int = Field(default=16, ge=1)
     priority: int | None = None
     mix: dict[LoadKind, float] = Field(default_factory=_text_only)
+    #: ``completions``: plain-text completions only (a base model without a chat template)
+    endpoint: Literal["chat", "completions"] = "chat"
     timeout: float = Field(default=300.0, gt=0)
 
 

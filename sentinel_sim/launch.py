@@ -73,7 +73,8 @@ class SimProcess:
     ``max_num_batched_tokens`` (the per-step token budget), ``dev_mode``
     (vLLM's dev routes: sleep, pause, weight updates), ``reasoning_parser``,
     ``reasoning_tokens`` and ``reasoning_field`` (chat replies think first),
-    ``no_chat_template`` (a base model: chat answers vLLM's 400), and
+    ``no_chat_template`` (a base model: chat answers vLLM's 400),
+    ``thinking_ignores_template`` (a template that thinks whatever it is told), and
     ``faults`` (``NAME[:k=v,...]`` strings active from the start).
     ``extra_args`` are appended verbatim; ``env`` is added to the simulator's
     environment (e.g. ``{"VLLM_SERVER_DEV_MODE": "1"}``, as vLLM reads it).
@@ -102,6 +103,7 @@ class SimProcess:
         reasoning_tokens: int | None = None,
         reasoning_field: str | None = None,
         no_chat_template: bool = False,
+        thinking_ignores_template: bool = False,
         faults: Sequence[str] = (),
         extra_args: Sequence[str] = (),
         env: Mapping[str, str] | None = None,
@@ -138,6 +140,8 @@ class SimProcess:
             args.append("--dev-mode")
         if no_chat_template:
             args.append("--no-chat-template")
+        if thinking_ignores_template:
+            args.append("--thinking-ignores-template")
         for fault in faults:
             args += ["--fault", fault]
         args += list(extra_args)
