@@ -40,7 +40,14 @@ from typing import IO, Any, Self
 
 import httpx
 
-from chaos.kubelet_state import Event, KubeletSettings, KubeletState, ProbeSpec, timeline
+from chaos.kubelet_state import (
+    POD_DELETED,
+    Event,
+    KubeletSettings,
+    KubeletState,
+    ProbeSpec,
+    timeline,
+)
 
 __all__ = ["USER_AGENT", "Check", "Kubelet", "load_wrapper", "sim_command"]
 
@@ -251,9 +258,7 @@ class Kubelet:
         proc, self._proc = self._proc, None
         if proc is not None:
             if proc.returncode is None:
-                self.events += self.state.kill(
-                    self.clock(), "pod deleted", grace=self.shutdown_grace
-                )
+                self.events += self.state.kill(self.clock(), POD_DELETED, grace=self.shutdown_grace)
                 await self._terminate(proc, self.shutdown_grace)
             _signal_group(proc.pid, signal.SIGKILL)
         if self._client is not None:

@@ -35,6 +35,7 @@ import yaml
 from chaos.scenario import MANIFEST
 
 KINDS = ("startup", "liveness", "readiness")
+POD_DELETED = "pod deleted"  # the kill that ends a run: no fault's doing
 FIELDS = {"startup": "startupProbe", "liveness": "livenessProbe", "readiness": "readinessProbe"}
 
 
@@ -314,7 +315,7 @@ def recovery(events: Sequence[Event], fault_at: float) -> dict[str, float]:
     after = [e for e in events if e.at >= fault_at]
     figures: dict[str, float] = {"restarts": float(sum(e.kind == "restart" for e in after))}
     detect = next((e for e in after if e.kind == "probe_failure" and e.probe == "liveness"), None)
-    end = next((e for e in after if e.kind in ("kill", "exit")), None)
+    end = next((e for e in after if e.kind in ("kill", "exit") and e.detail != POD_DELETED), None)
     if detect is not None:
         figures["detect"] = detect.at - fault_at
     if end is None:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from chaos.kubelet_state import Event, KubeletSettings, recovery
 from chaos.scenario import SCENARIO_DIR, load_scenario
 from chaos.supervised import Options, SupervisedRecord, kubelet_settings, time_scale
-from chaos.supervised_report import cell, markdown
+from chaos.supervised_report import cell, markdown, read, write
 
 
 def test_each_checker_aims_the_shipped_probes_at_its_own_endpoint() -> None:
@@ -90,3 +92,28 @@ def test_a_crash_and_a_hang_never_recovered_read_as_such() -> None:
     assert cell(never) == "- -> never (0)"
     table = markdown([record, never])
     assert table.count("| s | sim | engine_hang |") == 1  # one row per scenario
+
+
+def test_an_alert_kill_is_its_detection_and_the_pod_deletion_is_no_kill() -> None:
+    alert = [
+        Event(0.0, "start", 0),
+        Event(5.0, "ready", 0, "readiness"),
+        Event(19.5, "kill", 0, "blackbox", "blackbox alert on vllm_completion"),
+        Event(20.0, "exit", 0, "blackbox"),
+        Event(20.0, "start", 1),
+        Event(31.0, "ready", 1, "readiness"),
+    ]
+    record = _record(True, alert)
+    assert cell(record).startswith("9.5 -> 21.0")
+    deleted = _record(True, [*HANG[:2], Event(70.0, "kill", 0, "", "pod deleted")])
+    assert "kill" not in deleted.figures
+    assert cell(deleted) == "- -> never (0)"
+
+
+def test_a_written_report_reads_back_to_the_same_table(tmp_path: Path) -> None:
+    record = _record(True, HANG)
+    record.served_at = 31.0
+    paths = write([record, _record(False, HANG[:2])], tmp_path)
+    again = read(paths["json"])
+    assert markdown(again) == paths["markdown"].read_text(encoding="utf-8")
+    assert again[0].events == HANG
