@@ -212,7 +212,12 @@ async def test_a_server_crashing_again_and_again_is_named_in_status_and_sentinel
             livez.append(await sidecar.code("/livez"))
             assert time.monotonic() < deadline, kubelet.timeline()
             await asyncio.sleep(0.1)
-        hangs = sidecar.daemon.evaluator.hangs_confirmed
+        kinds = {
+            sample.labels["kind"]
+            for metric in sidecar.daemon.evaluator.metrics.hang_detections.collect()
+            for sample in metric.samples
+            if sample.name.endswith("_total") and sample.value > 0
+        }
     print(f"\n/status server while the crash-looping server was away: {said}")
     print(kubelet.timeline())
     not_answering = str(said["not_answering"])
@@ -230,4 +235,7 @@ async def test_a_server_crashing_again_and_again_is_named_in_status_and_sentinel
     assert [e.detail for e in kubelet.of("kill")] in ([], ["pod deleted"]), kubelet.timeline()
     assert len(kubelet.of("exit")) >= 3
     assert all(e.data["returncode"] == 124.0 for e in kubelet.of("exit")), kubelet.timeline()
-    assert hangs == 0  # no hang confirmed: nothing for sentinel to restart
+    # Nothing for sentinel to restart. The only hang it may confirm is the engine gone in
+    # the moment between the engine's exit and the API server's, on a server that passed
+    # startup and is exiting anyway (the kubelet never saw liveness fail, above).
+    assert kinds <= {"dead"}, kinds

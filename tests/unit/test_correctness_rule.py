@@ -163,6 +163,13 @@ def test_a_5xx_on_the_check_beside_a_passing_control_is_corruption_at_once() -> 
     assert hang(evidence(check(1), failed, controls=dead)) is None  # the engine rules' case
 
 
+def test_vllm_engine_dead_500_beside_a_control_that_passed_just_before_is_no_corruption() -> None:
+    # A server shutting down (or crashing): the control was answered, then the engine went.
+    detail = "HTTP 500: EngineCore encountered an issue. See stack trace (above) for the cause."
+    gone = check(11, (), reason=Reason.HTTP_STATUS, http_status=500, detail=detail)
+    assert hang(evidence(check(1), gone, controls=(None, control(11)))) is None
+
+
 def test_vllm_nan_counter_is_corruption_until_a_check_matches_after_it() -> None:
     assert "NaN logits" in str(hang(evidence(check(1), corrupted_at=5.0)))
     assert hang(evidence(check(1), check(11), corrupted_at=5.0)) is None

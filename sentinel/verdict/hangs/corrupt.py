@@ -57,6 +57,9 @@ REPEATS = 2  # departing checks in a row that confirm corruption
 # vLLM 0.32 answers a reply whose log-probabilities are NaN with this 400
 # (Python's JSON encoder refusing the value); older releases with a 500.
 NAN_ANSWER = "Out of range float values are not JSON compliant"
+# vLLM's EngineDeadError: the engine is gone (a crash, or a server shutting down), which
+# the dead rule judges; a check answered with it says nothing about the weights.
+ENGINE_DEAD_ANSWER = "EngineCore encountered an issue"
 SHOWN = 3  # departures named in a reason
 
 
@@ -172,7 +175,8 @@ def judge_check(
     """How one check left the fingerprint (empty: it matched; None: it says nothing).
 
     A 5xx on the check while its text control succeeded is a departure at
-    once: the server generates, but not this (NaNs failing its serialisation).
+    once: the server generates, but not this (NaNs failing its serialisation);
+    vLLM's engine-dead 500 is not (the engine went away between the two).
     """
     facts = evidence.correctness
     if facts is None or facts.fingerprint is None:
@@ -180,6 +184,8 @@ def judge_check(
     if result.reason is Reason.HTTP_STATUS and NAN_ANSWER in result.detail:
         return (Departure(0, "nan", "the reply's log-probabilities are NaN", immediate=True),)
     if result.reason is Reason.HTTP_STATUS and (result.http_status or 500) >= 500:
+        if ENGINE_DEAD_ANSWER in result.detail:
+            return None
         if control is not None and control.ok:
             return (
                 Departure(
