@@ -58,6 +58,9 @@ async def test_an_engine_hang_is_one_restart_under_sentinel_and_never_under_vllm
     assert "never (0)" in table
 
 
+# Slow (not in make test): a crash restarted on the kubelet's back-off under sentinel is
+# tested in tests/loopback/test_kubelet_sim.py; this is the same through the harness.
+@pytest.mark.slow
 async def test_a_crash_is_restarted_once_and_the_new_server_is_let_live(tmp_path: Path) -> None:
     record = await _run("sim-sigkill-engine", "sentinel", tmp_path)
     exits = [e for e in record.events if e.kind == "exit"]
