@@ -15,7 +15,7 @@ import asyncio
 import os
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -66,8 +66,11 @@ def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", help="model name to address (default: from /v1/models)")
     parser.add_argument("--log-format", choices=["auto", "json", "console"])
     parser.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+    _add_setting_flags(parser.add_argument_group("every other setting (docs/configuration.md)"))
 
 
+# The settings whose flags are written out above, with their own help; every
+# other setting gets a flag generated from its declaration (_add_setting_flags).
 RUN_FLAGS = (
     "target",
     "listen",
@@ -83,11 +86,47 @@ RUN_FLAGS = (
 )
 
 
+def _add_setting_flags(group: argparse._ArgumentGroup) -> None:
+    """A flag for each remaining setting: its help, unit and span, from its one declaration.
+
+    Values are passed on as text, as an environment variable's are, so the
+    settings model checks them and its error names the flag; a nested
+    section (``--canaries``, ``--restart-budget``) takes one YAML mapping.
+    """
+    from sentinel.config.loader import STRUCTURED
+    from sentinel.config.settings import Settings
+    from sentinel.knob import help_of, span_of
+
+    for name, field in Settings.model_fields.items():
+        if name in RUN_FLAGS:
+            continue
+        span = span_of(Settings, name)
+        default = field.get_default(call_default_factory=True)
+        shown = getattr(default, "value", default)
+        words = [help_of(Settings, name).replace("%", "%%")]
+        if span is not None:
+            words.append(f"({span})")
+        if name not in STRUCTURED and shown is not None:
+            words.append(f"(default {str(shown).lower() if isinstance(shown, bool) else shown})")
+        group.add_argument(
+            "--" + name.replace("_", "-"),
+            dest=name,
+            type=_bool if field.annotation is bool else str,
+            metavar="YAML" if name in STRUCTURED else name.split("_")[-1].upper(),
+            help=" ".join(words),
+        )
+
+
+def run_flags(args: argparse.Namespace) -> dict[str, Any]:
+    from sentinel.config.settings import Settings
+
+    return {name: getattr(args, name, None) for name in Settings.model_fields}
+
+
 def settings_from_args(args: argparse.Namespace) -> Settings:
     from sentinel.config.loader import load_settings
 
-    flags = {name: getattr(args, name, None) for name in RUN_FLAGS}
-    return load_settings(getattr(args, "config", None), os.environ, flags)
+    return load_settings(getattr(args, "config", None), os.environ, run_flags(args))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -204,9 +243,16 @@ def _configure_logging(settings: Settings) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     from sentinel.canary.catalog import CatalogError
+    from sentinel.commands.listeners import bind_failure, check_listeners
     from sentinel.config.loader import ConfigError
 
     settings = settings_from_args(args)
+    flags, config = run_flags(args), getattr(args, "config", None)
+    # One line, before anything starts or logs: a kubelet's "last state" shows the last line.
+    unbindable = check_listeners(settings, flags, config)
+    if unbindable is not None:
+        print(unbindable, file=sys.stderr)
+        return ExitCode.UNHEALTHY
     _configure_logging(settings)
     try:
         from sentinel.daemon import Daemon
@@ -215,7 +261,7 @@ def _run(args: argparse.Namespace) -> int:
     except CatalogError as exc:  # the catalog, or a config override naming no canary in it
         raise ConfigError(str(exc)) from None
     _bound_memory_growth()
-    return asyncio.run(_serve(daemon))
+    return asyncio.run(_serve(daemon, lambda exc: bind_failure(exc, settings, flags, config)))
 
 
 # Threads for blocking reads (/proc, metrics parsing, bundle sections). Each
@@ -241,7 +287,7 @@ def _bound_memory_growth() -> None:
         return
 
 
-async def _serve(daemon: Any) -> int:
+async def _serve(daemon: Any, bind_failure: Callable[[BaseException], str | None]) -> int:
     from concurrent.futures import ThreadPoolExecutor
 
     # A probe is answered on the HTTP listener's own thread (serve.probe_thread);
@@ -260,6 +306,10 @@ async def _serve(daemon: Any) -> int:
         await daemon.run(stop)
     except* Exception as group:
         failures.extend(group.exceptions)
+    lines = [line for line in map(bind_failure, failures) if line is not None]
+    if lines and len(lines) == len(failures):  # a listener lost its address after the check
+        print(lines[0], file=sys.stderr)
+        return ExitCode.UNHEALTHY
     if failures:
         from sentinel.telemetry.logging import get_logger
 

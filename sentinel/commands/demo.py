@@ -34,6 +34,37 @@ GREEN_BUDGET = 60.0
 STARTUP_BUDGET = 60.0
 
 
+# Shortened timings for ``demo --fast``. Every window must be at least every
+# canary's deadline (Settings.check_windows), the catalog's included, so the
+# canaries get short deadlines too: the simulator answers in milliseconds.
+FAST_DEADLINE = 3.0
+FAST_FLAGS: dict[str, object] = {
+    "scrape_interval": 0.5,
+    "scrape_timeout": 2.0,
+    "hang_window": 4.0,
+    "no_evidence_window": 6.0,
+    "dead_grace": 2.0,
+    "canaries": {
+        "text": {"interval": 1.0, "deadline": FAST_DEADLINE},
+        "structured": {"interval": 2.0, "deadline": FAST_DEADLINE},
+        "multimodal": {"interval": 2.0, "deadline": FAST_DEADLINE},
+        "correctness": {"interval": 2.0, "deadline": FAST_DEADLINE},
+    },
+}
+
+
+def demo_flags(fast: bool, diagnostics_dir: Path) -> dict[str, object]:
+    """The settings the demo runs with, less the target (the simulator's port is not known yet)."""
+    flags: dict[str, object] = {
+        "listen": "127.0.0.1:0",
+        "grpc_listen": "127.0.0.1:0",
+        "diagnostics_dir": diagnostics_dir,
+    }
+    if fast:
+        flags.update(FAST_FLAGS)
+    return flags
+
+
 class Timeline:
     def __init__(self) -> None:
         self.t0 = time.monotonic()
@@ -64,19 +95,7 @@ async def _demo(fast: bool, diagnostics_dir: Path | None) -> int:
     log_path = workdir / "sentinel.log"
     log_file = log_path.open("w", encoding="utf-8")
     configure_logging("info", renderer="json", stream=log_file)
-    flags: dict[str, object] = {
-        "listen": "127.0.0.1:0",
-        "grpc_listen": "127.0.0.1:0",
-        "diagnostics_dir": diag,
-    }
-    if fast:
-        flags.update(
-            scrape_interval=0.5,
-            scrape_timeout=2.0,
-            hang_window=4.0,
-            no_evidence_window=6.0,
-            dead_grace=2.0,
-        )
+    flags = demo_flags(fast, diag)
     tl.say("starting the simulated vLLM (API process + VLLM::EngineCore child)")
     with SimProcess(scheduling_policy="priority") as sim:
         settings = load_settings(None, env={}, flags={"target": sim.base_url, **flags})

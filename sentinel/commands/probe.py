@@ -13,7 +13,7 @@ import asyncio
 import io
 import json
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,11 +29,21 @@ from sentinel.canary.kinds import KINDS
 from sentinel.canary.outcome import outcome
 from sentinel.canary.result import CanaryResult, Reason
 from sentinel.canary.runner import CanaryRunner, ModelResolutionError
-from sentinel.canary.spec import CanaryKind
+from sentinel.canary.spec import CanaryKind, CanarySpec
 from sentinel.config.loader import ConfigError, read_api_key
 from sentinel.exitcode import ExitCode
 
 RESOLVE_DEADLINE = 10.0  # seconds for /v1/models when --timeout is not given
+
+EXIT_CODES = f"""exit codes:
+  {ExitCode.OK:<3} every target healthy (kinds a server cannot do are skipped, with the reason)
+  {ExitCode.UNHEALTHY:<3} a target unhealthy or unreachable, or nothing on it could be checked
+      (with --strict, also a kind the server cannot do)
+  {ExitCode.USAGE:<3} bad arguments or configuration: nothing was probed
+  {ExitCode.INTERRUPTED:<3} interrupted (Ctrl-C)"""
+
+# Called with each target and result as soon as the canary ends (progress lines).
+Progress = Callable[[str, CanaryResult], None]
 
 
 class ProbeUsageError(ValueError):
@@ -45,10 +55,10 @@ class TargetReport:
     """Everything one target answered.
 
     ``error`` is set when the served model could not be resolved, in which case
-    no canary ran. A canary the model rejects as unsupported counts as skipped
-    where its kind says so (a text-only model asked for an image is not a
-    broken server), not unhealthy; an inconclusive canary (a reasoning model
-    that only thought) is not a failure.
+    no canary ran. A canary the server rejects as unsupported counts as
+    skipped (a text-only model asked for an image, a server giving no
+    log-probabilities, is not a broken server), unless ``strict``; an
+    inconclusive canary (a reasoning model that only thought) is not a failure.
     """
 
     url: str
@@ -56,14 +66,42 @@ class TargetReport:
     results: tuple[CanaryResult, ...] = ()
     error: str | None = None
     error_reason: Reason | None = None
+    strict: bool = False  # a kind the server cannot do (UNSUPPORTED) fails instead of skipping
 
     @property
     def healthy(self) -> bool:
-        return self.error is None and all(outcome(r) != "fail" for r in self.results)
+        outcomes = [probe_outcome(r, strict=self.strict) for r in self.results]
+        # Every kind skipped proves nothing about the server: that is no pass either.
+        return self.error is None and "fail" not in outcomes and set(outcomes) != {"skipped"}
+
+
+def probe_outcome(result: CanaryResult, *, strict: bool = False) -> str:
+    """:func:`~sentinel.canary.outcome.outcome`, with every UNSUPPORTED kind a skip.
+
+    One probe asks a server for everything the catalog has; a server without
+    log-probabilities (most OpenAI-compatible proxies) or images is not a
+    broken one. The sidecar disables such a kind with a warning; the probe
+    reports it skipped with its reason, and ``--strict`` counts it a failure.
+    """
+    if result.reason is Reason.UNSUPPORTED:
+        return "fail" if strict else "skipped"
+    return outcome(result)
 
 
 def normalize_url(url: str) -> str:
-    """Accept the server root or its ``/v1`` base, as people paste either."""
+    """Accept the server root or its ``/v1`` base, or ``host:port`` (``http://host:port``).
+
+    ``host:port`` is what the exporter's ``target=`` takes, so one target string
+    works for both.
+    """
+    if "://" not in url:
+        try:
+            port = urlsplit(f"http://{url}").port
+        except ValueError:
+            port = None
+        if not port:
+            raise ProbeUsageError(f"not an http(s) URL or host:port: {url!r}")
+        url = f"http://{url}"
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.netloc:
         raise ProbeUsageError(f"not an http(s) URL: {url!r}")
@@ -80,12 +118,16 @@ async def probe_targets(
     concurrency: int = 4,
     catalog: Catalog | None = None,
     client: httpx.AsyncClient | None = None,
+    strict: bool = False,
+    progress: Progress | None = None,
 ) -> list[TargetReport]:
     """Resolve each target's model and run each enabled canary of ``kinds`` once.
 
-    Canaries of one target run one after another (they should not compete with
-    each other for the server's slots); targets run concurrently, at most
-    ``concurrency`` at a time. Reports come back in the order of ``urls``.
+    On one target the text canary goes first, alone (when a path canary then
+    fails, the text control says the engine is fine), then the other kinds
+    together, so a hung server costs one deadline of them, not their sum.
+    Targets run concurrently, at most ``concurrency`` at a time. Reports come
+    back in the order of ``urls``, results in the catalog's kind order.
     """
     if concurrency < 1:
         raise ProbeUsageError("--concurrency must be at least 1")
@@ -96,7 +138,6 @@ async def probe_targets(
     missing = [k.value for k in wanted if not catalog.of_kind(k)]
     if missing:
         raise ProbeUsageError(f"no enabled canary of kind {', '.join(missing)} in the catalog")
-    # Text first: when a path canary then fails, the text control says the engine is fine.
     order = list(KINDS)
     specs = sorted(
         (s for s in catalog.enabled() if s.kind in wanted), key=lambda s: order.index(s.kind)
@@ -110,12 +151,19 @@ async def probe_targets(
             try:
                 model = await runner.resolve_model(deadline=timeout or RESOLVE_DEADLINE)
             except ModelResolutionError as exc:
-                return TargetReport(base, None, error=exc.detail, error_reason=exc.reason)
-            results = [
-                await runner.run(spec, model=model, deadline=timeout or spec.deadline)
-                for spec in specs
-            ]
-            return TargetReport(base, model, tuple(results))
+                return TargetReport(
+                    base, None, error=exc.detail, error_reason=exc.reason, strict=strict
+                )
+
+            async def run(spec: CanarySpec) -> CanaryResult:
+                result = await runner.run(spec, model=model, deadline=timeout or spec.deadline)
+                if progress is not None:
+                    progress(base, result)
+                return result
+
+            first = [await run(s) for s in specs if s.kind is CanaryKind.TEXT]
+            rest = await asyncio.gather(*(run(s) for s in specs if s.kind is not CanaryKind.TEXT))
+            return TargetReport(base, model, (*first, *rest), strict=strict)
 
     async def all_targets(http: httpx.AsyncClient) -> list[TargetReport]:
         return list(await asyncio.gather(*(one(http, b) for b in bases)))
@@ -150,7 +198,7 @@ def render_table(reports: Sequence[TargetReport], *, width: int = 140) -> str:
                 report.url,
                 report.model or "",
                 r.kind.value if r.name == r.kind.value else f"{r.kind.value} ({r.name})",
-                outcome(r),
+                probe_outcome(r, strict=report.strict),
                 r.reason.value,
                 _seconds(r.duration),
                 _seconds(r.ttft),
@@ -177,7 +225,7 @@ def report_dict(report: TargetReport) -> dict[str, Any]:
             {
                 "name": r.name,
                 "kind": r.kind.value,
-                "outcome": outcome(r),
+                "outcome": probe_outcome(r, strict=report.strict),
                 "reason": r.reason.value,
                 "duration": r.duration,
                 "ttft": r.ttft,
@@ -201,8 +249,13 @@ def render_json(reports: Sequence[TargetReport]) -> str:
 
 
 def add_probe_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = EXIT_CODES
     parser.add_argument(
-        "urls", nargs="+", metavar="URL", help="server base URL (with or without /v1)"
+        "urls",
+        nargs="+",
+        metavar="URL",
+        help="server base URL (with or without /v1), or HOST:PORT (http://HOST:PORT)",
     )
     parser.add_argument(
         "--kind",
@@ -217,7 +270,19 @@ def add_probe_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="deadline per canary, seconds (default: the spec's)",
     )
-    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.add_argument(
+        "--output",
+        choices=["table", "json"],
+        default="table",
+        help="table (default) or json, on stdout; progress lines go to stderr",
+    )
+    parser.add_argument("--json", action="store_true", help="the same as --output json")
+    parser.add_argument(
+        "--strict",
+        action="store_true",
+        help="a kind the server cannot do (no log-probabilities, no images) fails the run "
+        "instead of being skipped",
+    )
     parser.add_argument(
         "--api-key-file",
         type=Path,
@@ -235,6 +300,17 @@ def add_probe_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _progress_line(url: str, result: CanaryResult, *, strict: bool) -> None:
+    state = probe_outcome(result, strict=strict)
+    why = f" {result.reason.value}" if state != "ok" else ""
+    detail = f": {result.detail}" if result.detail and state != "ok" else ""
+    print(
+        f"sentinel probe: {url} {result.name}: {state}{why} ({result.duration:.2f} s){detail}",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
 def probe_main(args: argparse.Namespace) -> int:
     """Run the probe command; 0 all healthy, 1 any unhealthy, 2 usage or configuration error."""
     try:
@@ -249,12 +325,14 @@ def probe_main(args: argparse.Namespace) -> int:
                 api_key=api_key,
                 concurrency=args.concurrency,
                 catalog=catalog,
+                strict=args.strict,
+                progress=lambda url, result: _progress_line(url, result, strict=args.strict),
             )
         )
     except (ProbeUsageError, CatalogError, ConfigError) as exc:
         print(f"sentinel probe: {exc}", file=sys.stderr)
         return ExitCode.USAGE
-    if args.json:
+    if args.json or args.output == "json":
         print(render_json(reports))
     else:
         sys.stdout.write(render_table(reports, width=max(Console().width, 120)))

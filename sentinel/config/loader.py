@@ -29,6 +29,7 @@ __all__ = [
     "ENV_PREFIX",
     "FIELDS",
     "MAX_CONFIG_BYTES",
+    "STRUCTURED",
     "ConfigError",
     "effective_config",
     "env_name",
@@ -47,6 +48,8 @@ class ConfigError(Exception):
 
 
 FIELDS = tuple(Settings.model_fields)
+# The nested sections: a variable or flag gives the whole mapping as YAML (or JSON flow).
+STRUCTURED = frozenset({"canaries", "restart_budget"})
 
 
 def env_name(field: str) -> str:
@@ -81,13 +84,16 @@ def load_settings(
         value = env[name]
         where = f"environment variable {name}"
         _check_text(value, where)
-        structured = field in ("canaries", "restart_budget")
-        merged[field] = _parse_mapping(value, where) if structured else value
+        merged[field] = _parse_mapping(value, where) if field in STRUCTURED else value
         origin[field] = where
     for key, value in (flags or {}).items():
         if value is not None:
+            where = f"flag --{key.replace('_', '-')}"
+            if key in STRUCTURED and isinstance(value, str):  # one YAML mapping, as the variable
+                _check_text(value, where)
+                value = _parse_mapping(value, where)
             merged[key] = value
-            origin[key] = f"flag --{key.replace('_', '-')}"
+            origin[key] = where
     try:
         settings = Settings.model_validate(merged)
     except ValidationError as exc:

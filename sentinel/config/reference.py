@@ -95,7 +95,7 @@ def _section(name: str, model: type[BaseModel], example: str) -> list[str]:
         f"## `{name}`",
         "",
         f"A mapping under `{name}` in the file, or the whole mapping as YAML in",
-        f"`{env_name(name)}` (e.g. `{example}`).",
+        f"`{env_name(name)}` or `--{name.replace('_', '-')}` (e.g. `{example}`).",
         "",
         "| key | default | range | what it is for |",
         "|---|---|---|---|",

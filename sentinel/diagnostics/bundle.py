@@ -46,6 +46,7 @@ from sentinel.diagnostics.cause import Cause, CauseClass, ProcessObservation, cl
 from sentinel.diagnostics.sizes import json_size
 from sentinel.diagnostics.stuck import of_stuck_engines, stuck_json
 from sentinel.diagnostics.summary import render_summary
+from sentinel.diagnostics.workload import engine_work
 from sentinel.evidence.process_model import named_placements
 from sentinel.telemetry.logging import get_logger
 from sentinel.telemetry.redact import (
@@ -282,7 +283,9 @@ def _find_cause(run: _Run, read: _Read) -> _Finding:
     else:
         observations = procs.observations_from_discovery(read.discovered)
     stuck = named_placements(run.context.trigger.reason)
-    cause = classify(of_stuck_engines(observations, stuck.get("engine", [])))
+    judged = of_stuck_engines(observations, stuck.get("engine", []))
+    running, compilers = engine_work(run.context.trigger.kind, judged, run.context.metrics_text)
+    cause = classify(judged, running=running, compilers=compilers)
     if "discovery" in run.errors:  # discovery itself failed: we do not know
         cause = Cause(cause.cause, f"{cause.summary} (process discovery failed)", cause.pid)
     # The cause line quotes a process title, which may carry a secret of its argv.

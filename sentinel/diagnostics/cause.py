@@ -15,10 +15,18 @@ Rules, first match wins (the order goes from "no doubt" to "inferred"):
 2. *process stopped*: a process is stopped (SIGSTOP, or a tracer holds it).
 3. *uninterruptible wait*: a process sleeps in state D, typically inside a GPU
    driver call or on I/O; the wait channel says where.
-4. *engine spinning* / *engine blocked*: the engine process decides. The
+4. *engine compiling*: a compiler (``cc1plus``, ``ptxas``, ...) runs under the
+   engine or a worker: a long first-use compile is work, not a hang.
+5. *engine idle*: no request is running (vLLM's ``num_requests_running``
+   reads 0 and nothing else says a request waits): an engine asleep on its
+   input queue is waiting for work, not for something that does not come.
+6. *engine spinning* / *engine blocked*: the engine process decides. The
    EngineCore (the scheduler loop) when it is visible, else the busiest
    engine-side process, else the busiest process: high CPU with no progress is
    spinning, low CPU is blocked (waiting on a lock, a queue, a pipe, a peer).
+
+Rules 4 and 5 read what the caller knows of the engine's work (compilers under
+it, requests running); where it knows nothing, they do not apply.
 """
 
 from __future__ import annotations
@@ -32,6 +40,8 @@ from sentinel.evidence.process_model import GONE_STATES, ProcessRole, ProcessSta
 
 class CauseClass(StrEnum):
     ENGINE_BLOCKED = "engine_blocked"
+    ENGINE_COMPILING = "engine_compiling"
+    ENGINE_IDLE = "engine_idle"
     ENGINE_SPINNING = "engine_spinning"
     PROCESS_STOPPED = "process_stopped"
     UNINTERRUPTIBLE_WAIT = "uninterruptible_wait"
@@ -70,8 +80,15 @@ def classify(
     processes: Sequence[ProcessObservation],
     *,
     spinning_cpu_percent: float = SPINNING_CPU_PERCENT,
+    running: float | None = None,
+    compilers: Sequence[str] = (),
 ) -> Cause:
-    """Name the most likely cause of a hang from the state of the vLLM processes."""
+    """Name the most likely cause of a hang from the state of the vLLM processes.
+
+    ``running``: requests the engine is running (None: unknown, as when a
+    canary is known to wait); ``compilers``: the compiler processes seen under
+    the engine and its workers, described.
+    """
     if not processes:
         return Cause(CauseClass.PROCESS_GONE, "process gone: no vLLM process is visible")
 
@@ -101,13 +118,30 @@ def classify(
 
     engine = _deciding_process(processes)
     cpu = engine.cpu_percent
+    cpu_text = "unknown CPU" if cpu is None else f"{cpu:.0f}% CPU"
+    if compilers:
+        shown = ", ".join(compilers[:3]) + (
+            f" and {len(compilers) - 3} more" if len(compilers) > 3 else ""
+        )
+        return Cause(
+            CauseClass.ENGINE_COMPILING,
+            f"engine compiling: {shown} under {_name(engine)}; "
+            "a long first-use compile is work, not a hang",
+            engine.pid,
+        )
+    if running is not None and running <= 0:
+        return Cause(
+            CauseClass.ENGINE_IDLE,
+            f"engine idle: no request running; {_name(engine)} is {engine.status.value} "
+            f"at {cpu_text}{_in_wchan(engine)}, waiting for work",
+            engine.pid,
+        )
     if cpu is not None and cpu >= spinning_cpu_percent:
         return Cause(
             CauseClass.ENGINE_SPINNING,
             f"engine spinning: {_name(engine)} uses {cpu:.0f}% CPU with no progress",
             engine.pid,
         )
-    cpu_text = "unknown CPU" if cpu is None else f"{cpu:.0f}% CPU"
     return Cause(
         CauseClass.ENGINE_BLOCKED,
         f"engine blocked: {_name(engine)} is {engine.status.value} at {cpu_text}"

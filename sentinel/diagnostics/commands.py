@@ -1,7 +1,7 @@
 """The ``sentinel diagnose`` and ``sentinel doctor`` subcommands (arguments and entry points).
 
 Owns only the command-line surface; the work is :func:`bundle.capture`,
-:class:`store.IncidentStore` and :func:`doctor.run_doctor`. Settings (target,
+:class:`store.IncidentStore` and :func:`checkup.run_doctor`. Settings (target,
 diagnostics directory, retention, windows) come from the same sources as
 ``sentinel run``: ``--config``, ``SENTINEL_*`` variables, then these flags.
 
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import os
 import sys
 import time
@@ -97,6 +98,7 @@ def _match(args: argparse.Namespace) -> procs.ProcessMatch:
 
 def diagnose_main(args: argparse.Namespace) -> int:
     """Capture a bundle now (local processes, the target's /metrics), store it, print the path."""
+    from sentinel.diagnostics.access import sample_target
     from sentinel.diagnostics.doctor import fetch_metrics
     from sentinel.diagnostics.store import IncidentStore, RetentionPolicy
 
@@ -107,11 +109,18 @@ def diagnose_main(args: argparse.Namespace) -> int:
         return ExitCode.USAGE
 
     async def run() -> int:
-        text, error = await fetch_metrics(settings.target)
+        (text, error), attributed = await asyncio.gather(
+            fetch_metrics(settings.target), asyncio.to_thread(sample_target, settings.target)
+        )
         scrapes = [(time.time(), text)] if text is not None else []
+        match = _match(args)
+        explicit = bool(args.process_title or args.process_cmdline)
+        if attributed.api is not None and not explicit:
+            # The target's own processes, not another server's on the same host.
+            match = dataclasses.replace(match, roots=(attributed.api.pid,))
         context = DiagnosticsContext(
             trigger=Trigger("on-demand", args.reason),
-            process_match=_match(args),
+            process_match=match,
             metrics_text=scrapes,
             config=effective_config(settings),
             version=__version__,
@@ -137,7 +146,8 @@ def diagnose_main(args: argparse.Namespace) -> int:
 def doctor_main(args: argparse.Namespace) -> int:
     """Run every check (``--sentinel``: a running sentinel's too), print the table, exit 0/1."""
     from sentinel.canary.catalog import CatalogError, apply_overrides, load_catalog
-    from sentinel.diagnostics.doctor import DoctorReport, ProbeTimings, render_report, run_doctor
+    from sentinel.diagnostics.checkup import run_doctor
+    from sentinel.diagnostics.doctor import DoctorReport, ProbeTimings, render_report
 
     try:
         settings = _settings(args)

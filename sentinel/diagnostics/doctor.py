@@ -1,7 +1,8 @@
 """``sentinel doctor``: the pod setup pitfalls that make hangs (or false restarts) likely.
 
 Owns the checks and the report. Each check is a function of numbers or text,
-so it is tested without a pod; :func:`run_doctor` only gathers the inputs:
+so it is tested without a pod; :func:`sentinel.diagnostics.checkup.run_doctor`
+only gathers the inputs, for the one target it was given:
 
 - *CPU*: the cgroup CPU quota against each vLLM process's ``OMP_NUM_THREADS``
   (or the CPUs in its affinity mask) and thread count: unset on a 192-CPU host
@@ -27,12 +28,10 @@ Exit code: 0 when nothing is a problem (warnings allowed), 1 otherwise.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import cache
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -45,9 +44,9 @@ from sentinel.canary.kinds import unvalidatable
 from sentinel.canary.protocol import ServerFacts
 from sentinel.canary.spec import CanaryKind, CanarySpec
 from sentinel.config.settings import Settings
-from sentinel.diagnostics import access, cgroup, procs
+from sentinel.diagnostics import access, cgroup
 from sentinel.diagnostics.bundle import DEFAULT_BUDGET_S
-from sentinel.evidence.process_model import ProcessRole, ProcessSnapshot, reasoning_parser
+from sentinel.evidence.process_model import ProcessSnapshot, reasoning_parser
 
 PROGRESS_COUNTERS = ("vllm:generation_tokens_total", "vllm:iteration_tokens_total")
 
@@ -86,7 +85,7 @@ def _default(name: str) -> float:
 
 
 @cache
-def _shipped() -> tuple[CanarySpec, ...]:
+def shipped_canaries() -> tuple[CanarySpec, ...]:
     return load_catalog().enabled()
 
 
@@ -97,7 +96,7 @@ def _longest(specs: Sequence[CanarySpec], attr: str, *, text: bool) -> float:
 
 def _shipped_longest(attr: str, *, text: bool) -> Any:
     """A field defaulting to the shipped catalog's :func:`_longest`, read when first needed."""
-    return field(default_factory=lambda: _longest(_shipped(), attr, text=text))
+    return field(default_factory=lambda: _longest(shipped_canaries(), attr, text=text))
 
 
 @dataclass(frozen=True, slots=True)
@@ -334,49 +333,6 @@ async def fetch_metrics(
     if response.status_code != 200:
         return None, f"HTTP {response.status_code} from {url}"
     return response.text, None
-
-
-async def run_doctor(
-    target_url: str,
-    *,
-    process_match: procs.ProcessMatch | None = None,
-    cgroup_root: Path = cgroup.DEFAULT_CGROUP_ROOT,
-    timings: ProbeTimings | None = None,
-    transport: httpx.AsyncBaseTransport | None = None,
-    specs: Sequence[CanarySpec] | None = None,
-) -> DoctorReport:
-    """Gather the inputs (processes, cgroup, one /metrics scrape) and run every check.
-
-    ``specs``: the canaries sentinel would run (None: the shipped catalog's);
-    without ``timings``, their deadlines are judged against the default windows.
-    """
-    match = process_match or procs.ProcessMatch()
-    canaries = _shipped() if specs is None else tuple(specs)
-
-    def local() -> tuple[list[procs.ProcessRecord], cgroup.CgroupSection]:
-        snaps = procs.describe(procs.discover(match))
-        threads = [
-            cgroup.threads_from_snapshot(s.pid, s.title, s.environ, s.cpu_affinity, s.num_threads)
-            for s in snaps
-            if s.role is not ProcessRole.OTHER
-        ]
-        return snaps, cgroup.snapshot(threads, root=cgroup_root)
-
-    (snaps, section), (text, error), attributed = await asyncio.gather(
-        asyncio.to_thread(local),
-        fetch_metrics(target_url, transport=transport),
-        asyncio.to_thread(access.sample_target, target_url),
-    )
-    api = [s for s in snaps if s.role is ProcessRole.API_SERVER]
-    checks = [
-        *check_cpu(section),
-        *check_processes(attributed),
-        check_scheduling_policy([s.cmdline for s in api]),
-        *check_canary_kinds([s.cmdline for s in api], canaries),
-        check_metrics(text, error),
-        *check_probe_timings(timings or ProbeTimings.of(Settings(), canaries)),
-    ]
-    return DoctorReport(tuple(checks))
 
 
 _STYLE = {Severity.OK: "green", Severity.WARN: "yellow", Severity.PROBLEM: "bold red"}
