@@ -12,9 +12,14 @@ compiler invocation::
     ['/tmp/sim-compile-x/ptxas', '/tmp/sim-compile-x/kernel.ptx', '-arch=sm_90',
      '-m64', '-O3', '-o', '/tmp/sim-compile-x/kernel.cubin']
 
-The child burns one CPU until killed and dies with its parent (PDEATHSIG);
-it removes its directory as soon as it runs, so nothing is left behind even
-when the engine is killed mid-compile. :class:`CompilerChild` kills and reaps it.
+The child burns one CPU until killed (or for ``life`` seconds, then exits)
+and dies with its parent (PDEATHSIG); it removes its directory as soon as it
+runs, so nothing is left behind even when the engine is killed mid-compile.
+:class:`CompilerChild` kills and reaps it.
+
+:func:`run_storm` is a Triton autotuning or JIT storm: one short-lived
+compiler after another until a deadline, each a new process living well
+under a second, as ``ptxas`` does per autotuning config.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 
 # What each compiler runs: its "source" file, then the rest of its argv (D: the work dir).
 _INVOCATIONS: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -37,7 +43,7 @@ _INVOCATIONS: dict[str, tuple[str, tuple[str, ...]]] = {
 COMPILER_NAMES = tuple(_INVOCATIONS)
 
 _BUSY_LOOP = """\
-import ctypes, os, shutil, signal
+import ctypes, os, shutil, signal, sys, time
 try:
     ctypes.CDLL(None).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
 except (OSError, AttributeError):
@@ -45,9 +51,13 @@ except (OSError, AttributeError):
 # Running now: the work dir (symlink, this file) is no longer needed, even if we are killed.
 shutil.rmtree(os.path.dirname(os.path.abspath(__file__)), ignore_errors=True)
 os.write(1, b"r")
+life = float(os.environ.get("SIM_COMPILER_LIFE") or "inf")
+end = time.monotonic() + life
 x = 0
-while True:
-    x = (x * 1103515245 + 12345) & 0xFFFFFFFF
+while time.monotonic() < end:
+    for _ in range(10000):
+        x = (x * 1103515245 + 12345) & 0xFFFFFFFF
+sys.exit(0)
 """
 
 
@@ -72,8 +82,13 @@ class CompilerChild:
         shutil.rmtree(self.workdir, ignore_errors=True)
 
 
-def start_compiler(name: str, ready_timeout: float = 5.0) -> CompilerChild:
-    """Start a busy child named ``name`` and wait until it runs (its "ready" byte)."""
+def start_compiler(
+    name: str, ready_timeout: float = 5.0, life: float | None = None
+) -> CompilerChild:
+    """Start a busy child named ``name`` and wait until it runs (its "ready" byte).
+
+    ``life``: it exits by itself after that many seconds of work (None: never).
+    """
     source, args = _INVOCATIONS[name]
     workdir = tempfile.mkdtemp(prefix="sim-compile-")
     try:
@@ -83,8 +98,13 @@ def start_compiler(name: str, ready_timeout: float = 5.0) -> CompilerChild:
         with open(script, "w", encoding="utf-8") as handle:
             handle.write(_BUSY_LOOP)
         argv = [program, script, *(arg.replace("{D}", workdir) for arg in args)]
+        env = {**os.environ, "SIM_COMPILER_LIFE": "" if life is None else repr(life)}
         proc = subprocess.Popen(
-            argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env=env,
         )
     except BaseException:
         shutil.rmtree(workdir, ignore_errors=True)
@@ -96,3 +116,22 @@ def start_compiler(name: str, ready_timeout: float = 5.0) -> CompilerChild:
         child.stop()
         raise RuntimeError(f"the stand-in {name} child did not start")
     return child
+
+
+def run_storm(name: str, deadline: float, life: float, gap: float) -> int:
+    """Short-lived compilers named ``name``, one after another, until ``deadline``.
+
+    Each works ``life`` seconds and exits; the next starts ``gap`` seconds
+    later (an autotuner benchmarking the kernel just built). Returns how many ran.
+    """
+    ran = 0
+    while time.monotonic() < deadline:
+        child = start_compiler(name, life=max(0.01, min(life, deadline - time.monotonic())))
+        ran += 1
+        try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                child.proc.wait(timeout=life + 5.0)
+        finally:
+            child.stop()
+        time.sleep(max(0.0, min(gap, deadline - time.monotonic())))
+    return ran

@@ -74,6 +74,7 @@ class SimConfig:
     thinking_ignores_template: bool = False
     # A base model whose tokenizer defines no chat template: chat answers vLLM's 400.
     no_chat_template: bool = False
+    elastic_scale_seconds: float = 45.0  # how long POST /scale_elastic_ep scales
     faults: tuple[FaultSpec, ...] = field(default_factory=tuple)
 
     def engine_json(self) -> dict[str, Any]:
@@ -164,6 +165,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="a base model without a chat template: every chat request answers vLLM's 400",
     )
+    parser.add_argument(
+        "--elastic-scale-seconds",
+        type=float,
+        default=d.elastic_scale_seconds,
+        help="how long POST /scale_elastic_ep scales (every path answers 503 meanwhile)",
+    )
     parser.add_argument("--ready-file", default=None, help="write the ready JSON line here too")
     parser.add_argument(
         "--fault",
@@ -221,6 +228,7 @@ def parse_args(argv: Sequence[str] | None = None) -> SimConfig:
         reasoning_field=ns.reasoning_field,
         thinking_ignores_template=ns.thinking_ignores_template,
         no_chat_template=ns.no_chat_template,
+        elastic_scale_seconds=ns.elastic_scale_seconds,
         faults=faults,
     )
 

@@ -58,7 +58,7 @@ from typing import Any
 import setproctitle
 
 from sentinel_sim import ipc
-from sentinel_sim.compiler import start_compiler
+from sentinel_sim.compiler import run_storm, start_compiler
 from sentinel_sim.faults import (
     HUNG_FAULTS,
     PAUSING_FAULTS,
@@ -461,6 +461,11 @@ class Engine:
         compiler = str(entry.params["compiler"])
         if compiler == "none":  # in-process (NVRTC): the engine thread itself is busy
             _spin_until(deadline)
+            return
+        if entry.params.get("storm"):  # many short-lived compilers (Triton autotuning)
+            run_storm(
+                compiler, deadline, float(entry.params["child_s"]), float(entry.params["gap_s"])
+            )
             return
         child = start_compiler(compiler)
         try:

@@ -50,19 +50,28 @@ request waits; a health checker must not call them hangs):
     ``vllm:rl_weight_update_operations_in_flight{operation=...}`` reads 1.
     When it ends the gauge reads 0 and, with ``version``, ``/weight_info``
     reports that version.
-``compile_step`` (``seconds`` 5, ``compiler`` ptxas|nvcc|cc1plus|ninja|none)
+``compile_step`` (``seconds`` 5, ``compiler`` ptxas|nvcc|cc1plus|ninja|none, ``storm``)
     The engine's next step lasts ``seconds``: its loop blocks (no stats, no
     message taken in) while a child process named like the compiler (psutil
     ``name()`` and ``cmdline()[0]``) burns CPU; the child is reaped when the
     step ends. ``compiler=none`` compiles in-process (NVRTC-like): no child,
     the engine itself burns CPU, which looks exactly like ``engine_hang`` with
     ``spin=true`` while it lasts.
+    ``storm=true`` (``child_s`` 0.3, ``gap_s`` 0.2) is a Triton autotuning or
+    JIT storm: the step spawns one short-lived compiler after another, each
+    burning CPU for ``child_s`` and exiting, ``gap_s`` apart, so a sampler
+    sees a compiler in some samples only and never the same pid twice.
 ``slow_image`` (``seconds`` 2)
     Each image request spends ``seconds`` in the API process's single-worker
     preprocessing queue, behind earlier image requests, then completes
     normally; text requests are unaffected.
 ``metrics_401``
     ``/metrics`` answers 401 with ``WWW-Authenticate``; serving goes on.
+``elastic_scale``
+    An elastic expert-parallel scale, as ``POST /scale_elastic_ep`` runs one:
+    vLLM's scaling middleware answers every path of the OpenAI port 503 with
+    "The model is currently scaling. Please try again later." for the fault's
+    duration (none: a scale that never ends); the engine is untouched.
 """
 
 from __future__ import annotations
@@ -114,6 +123,9 @@ class Fault(StrEnum):
     WEIGHT_UPDATE = "weight_update"  # the engine is inside an RL weight-update RPC
     COMPILE_STEP = "compile_step"  # one step lasts `seconds` while a compiler child runs
     SLOW_IMAGE = "slow_image"  # each image request waits `seconds` in the preprocessing queue
+    # An elastic EP scale (POST /scale_elastic_ep): every path answers vLLM's scaling 503
+    # for the fault's duration (none: a scale that never ends); sentinel_sim.elastic_ep.
+    ELASTIC_SCALE = "elastic_scale"
     # Silent corruption: every free-text reply one token repeated (weights lost on wake-up;
     # schema-constrained replies stay valid), or new weights declared at /weight_info.
     WEIGHTS_LOST = "weights_lost"
@@ -303,11 +315,16 @@ _PARAMS: dict[Fault, dict[str, tuple[Callable[[Any], Any], Any]]] = {
         "operation": (_choice("operation", WEIGHT_OPERATIONS), "update"),
         "version": (str, None),
     },
+    # storm: many short-lived compilers (child_s each, gap_s apart) instead of one.
     Fault.COMPILE_STEP: {
         "seconds": (_positive("seconds"), 5.0),
         "compiler": (_choice("compiler", COMPILERS), "ptxas"),
+        "storm": (_bool, False),
+        "child_s": (_positive("child_s"), 0.3),
+        "gap_s": (_non_negative("gap_s"), 0.2),
     },
     Fault.SLOW_IMAGE: {"seconds": (_non_negative("seconds"), 2.0)},
+    Fault.ELASTIC_SCALE: {},
     Fault.WEIGHTS_LOST: {},
     Fault.WEIGHTS_UPDATED: {"version": (str, "v2")},
 }

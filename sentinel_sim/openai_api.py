@@ -32,6 +32,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from sentinel_sim.dev_api import add_dev_routes
+from sentinel_sim.elastic_ep import add_elastic_ep_routes, scaling_middleware
 from sentinel_sim.fault_gates import fault_middleware
 from sentinel_sim.faults import Fault
 from sentinel_sim.logprobs import logprob_options, logprobs_json, merged, served, several_prompts
@@ -437,12 +438,14 @@ class OpenAIApi:
 def build_openai_app(server: SimServer) -> web.Application:
     api = OpenAIApi(server)
 
-    app = web.Application(middlewares=[fault_middleware(server)], client_max_size=64 * 1024 * 1024)
+    middlewares = [scaling_middleware(server), fault_middleware(server)]
+    app = web.Application(middlewares=middlewares, client_max_size=64 * 1024 * 1024)
     app.router.add_post("/v1/chat/completions", api.chat)
     app.router.add_post("/v1/completions", api.completions)
     app.router.add_get("/v1/models", api.models)
     app.router.add_get("/health", api.health)
     app.router.add_get("/metrics", api.metrics)
+    add_elastic_ep_routes(app, server)
     if server.config.dev_mode:
         add_dev_routes(app, server)
     return app

@@ -181,6 +181,7 @@ def _evidence(inputs: StatusInputs) -> dict[str, Any]:
         "prefill_age": _age(now, ledger.progress.last_prefill_at),
         "compiling_for": _age(now, judged.compiling_since),
         "compiling": judged.compile_detail or None,
+        "compiler_seen_age": _age(now, judged.compiler_seen_at),  # a storm: the last one seen
         "last_scrape_error": inputs.last_scrape_error or None,
         # Why the last /health poll gave no evidence, and what each loop
         # survived (loop name -> errors, last, ago): failed reads and
@@ -263,6 +264,9 @@ def _verdict(inputs: StatusInputs) -> dict[str, Any]:
         ),
         "restart_wanted": verdict.restart_wanted,
         "budget_held": verdict.budget_held,
+        # The kubelet answers with their reasons now (e.g. "scaling (elastic EP) for 12s").
+        "liveness": {"ok": verdict.liveness.ok, "reason": verdict.liveness.reason},
+        "readiness": {"ok": verdict.readiness.ok, "reason": verdict.readiness.reason},
     }
 
 

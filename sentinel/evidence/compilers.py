@@ -120,20 +120,40 @@ def compilers_under(roots: Iterable[int], proc: Path = PROC) -> tuple[CompilerPr
     return tuple(found)
 
 
+#: Compilers seen with gaps shorter than this are one compile (one storm): the
+#: compile grace counts from its first; a compiler after a longer gap starts another.
+STORM_GAP = 30.0
+
+
 @dataclass(slots=True)
 class CompileWatch:
-    """Since when a compiler under the engine has been seen using CPU (None: none is)."""
+    """Since when compilers under the engine are seen busy, and when one last was.
 
-    since: float | None = None
+    A compiler is busy in a sample where it is new (a pid not in the previous
+    sample: it ran since) or its CPU time grew. Triton autotuning and JIT
+    storms run many ``ptxas`` (or ``cc1plus``) children that live well under
+    a second each, so most samples see none and no pid is seen twice: any
+    sample that sees one counts, and the verdict holds for a short linger
+    after the last (``compile_linger``). One present but idle (stopped,
+    waiting on a lock) is not busy.
+    """
+
+    since: float | None = None  # the first busy compiler of this compile (storm)
+    seen_at: float | None = None  # the last sample with a busy compiler
     detail: str = ""
+    seen: int = 0  # busy compiler processes seen in this compile
     _cpu: dict[int, float] = field(default_factory=dict)
 
     def observe(self, compilers: Sequence[CompilerProcess], now: float) -> None:
-        """A compiler whose CPU time grew since the last sample is busy; one gone ends it."""
+        """A compiler new since the last sample or whose CPU time grew is busy."""
         before, self._cpu = self._cpu, {c.pid: c.cpu_seconds for c in compilers}
-        busy = [c for c in compilers if c.cpu_seconds > before.get(c.pid, c.cpu_seconds)]
-        if busy:
-            self.since = now if self.since is None else self.since
-            self.detail = ", ".join(c.describe() for c in busy[:4])
-        elif not compilers:
-            self.since, self.detail = None, ""
+        busy = [c for c in compilers if c.pid not in before or c.cpu_seconds > before[c.pid]]
+        if self.seen_at is not None and now - self.seen_at > STORM_GAP:
+            self.since, self.seen_at, self.detail, self.seen = None, None, "", 0
+        if not busy:
+            return
+        self.since = now if self.since is None else self.since
+        self.seen_at = now
+        self.seen += sum(1 for c in busy if c.pid not in before)
+        shown = ", ".join(c.describe() for c in busy[:4])
+        self.detail = shown if self.seen <= 1 else f"{shown}; {self.seen} compilers seen"

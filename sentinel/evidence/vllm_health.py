@@ -10,6 +10,12 @@ is not vLLM, or one behind an auth proxy): no evidence either way. The poll has
 one total deadline, connect to last byte, and a small byte cap (vLLM's body is
 empty), so a trickled or endless answer cannot stall the evidence loop or grow
 memory; either is reported, with the status it came with.
+
+One 503 is not death: while an elastic expert-parallel scale runs, vLLM's
+``ScalingMiddleware`` (``vllm/entrypoints/serve/elastic_ep/middleware.py``)
+answers every path with 503 and ``{"error": "The model is currently
+scaling. Please try again later."}``. That body makes the poll
+:attr:`HealthPoll.scaling`, a lifecycle state (:mod:`sentinel.record.lifecycle`).
 """
 
 from __future__ import annotations
@@ -25,6 +31,8 @@ from sentinel.transport import BodyDecodingError, BodyTooLarge, iter_capped
 
 DEFAULT_TIMEOUT = 2.0
 MAX_BODY_BYTES = 64 * 1024
+#: What vLLM's scaling middleware says in its 503 body, on every path.
+SCALING_MARK = b"The model is currently scaling"
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +47,7 @@ class HealthPoll:
     status: int | None = None
     failure: EvidenceFailure | None = None
     detail: str = ""
+    scaling: bool = False  # the 503 of vLLM's elastic EP scaling middleware
 
     @property
     def ok(self) -> bool:
@@ -46,8 +55,8 @@ class HealthPoll:
 
     @property
     def failing(self) -> bool:
-        """The engine is dead by vLLM's own word: a 5xx."""
-        return self.status is not None and self.status >= 500
+        """The engine is dead by vLLM's own word: a 5xx that is not a scale."""
+        return self.status is not None and self.status >= 500 and not self.scaling
 
     @property
     def no_endpoint(self) -> bool:
@@ -79,6 +88,7 @@ class VllmHealthPoller:
     async def poll(self) -> HealthPoll:
         """One poll; never raises for a failed one."""
         status: int | None = None
+        body = bytearray()
         try:
             async with asyncio.timeout(self._timeout):
                 # A fresh connection each poll: accepted by whichever API-server
@@ -92,8 +102,9 @@ class VllmHealthPoller:
                     follow_redirects=False,
                 ) as response:
                     status = response.status_code
-                    async for _ in iter_capped(response, MAX_BODY_BYTES):
-                        pass  # the body means nothing; it only has to end, and be small
+                    async for chunk in iter_capped(response, MAX_BODY_BYTES):
+                        if status == 503:  # only a scale's 503 says anything in its body
+                            body.extend(chunk)
         except TimeoutError:
             return HealthPoll(
                 at=self._clock(),
@@ -108,4 +119,4 @@ class VllmHealthPoller:
                 failure=classify_transport_error(exc),
                 detail=f"{type(exc).__name__}: {exc}",
             )
-        return HealthPoll(at=self._clock(), status=status)
+        return HealthPoll(at=self._clock(), status=status, scaling=SCALING_MARK in body)

@@ -149,6 +149,7 @@ def freeze(
         waiting_since=ledger.waiting_since if fresh else None,
         waiting_real=ledger.waiting_real,
         compiling_since=ledger.compiling.since,
+        compiler_seen_at=ledger.compiling.seen_at,
         compile_detail=ledger.compiling.detail,
         api_stuck_since=ledger.api.since,
         api_stuck_detail=ledger.api.detail,

@@ -15,6 +15,9 @@ each absent on some servers (absent is no evidence, never "awake"):
   requests held.
 * sentinel's own maintenance window (an RL controller that pauses through
   vLLM's Python API shows no pause state at all).
+* vLLM's elastic EP scaling middleware: while a ``POST /scale_elastic_ep``
+  runs, every path (``/health`` included) answers 503 with "The model is
+  currently scaling" (:mod:`sentinel.evidence.vllm_health` reads it).
 
 Pure: the tracker is fed readings and times and answers a
 :class:`~sentinel.verdict.Lifecycle`.
@@ -39,12 +42,15 @@ class Readings:
     is_sleeping: bool | None = None
     is_paused: bool | None = None
     maintenance: str | None = None  # the active window's reason, if one is active
+    scaling: bool | None = None  # /health answers vLLM's "currently scaling" 503
 
 
 def phase_of(readings: Readings) -> tuple[Phase, str]:
     """The phase the readings show, and which source says so."""
     if readings.maintenance is not None:
         return Phase.PAUSED, f"maintenance window: {readings.maintenance}"
+    if readings.scaling:
+        return Phase.SCALING, "/health answers 503: the model is currently scaling"
     gauges = readings.gauges or {}
     if readings.is_paused:
         return Phase.PAUSED, "/is_paused is true"

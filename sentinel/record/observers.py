@@ -258,7 +258,12 @@ class Observers:
                 seen.last_health_error = f"{poll.failure.value}{status}: {poll.detail}"
                 if poll.failure is EvidenceFailure.CONNECT:
                     self.ledger.saw_refusal(self.clock())
-            if poll.no_endpoint:
+            if poll.status is not None:
+                # An elastic EP scale answers 503 on every path: a lifecycle state, not death.
+                self.ledger.observe_lifecycle(self.clock(), scaling=poll.scaling)
+            if poll.scaling:
+                self.ledger.observe_health(None, self.clock())
+            elif poll.no_endpoint:
                 # 404, a redirect, 401/403: a server without vLLM's /health.
                 seen.last_health_error = (
                     f"no health endpoint (HTTP {poll.status}): no evidence either way"

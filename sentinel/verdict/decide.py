@@ -6,11 +6,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from sentinel.canary.result import CanaryResult, Reason
+from sentinel.verdict.clock import observed
 from sentinel.verdict.model import (
     Action,
     Evidence,
     Hang,
     KindEvidence,
+    Phase,
     ProbeAnswer,
     Verdict,
     VerdictState,
@@ -42,7 +44,7 @@ def evaluate(
         startup = ProbeAnswer(False, RESTART_ASKED)
     # Readiness hysteresis over canary results newer than the last judged one.
     degraded, bad, good, judged = _hysteresis(state, enabled, policy, evidence.epoch_started)
-    readiness = _readiness(evidence, policy, hangs, restart, startup_passed, degraded)
+    readiness = _readiness(evidence, policy, hangs, restart, startup_passed, degraded, now)
     next_state = replace(
         state,
         startup_passed=startup_passed,
@@ -177,6 +179,7 @@ def _readiness(
     restart: _Restart,
     startup_passed: bool,
     degraded: bool,
+    now: float,
 ) -> ProbeAnswer:
     """Readiness, in order of what an operator most needs to read first."""
     # Observe-only mode changes no kubelet answer because of a hang: it reports.
@@ -196,6 +199,9 @@ def _readiness(
     gate = evidence.restart_gate
     if not startup_passed:
         return ProbeAnswer(False, "startup has not passed")
+    if life.phase is Phase.SCALING:
+        took = observed(life.since, now, evidence.unobserved)
+        return ProbeAnswer(False, f"scaling (elastic EP) for {took:.0f}s: {life.why}")
     if life.stalled:
         return ProbeAnswer(False, f"{life.phase.value}: {life.why}")
     if restart.braked:

@@ -38,6 +38,7 @@ class HangKind(OpenName):
     CORRUPT: ClassVar[HangKind]
     STARVED: ClassVar[HangKind]
     API_SERVER: ClassVar[HangKind]
+    SCALING: ClassVar[HangKind]
 
 
 HangKind.ENGINE = HangKind("engine")
@@ -51,6 +52,7 @@ HangKind.API_SERVER = HangKind("api_server")
 HangKind.PAUSED = HangKind("paused")  # paused past its bound (policy alert by default)
 HangKind.ASLEEP = HangKind("asleep")  # asleep past a bound, where one is set
 HangKind.CORRUPT = HangKind("corrupt")  # answers that left the model's fingerprint
+HangKind.SCALING = HangKind("scaling")  # an elastic EP scale that did not end within its bound
 
 
 class Phase(StrEnum):
@@ -59,6 +61,7 @@ class Phase(StrEnum):
     AWAKE = "awake"
     ASLEEP = "asleep"  # sleep mode: weights offloaded or discarded
     PAUSED = "paused"  # scheduler paused, weights updating, or a maintenance window
+    SCALING = "scaling"  # elastic expert-parallel scaling: vLLM answers every path 503
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,8 +212,11 @@ class Evidence:
     waiting_since: float | None = None
     waiting_real: float = 0.0
     # A compiler process busy under the engine since (a long first-use kernel
-    # compile): the engine's long step is work within the compile grace.
+    # compile, or a storm of short ones): the engine's long step is work within
+    # the compile grace. ``compiler_seen_at``: the last sample that saw one busy
+    # (None: not told; the compile counts as busy now).
     compiling_since: float | None = None
+    compiler_seen_at: float | None = None
     compile_detail: str = ""
     # An API-server process stopped, or a connection to the server's port
     # unread, since (sentinel.evidence.api_watch); and the words for it.

@@ -18,6 +18,7 @@ from sentinel.verdict.hangs.engine import EngineKnobs
 from sentinel.verdict.hangs.listener_down import ListenerKnobs
 from sentinel.verdict.hangs.partial import PartialKnobs
 from sentinel.verdict.hangs.path import PathKnobs
+from sentinel.verdict.hangs.scaling import ScalingKnobs
 from sentinel.verdict.hangs.stalled import StalledKnobs
 from sentinel.verdict.hangs.starved import StarvedKnobs
 from sentinel.verdict.knobs import Knobs
@@ -47,6 +48,13 @@ class VerdictKnobs(Knobs):
         0.0,
         DAY,
     )
+    compile_linger: float = seconds(
+        10.0,
+        "The compile hold lasts this long after the last sample that saw a compiler busy: "
+        "a storm of sub-second compilers (Triton autotuning) shows in some samples only.",
+        0.0,
+        30.0,  # sentinel.evidence.compilers.STORM_GAP: a longer gap starts another compile
+    )
 
 
 class Policy(
@@ -60,6 +68,7 @@ class Policy(
     PartialKnobs,
     EngineKnobs,
     StalledKnobs,
+    ScalingKnobs,
     VerdictKnobs,
 ):
     """Thresholds of the verdict (the README's defaults table), each knob declared once."""

@@ -26,6 +26,7 @@ from sentinel.verdict.hangs import (
     listener_down,
     partial,
     path,
+    scaling,
     stalled,
     starved,
 )
@@ -63,7 +64,7 @@ def gates(evidence: Evidence, policy: Policy, now: float, *, startup_passed: boo
     found: set[Gate] = set()
     if evidence.lifecycle.stalled:
         found.add(Gate.STALLED)
-    if compiling(evidence, policy.compile_grace, now):
+    if compiling(evidence, policy.compile_grace, now, policy.compile_linger):
         found.add(Gate.COMPILING)
     if evidence.api_stuck_since is not None:
         found.add(Gate.API_STUCK)
@@ -116,5 +117,6 @@ for _module in (
     listener_down,
     api_server,
     stalled,
+    scaling,
 ):
     register(_module.RULE)

@@ -6,7 +6,9 @@ stall is judged against its own bound instead
 (:mod:`sentinel.verdict.hangs.stalled`). Every window starts again where
 the stall ended. A compiler busy under the engine holds the engine rules for
 the compile grace: a long first-use compile step publishes nothing while it
-works. The reasoning is in ``docs/design.md`` ("Lifecycle states are not hangs").
+works, and a storm of short-lived compilers for a short linger after the last
+one seen. The reasoning is in ``docs/design.md`` ("Lifecycle states are not
+hangs", "A long engine step").
 """
 
 from __future__ import annotations
@@ -23,7 +25,14 @@ def floor(evidence: Evidence) -> float:
     )
 
 
-def compiling(evidence: Evidence, compile_grace: float, now: float) -> bool:
-    """A compiler busy under the engine, within the compile grace: a long step is work."""
-    since = evidence.compiling_since
-    return since is not None and observed(since, now, evidence.unobserved) < compile_grace
+def compiling(evidence: Evidence, compile_grace: float, now: float, linger: float = 0.0) -> bool:
+    """A compiler busy under the engine, within the compile grace: a long step is work.
+
+    A storm of sub-second compilers shows in some samples only, so the hold
+    lasts ``linger`` past the last sample that saw one, and never past the
+    grace counted from the first.
+    """
+    since, seen = evidence.compiling_since, evidence.compiler_seen_at
+    if since is None or observed(since, now, evidence.unobserved) >= compile_grace:
+        return False
+    return seen is None or observed(seen, now, evidence.unobserved) <= linger

@@ -47,6 +47,7 @@ CASES: list[tuple[str, dict[str, Any]]] = [
     (Fault.WEIGHT_UPDATE.value, {}),
     (Fault.COMPILE_STEP.value, {"seconds": 5}),
     (Fault.SLOW_IMAGE.value, {}),
+    (Fault.ELASTIC_SCALE.value, {}),
     *((f.value, {}) for f in Fault if f.value in ("weights_lost", "weights_updated")),
 ]
 # Faults that end the server's life as a target run last, each on a simulator of its own.

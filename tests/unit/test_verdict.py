@@ -676,13 +676,14 @@ def test_hang_kinds_are_engine_partial_each_path_kind_dead_broken_and_listener()
         HangKind(STRUCTURED),
         HangKind(MULTIMODAL),
     )
-    assert hang_kinds()[-6:] == (
+    assert hang_kinds()[-7:] == (
         HangKind.DEAD,
         HangKind.BROKEN,
         HangKind.LISTENER_DOWN,
         HangKind.API_SERVER,
         HangKind.PAUSED,
         HangKind.ASLEEP,
+        HangKind.SCALING,
     )
     assert HangKind(TEXT) not in hang_kinds()
 
