@@ -334,6 +334,9 @@ def _assemble(
         "correctness": dict(context.correctness) or None,
         "section_errors": run.errors,
         "section_durations_s": run.timings,
+        # Where the canaries' monotonic times and the scrapes' wall times meet
+        # (CLOCK_MONOTONIC is the host's, the daemon's and its child's alike).
+        "clock": {"monotonic": time.monotonic(), "wall": time.time()},
     }
     # What the process and stack sections could not read, field by field, and why.
     bundle["lacks"] = access.lacks(bundle["processes"], bundle["stacks"])

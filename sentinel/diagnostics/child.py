@@ -336,4 +336,4 @@ def _capture_and_store(header: Mapping[str, Any], texts: list[str]) -> StoredInc
         Path(kept["root"]), RetentionPolicy(int(kept["max_count"]), int(kept["max_total_bytes"]))
     )
     incident = asyncio.run(capture(context))
-    return StoredIncident.of(incident, store.write(incident))
+    return StoredIncident.of(incident, store.write(incident, timeline=True))

@@ -132,7 +132,7 @@ def diagnose_main(args: argparse.Namespace) -> int:
             settings.diagnostics_dir,
             RetentionPolicy(settings.diagnostics_max_incidents, settings.diagnostics_max_bytes),
         )
-        record = await store.write_async(incident)
+        record = await store.write_async(incident, timeline=True)
         if error is not None:
             print(f"note: {settings.target}/metrics not scraped: {error}", file=sys.stderr)
         print(incident.cause_line)

@@ -6,6 +6,8 @@ Owns the layout under the diagnostics directory::
       20261129T101502Z-engine-hang/
         bundle.json     the redacted bundle (JSON)
         summary.txt     the human summary; its first line is the cause
+        timeline.png    the incident as a picture (drawn by a capture's child and
+                        by sentinel diagnose where matplotlib is installed)
         incident.json   a small index record, so listing never parses bundles
       20261129T104011Z-on-demand/
         ...
@@ -39,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from sentinel.diagnostics.bundle import Incident
+from sentinel.diagnostics.timeline import TIMELINE_FILE, draw
 from sentinel.telemetry.logging import get_logger
 from sentinel.telemetry.redact import redact
 
@@ -92,13 +95,18 @@ class IncidentStore:
         self.root = Path(root)
         self.retention = retention or RetentionPolicy()
 
-    def write(self, incident: Incident) -> IncidentRecord:
-        """Write atomically, then apply retention. Returns the stored record."""
+    def write(self, incident: Incident, *, timeline: bool = False) -> IncidentRecord:
+        """Write atomically, then apply retention. Returns the stored record.
+
+        ``timeline``: draw ``timeline.png`` from the bundle too (in a capture's
+        child or a one-shot command, never in the daemon: matplotlib's memory).
+        """
         self.root.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f"{_TMP_PREFIX}{incident.id}-", dir=self.root))
         try:
+            bundle = redact(incident.bundle)
             (tmp / BUNDLE_FILE).write_text(
-                json.dumps(redact(incident.bundle), indent=1, default=str, sort_keys=False)
+                json.dumps(bundle, indent=1, default=str, sort_keys=False)
             )
             (tmp / SUMMARY_FILE).write_text(redact(incident.summary))
             index = {
@@ -108,6 +116,8 @@ class IncidentStore:
                 "summary": redact(incident.cause_line),
                 "duration_s": incident.duration_s,
             }
+            if timeline:
+                index["timeline"] = _draw_timeline(tmp, bundle)
             (tmp / INDEX_FILE).write_text(json.dumps(index))
             os.chmod(tmp, 0o750)
             final = self._free_name(incident.id)
@@ -120,8 +130,8 @@ class IncidentStore:
         log.info("diagnostics.stored", incident=final.name, path=str(final), pruned=removed or None)
         return record
 
-    async def write_async(self, incident: Incident) -> IncidentRecord:
-        return await asyncio.to_thread(self.write, incident)
+    async def write_async(self, incident: Incident, *, timeline: bool = False) -> IncidentRecord:
+        return await asyncio.to_thread(self.write, incident, timeline=timeline)
 
     def incidents(self) -> list[IncidentRecord]:
         """Stored incidents, newest first."""
@@ -215,6 +225,19 @@ class IncidentStore:
 def incidents_payload(records: list[IncidentRecord]) -> dict[str, Any]:
     """The JSON body for ``/incidents`` (and the ``incidents`` key of ``/status``)."""
     return {"count": len(records), "incidents": [r.to_json() for r in records]}
+
+
+def _draw_timeline(directory: Path, bundle: dict[str, Any]) -> str:
+    """Draw the bundle's timeline beside it; what it shows, or why it was not drawn."""
+    try:
+        png, said = draw(bundle)
+    except Exception as exc:  # a picture never costs the bundle
+        log.warning("diagnostics.timeline_failed", error=f"{type(exc).__name__}: {exc}")
+        return f"not drawn: {type(exc).__name__}: {exc}"
+    if png is None:
+        return said
+    (directory / TIMELINE_FILE).write_bytes(png)
+    return f"{TIMELINE_FILE}: {said}"
 
 
 def _size(path: Path) -> int:

@@ -31,6 +31,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from chaos.load import LoadConfig, run_load
 from tests.engine.session import START_DEADLINE, EngineServer
 from tests.loopback.sidecar import Sidecar, eventually, running_sidecar
+from tests.timeline_png import check_timeline
 
 pytestmark = [pytest.mark.engine, pytest.mark.timeout(300)]
 
@@ -211,6 +212,7 @@ async def test_sigstop_worker_is_caught_with_a_bundle_and_sigcont_recovers(
         assert history.get("text"), f"no text canary history: {sorted(history)}"
         duration = _check_capture_time(bundle)
         print(f"SIGSTOP worker: detected {seconds:.1f} s, capture {duration:.2f} s, bundle {path}")
+        print(f"SIGSTOP worker: timeline {check_timeline(path)}")
 
         recovered = await eventually(sidecar.green, GREEN, "green again after SIGCONT")
         print(f"SIGSTOP worker: green {recovered:.1f} s after SIGCONT")

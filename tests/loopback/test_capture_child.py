@@ -33,6 +33,7 @@ from sentinel.evaluation.incidents import MIN_CAPTURE_GAP, IncidentRecorder, cap
 from sentinel.telemetry.metrics import SentinelMetrics
 from tests.loopback import test_diagnostics as diag
 from tests.loopback import test_secrets
+from tests.timeline_png import check_timeline
 
 pod = diag.pod  # the fixture: titled processes, each continued and killed at teardown
 log_stream = test_secrets.log_stream  # the fixture: the daemon's log lines, as JSON
@@ -90,6 +91,8 @@ async def test_child_stores_the_bundle_with_every_input_intact(
     # The last three scrapes, each byte for byte as the daemon held it.
     assert [m["text"] for m in bundle["metrics"]] == ["old\n", OLDER, NEWEST]
     assert [r["reason"] for r in bundle["canary_history"]["text"]] == ["ok", "timeout"]
+    # The child drew the incident's picture from the bundle: two canaries placed.
+    assert check_timeline(Path(stored.record.path)).endswith(": 2 canaries, 1 metric series")
     assert bundle["canary_history"]["text"][1]["detail"] == "deadline"
     assert bundle["sentinel"]["config"]["api_key"] == "<redacted>"
     assert bundle["sentinel"]["config"]["max_tokens"] == 4

@@ -51,7 +51,8 @@ def wait_until(condition: Callable[[], bool], what: str, timeout_s: float = 10.0
 
 
 def _read_dir(path: Path) -> dict[str, str]:
-    return {f.name: f.read_text() for f in path.iterdir()}
+    # The text files; timeline.png is drawn from the redacted bundle read here.
+    return {f.name: f.read_text() for f in path.iterdir() if f.suffix != ".png"}
 
 
 def _state(pid: int) -> str:
