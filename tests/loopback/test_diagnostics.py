@@ -96,9 +96,7 @@ def _cmdline(pid: int) -> str:
 def read_dir(path: Path) -> dict[str, str]:
     """An incident's text files (its timeline.png is drawn from the redacted bundle)."""
     return {
-        f.name: (f.read_text() if f.is_file() else "")
-        for f in path.iterdir()
-        if f.suffix != ".png"
+        f.name: (f.read_text() if f.is_file() else "") for f in path.iterdir() if f.suffix != ".png"
     }
 
 
