@@ -1,4 +1,4 @@
-"""The ``sentinel`` command: run, probe, demo, check-config, diagnose, doctor, maintenance.
+"""The ``sentinel`` command: run, status, probe, demo, check-config, diagnose, doctor, ....
 
 Exit codes: 0 success (healthy), 1 unhealthy or a runtime failure, 2 a usage
 or configuration error (argparse's own convention for bad usage).
@@ -145,6 +145,9 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="the sidecar daemon")
     _add_run_arguments(run)
 
+    from sentinel.commands.status import add_status_arguments
+
+    add_status_arguments(sub.add_parser("status", help="a running sidecar's verdict and why"))
     from sentinel.commands.probe import add_probe_arguments
 
     probe = sub.add_parser("probe", help="one-shot canary probe of OpenAI-compatible endpoints")
@@ -192,6 +195,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if command == "run":
             return _run(args)
+        if command == "status":
+            from sentinel.commands.status import status_main
+
+            return status_main(args)
         if command == "probe":
             from sentinel.commands.probe import probe_main
 

@@ -13,10 +13,8 @@ while everything else still runs, so the pod leaves its Service before its
 probes go away), then the loops stop, then each server is stopped once (gRPC
 marks every service NOT_SERVING on its way down), then the clients close.
 
-What lives elsewhere: judging and publishing health in
-:mod:`sentinel.evaluation.evaluator` (the single writer of :class:`HealthState`), the
-evidence loops in :mod:`sentinel.record.observers`, the ``/status`` document in
-:mod:`sentinel.evaluation.status`.
+Elsewhere: judging and publishing health in :mod:`sentinel.evaluation.evaluator` (the
+single writer of :class:`HealthState`), the loops in :mod:`sentinel.record.observers`.
 """
 
 from __future__ import annotations
@@ -51,6 +49,7 @@ from sentinel.maintenance.endpoint import MaintenanceHook
 from sentinel.record.ledger import Ledger
 from sentinel.record.observers import LoopFailures, Observers, Step, every, supervised
 from sentinel.record.provider import Provider
+from sentinel.record.reachability import Reachability
 from sentinel.scheduling.scheduler import Scheduler
 from sentinel.serve.probe_thread import ThreadedHttpServer
 from sentinel.telemetry.logging import get_logger
@@ -101,7 +100,7 @@ class Daemon:
         self.grpc: GrpcHealthServer | None = None
         self.runner: CanaryRunner | None = None
         self._listeners: list[ResultListener] = [self.fingerprints.observe_result]
-        self.observers = Observers(self.ledger, clock)
+        self.observers = Observers(self.ledger, clock, scrape_failed=self.metrics.scrape_failed)
         self.observers.sample_listeners.append(self.fingerprints.observe_sample)
         self.failures = LoopFailures(clock, self.metrics.loop_failed)
         self.observers.observations.failures = self.failures
@@ -109,6 +108,8 @@ class Daemon:
             settings, self.metrics, self._diagnostics_context
         )
         self.budget = budget or PoolBudget.in_pod(settings.restart_budget)
+        seen, target = self.observers.observations, redact_url(settings.target)
+        self.reachability = Reachability(self.ledger, seen, target)  # warns once a minute
         self.evaluator = Evaluator(
             settings,
             ledger=self.ledger,
@@ -123,6 +124,7 @@ class Daemon:
             providers=(
                 CorrectnessProvider(self.fingerprints),
                 *BudgetGate.of(self.budget),
+                self.reachability,
                 *providers,
             ),
             budget=self.budget,
@@ -162,6 +164,7 @@ class Daemon:
             extra_routes=[*self.incidents.routes(), *fingerprint_routes(self.fingerprints)],
             shutdown_timeout=settings.shutdown_timeout,
             maintenance=self.maintenance_hook,
+            clock=self.clock,
         )
         if settings.grpc_listen is not None:
             from sentinel.serve.grpc import GrpcHealthServer
@@ -324,6 +327,7 @@ class Daemon:
 
     async def _evaluate_step(self) -> None:
         await self.evaluator.evaluate(self.clock())
+        self.reachability.warn(self.clock())
 
     def _forget_baselines(self) -> None:
         if self.runner is not None:
@@ -379,10 +383,8 @@ def _log_result(result: CanaryResult) -> None:
 def tls_context(target: str) -> ssl.SSLContext:
     """The one TLS context both clients share: CA certificates only for an https target.
 
-    Left to itself httpx builds a context per client and loads the CA bundle
-    into each (about 1.4 MB of memory and 0.1 s of start apiece), which a
-    plain-http target never uses. Over http the context trusts no one, so a
-    redirect to https fails closed rather than going unverified.
+    httpx alone loads the CA bundle per client (1.4 MB and 0.1 s each), unused over
+    http; there the context trusts no one, so a redirect to https fails closed.
     """
     if httpx.URL(target).scheme == "https":
         return httpx.create_ssl_context()
@@ -392,9 +394,7 @@ def tls_context(target: str) -> ssl.SSLContext:
 def target_port(target: str) -> int | None:
     """The port the target listens on, the scheme's default when the URL names none.
 
-    Process attribution finds the target's API server by this listening port; a
-    URL without a port still has one, and leaving it out would switch
-    attribution off.
+    Process attribution finds the API server by it; without it attribution is off.
     """
     url = httpx.URL(target)
     return url.port or {"http": 80, "https": 443}.get(url.scheme)

@@ -130,6 +130,8 @@ class Fault(StrEnum):
     # schema-constrained replies stay valid), or new weights declared at /weight_info.
     WEIGHTS_LOST = "weights_lost"
     WEIGHTS_UPDATED = "weights_updated"  # replies change; `version` declared, as RL updates do
+    NO_LOGPROBS = "no_logprobs"  # a proxy in front strips log-probabilities (`logprobs` null)
+    NEAR_TIES = "near_ties"  # GPU batch variance: close candidates; `flip` none|third|far
 
 
 #: Faults during which the engine takes no step at all (its loop is blocked).
@@ -327,6 +329,8 @@ _PARAMS: dict[Fault, dict[str, tuple[Callable[[Any], Any], Any]]] = {
     Fault.ELASTIC_SCALE: {},
     Fault.WEIGHTS_LOST: {},
     Fault.WEIGHTS_UPDATED: {"version": (str, "v2")},
+    Fault.NO_LOGPROBS: {},
+    Fault.NEAR_TIES: {"flip": (_choice("flip", ("none", "third", "far")), "none")},
 }
 
 

@@ -16,7 +16,12 @@ corruption faults change that: ``weights_lost`` answers every free-text
 prompt with token 0 (``!``) repeated at ``-log(512)``, every candidate tied
 (all-zero logits); ``weights_updated`` moves every prompt's reply elsewhere in
 the cycle (other weights) and declares its ``version``. Schema-constrained
-replies stay valid under both: the grammar forces them.
+replies stay valid under both: the grammar forces them. ``no_logprobs`` is a
+proxy in front that strips log-probabilities (``logprobs`` null).
+``near_ties`` is a GPU's batch variance: every token has close rivals (the
+runner-up :data:`TIES` nats behind, then the third, then a far one), and with
+``flip`` the second token of each reply is the third candidate (``third``,
+within the margin a batch may move) or the far one (``far``, other weights).
 """
 
 from __future__ import annotations
@@ -38,6 +43,9 @@ VOCAB = 512
 LOST_ID = 0
 LOST_LOGPROB = -math.log(VOCAB)
 RUNNER_UP = "~"
+# Under near_ties: each rival's id offset from the chosen token, and how far it trails.
+TIES = ((1, 0.1), (2, 0.3), (3, 2.0))
+FLIPPED_AT = 1  # the token a flip changes
 
 
 def served(reply: Reply, server: SimServer) -> Reply:
@@ -68,16 +76,29 @@ def step(reply: Reply, i: int) -> tuple[int, float, float]:
     return 3 + p, -(0.1 + (p % 7) * 0.15), 1.5 + p % 3
 
 
-def logprob_options(body: Mapping[str, Any]) -> dict[str, Any] | None:
-    """What a request asked of log-probabilities (None: nothing)."""
+def logprob_options(body: Mapping[str, Any], server: SimServer) -> dict[str, Any] | None:
+    """What a request asked of log-probabilities (None: nothing, or a proxy strips them)."""
     asked = body.get("logprobs")
-    if asked is None or asked is False:
+    if asked is None or asked is False or server.faults.get(Fault.NO_LOGPROBS) is not None:
         return None
+    ties = server.faults.get(Fault.NEAR_TIES)
     return {
         "logprobs": asked,
         "top_logprobs": body.get("top_logprobs") or 0,
         "as_ids": body.get("return_tokens_as_token_ids") is True,
+        "ties": None if ties is None else str(ties.params["flip"]),
     }
+
+
+def _tied(options: Mapping[str, Any], steps: list[tuple[int, float, float]], i: int) -> Any:
+    """Step ``i``'s chosen id and rivals ``[(id, logprob)]`` under ``near_ties`` (None: off)."""
+    flip = options.get("ties")
+    if flip is None:
+        return None
+    ident, lp, _ = steps[i]
+    if i == FLIPPED_AT and flip != "none":
+        ident = (ident + (2 if flip == "third" else 3)) % VOCAB
+    return ident, [((ident + k) % VOCAB, lp - trail) for k, trail in TIES]
 
 
 def logprobs_json(
@@ -115,14 +136,22 @@ def logprobs_json(
     for text in texts:
         offsets.append(at)
         at += len(text)
+    tops = [
+        dict([(name, lp), (other, lp - margin)][: count + 1])
+        for name, other, (_, lp, margin) in zip(names, runner, steps, strict=True)
+    ]
+    if as_ids and options.get("ties") is not None:  # near_ties (completions, token ids)
+        tied = [_tied(options, steps, i) for i in range(generated)]
+        names = [f"token_id:{ident}" for ident, _ in tied]
+        tops = [
+            dict([(name, lp), *((f"token_id:{r}", v) for r, v in rivals)][: count + 1])
+            for name, (_, rivals), (_, lp, _) in zip(names, tied, steps, strict=True)
+        ]
     return {
         "text_offset": offsets,
         "token_logprobs": [lp for _, lp, _ in steps],
         "tokens": names,
-        "top_logprobs": [
-            dict([(name, lp), (other, lp - margin)][: count + 1])
-            for name, other, (_, lp, margin) in zip(names, runner, steps, strict=True)
-        ],
+        "top_logprobs": tops,
     }
 
 

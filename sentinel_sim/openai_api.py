@@ -261,7 +261,7 @@ class OpenAIApi:
             continuous_usage=bool(options.get("continuous_usage_stats", False)),
             engine=data_parallel_rank(request.headers, self.config.data_parallel_size),
             thinking=thinking,
-            logprobs=logprob_options(body),
+            logprobs=logprob_options(body, self.server),
         )
 
     def _plan(self, prepared: Prepared) -> Reply:

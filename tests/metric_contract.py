@@ -22,6 +22,7 @@ CONTRACT_METRICS = {
     "sentinel_server_restarts_total": "counter",
     "sentinel_restart_brake_engaged": "gauge",
     "sentinel_loop_errors_total": "counter",
+    "sentinel_scrape_failures_total": "counter",
     "sentinel_server_phase": "gauge",
     "sentinel_process_evidence": "gauge",
     "sentinel_restart_budget_held": "gauge",

@@ -45,10 +45,11 @@ from sentinel.canary.result import Generation, Reason
 from sentinel.canary.spec import CHAT_ENDPOINT, COMPLETIONS_ENDPOINT, CanaryKind, CanarySpec
 
 CORRECTNESS: Final = CanaryKind("correctness")
-# Candidates asked for beside each chosen token: the runner-up's log-probability
-# gives each token's margin, which tells a near-tie flip (batching noise) from
-# a changed model (see sentinel.verdict.corrupt).
-TOP_LOGPROBS = 2
+# Candidates asked for beside each chosen token: their log-probabilities give
+# each token's margin over every close rival, which tells a near-tie flip
+# (batching noise, to any of them) from a changed model (see
+# sentinel.verdict.hangs.corrupt). Within vLLM's default --max-logprobs (20).
+TOP_LOGPROBS = 5
 
 
 def prompts_of(request: Mapping[str, Any]) -> tuple[str, ...]:
@@ -113,7 +114,8 @@ class CorrectnessCanary:
         """A server without the endpoint, or refusing log-probabilities, cannot be checked.
 
         UNSUPPORTED disables the kind with a warning (a chat-only proxy, a
-        server capping ``max_logprobs`` below 2) instead of blocking startup.
+        server capping ``--max-logprobs`` below
+        :data:`TOP_LOGPROBS`) instead of blocking startup.
         """
         if status in (404, 405, 501) or (status == 400 and "logprob" in message.lower()):
             return Reason.UNSUPPORTED

@@ -234,14 +234,15 @@ def _generation(choice: Mapping[str, Any]) -> Generation | None:
     if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
         return None
     leads = [
-        _lead(tokens[i], float(values[i]), tops[i] if i < len(tops) else None)
+        _candidates(tokens[i], float(values[i]), tops[i] if i < len(tops) else None)
         for i in range(len(tokens))
     ]
     return Generation(
         tuple(ids),
         tuple(float(v) for v in values),
-        tuple(margin for margin, _ in leads),
-        tuple(runner for _, runner in leads),
+        tuple(found[0][1] if found else None for found in leads),
+        tuple(found[0][0] if found else None for found in leads),
+        tuple(leads) if any(leads) else (),
     )
 
 
@@ -252,16 +253,22 @@ def _token_id(token: Any) -> int | None:
     return int(digits) if digits.isascii() and digits.isdigit() and len(digits) < 10 else None
 
 
-def _lead(token: Any, logprob: float, top: Any) -> tuple[float | None, int | None]:
-    """How far the chosen token led the best other candidate, and that candidate's id."""
+# Candidates kept per token: the check asks for TOP_LOGPROBS (5); a server
+# answering more is cut here, so a reply cannot make sentinel hold more.
+MAX_CANDIDATES = 8
+
+
+def _candidates(token: Any, logprob: float, top: Any) -> tuple[tuple[int | None, float], ...]:
+    """Every other candidate listed beside the chosen token, with the chosen token's lead
+    over it (its log-probability less the candidate's), best first; () when none is given."""
     if not isinstance(top, dict):
-        return None, None
-    others = [
-        (float(v), k)
-        for k, v in top.items()
-        if k != token and isinstance(v, int | float) and not isinstance(v, bool)
-    ]
-    if not others:
-        return None, None
-    best, name = max(others, key=lambda item: item[0])
-    return logprob - best, _token_id(name)
+        return ()
+    others = sorted(
+        (
+            (logprob - float(v), _token_id(k))
+            for k, v in top.items()
+            if k != token and isinstance(v, int | float) and not isinstance(v, bool)
+        ),
+        key=lambda item: item[0],
+    )
+    return tuple((ident, lead) for lead, ident in others[:MAX_CANDIDATES])

@@ -39,14 +39,18 @@ class Generation(NamedTuple):
     its ``token_ids``), ``logprobs`` the log-probability of each (NaN kept as
     NaN: a server computing NaNs is exactly what the check looks for), and
     ``margins`` how far each token led the runner-up and ``runner_ups`` which
-    token that was (None: no runner-up given). A plain tuple, so a result
-    crosses JSON (bundles, the capture child) as lists.
+    token that was (None: no runner-up given). ``candidates`` holds, per
+    token, every other candidate the server listed (``top_logprobs``) with how
+    far the chosen token led it, best first (an id None: named by text only);
+    () where none was recorded (fingerprints written before it was kept). A
+    plain tuple, so a result crosses JSON (bundles, the capture child) as lists.
     """
 
     token_ids: tuple[int, ...]
     logprobs: tuple[float, ...]
     margins: tuple[float | None, ...] = ()
     runner_ups: tuple[int | None, ...] = ()
+    candidates: tuple[tuple[tuple[int | None, float], ...], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from importlib.resources.abc import Traversable
 from typing import Any
 
+from sentinel.canary.degenerate import DEGENERATE_PREFIX, degenerate_shape
 from sentinel.canary.protocol import (
     OK,
     CanaryRequest,
@@ -38,6 +39,10 @@ class TextCanary:
     and a model that thinks whatever the template is told would otherwise
     never pass startup. Path kinds, which validate what they asked for,
     take a reply cut short while thinking as INCONCLUSIVE.
+
+    A reply of degenerate shape (:mod:`sentinel.canary.degenerate`: one
+    punctuation character repeated to the limit, undecodable text) passes
+    with the shape in its detail; the ``degenerate`` rule judges repeats.
     """
 
     kind = TEXT
@@ -59,7 +64,12 @@ class TextCanary:
     def judge(
         self, sent: CanaryRequest, reply: Reply, *, baseline_prompt_tokens: int | None
     ) -> Judgement:
-        return nothing_generated(reply) or OK
+        empty = nothing_generated(reply)
+        if empty is not None:
+            return empty
+        # A success still (the engine generated), noted for the degenerate rule.
+        shape = degenerate_shape(reply.text or reply.reasoning, reply.finish_reason)
+        return OK if shape is None else Judgement(Reason.OK, DEGENERATE_PREFIX + shape)
 
     def rejection(self, status: int, message: str) -> Reason | None:
         return None

@@ -1,1 +1,1 @@
-"""One-shot commands beside the daemon: ``sentinel probe`` and ``sentinel demo``."""
+"""One-shot commands beside the daemon: ``sentinel status``, ``probe`` and ``demo``."""

@@ -219,9 +219,15 @@ class Settings(Policy, Ranged):
     )
     metrics_max_series: int = setting(
         1_000,
-        "Cap on the series kept of the signals sentinel reads (a few dozen, even with "
-        "data-parallel engines).",
+        "Cap on the series kept of the signals sentinel reads, beside each engine's allowance "
+        "(metrics_series_per_engine).",
         (10, 1_000_000, "series"),
+    )
+    metrics_series_per_engine: int = setting(
+        100,
+        "Series each data-parallel engine the exposition shows (its engine label) adds to "
+        "metrics_max_series: vLLM exposes about 30 per engine, so DP 64 is not refused.",
+        (0, 100_000, "series"),
     )
     canary_max_bytes: int = setting(
         MIB, "Cap on one canary's answer.", (4 * KIB, 256 * MIB, "bytes")

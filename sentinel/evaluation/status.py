@@ -141,8 +141,13 @@ def _lifecycle(inputs: StatusInputs) -> dict[str, Any]:
     return {
         "phase": lifecycle.phase.value,
         "for": _age(now, lifecycle.since) if lifecycle.stalled else None,
+        # Monotonic, like every answer's since: /status's summary dates it (serve.status_view).
+        "since": lifecycle.since if lifecycle.stalled else None,
         "why": lifecycle.why or None,
         "resumed_age": _age(now, lifecycle.resumed_at),
+        # A lifecycle source that stopped answering (its last word kept a while: record.lifecycle).
+        "cannot_tell": lifecycle.cannot_tell or None,
+        "cannot_tell_for": _age(now, lifecycle.cannot_tell_since),
     }
 
 
@@ -248,6 +253,7 @@ def _verdict(inputs: StatusInputs) -> dict[str, Any]:
                 "action": h.action.value,
                 "reason": h.reason,
                 "for": _age(now, h.since),
+                "since": h.since,  # monotonic: the summary's age and wall-clock time
                 # Where it is stuck: the data-parallel engine(s) and
                 # tensor-parallel rank(s); None and [] for the whole server.
                 "engine": h.engines[0] if len(h.engines) == 1 else None,

@@ -3,9 +3,12 @@
 vLLM registers them only when the server runs with ``VLLM_SERVER_DEV_MODE=1``;
 elsewhere they answer 404 (or a proxy's 401), which is no evidence: the
 endpoint is then asked again only every :data:`ABSENT_RETRY` seconds. Each
-answer is a tiny JSON object (``{"is_sleeping": true}``); anything else, a
-body past :data:`MAX_BODY_BYTES` or past the deadline, is no evidence
-either. Never raises for a failed poll.
+answer is a tiny JSON object (``{"is_sleeping": true}``). An endpoint that is
+there but gives no word (past the deadline, a reset, a 5xx, a body past
+:data:`MAX_BODY_BYTES` or not that object) is *unanswered*: named in
+:attr:`LifecyclePoll.unanswered`, so the ledger keeps its last word and
+``/status`` says it cannot tell, instead of reading the silence as awake.
+Never raises for a failed poll.
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ class LifecyclePoll:
 
     is_sleeping: bool | None = None
     is_paused: bool | None = None
+    # Endpoints there that gave no word this poll, each "GET /path: what happened".
+    unanswered: tuple[str, ...] = ()
 
 
 class LifecyclePoller:
@@ -49,14 +54,16 @@ class LifecyclePoller:
         self._absent_until: dict[str, float] = {}
 
     async def poll(self) -> LifecyclePoll:
-        sleeping = await self._ask("/is_sleeping", "is_sleeping")
-        paused = await self._ask("/is_paused", "is_paused")
-        return LifecyclePoll(sleeping, paused)
+        sleeping, sleeping_problem = await self._ask("/is_sleeping", "is_sleeping")
+        paused, paused_problem = await self._ask("/is_paused", "is_paused")
+        problems = tuple(p for p in (sleeping_problem, paused_problem) if p)
+        return LifecyclePoll(sleeping, paused, problems)
 
-    async def _ask(self, path: str, key: str) -> bool | None:
+    async def _ask(self, path: str, key: str) -> tuple[bool | None, str]:
+        """The endpoint's word (None: absent or none), and what went wrong if it is there."""
         now = self._clock()
         if now < self._absent_until.get(path, float("-inf")):
-            return None
+            return None, ""
         status: int | None = None
         body = bytearray()
         try:
@@ -67,18 +74,23 @@ class LifecyclePoller:
                     status = response.status_code
                     async for chunk in iter_capped(response, MAX_BODY_BYTES):
                         body.extend(chunk)
-        except (TimeoutError, httpx.HTTPError, BodyTooLarge, BodyDecodingError):
-            return None
+        except (TimeoutError, httpx.TimeoutException):
+            return None, f"GET {path}: no answer within {self._timeout:g} s"
+        except (httpx.HTTPError, BodyTooLarge, BodyDecodingError) as exc:
+            return None, f"GET {path}: {type(exc).__name__}"
         if status != 200:
             if status is not None and 400 <= status < 500:
                 self._absent_until[path] = now + ABSENT_RETRY
-            return None
+                return None, ""
+            return None, f"GET {path}: HTTP {status}"
         try:
             value = json.loads(bytes(body))
         except ValueError:
-            return None
+            return None, f"GET {path}: not JSON"
         answer = value.get(key) if isinstance(value, dict) else None
-        return answer if isinstance(answer, bool) else None
+        if not isinstance(answer, bool):
+            return None, f"GET {path}: no {key!r} in the answer"
+        return answer, ""
 
     def forget(self) -> None:
         """A new server: endpoints absent on the old one may be there now."""

@@ -18,7 +18,6 @@ lines are held. Every cap that is hit is a :class:`ScrapeError`, never a crash.
 from __future__ import annotations
 
 import asyncio
-import codecs
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -27,6 +26,9 @@ from types import MappingProxyType
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from sentinel.evidence.exposition import ExpositionReader
+from sentinel.evidence.exposition import ScrapeError as ScrapeError  # re-exported: the scrape's
+from sentinel.evidence.exposition import ScrapeLimits as ScrapeLimits  # callers import them here
 from sentinel.evidence.failure import EvidenceFailure, classify_transport_error
 from sentinel.transport import BodyDecodingError, BodyTooLarge, iter_capped
 
@@ -200,124 +202,6 @@ def _bucket_is_one(le: str) -> bool:
         return False
 
 
-class ScrapeError(Exception):
-    """A scrape that produced no sample, and why.
-
-    The scraper does not interpret the failure; the caller does (a refused
-    connection means the server restarted or is gone).
-    """
-
-    def __init__(self, reason: EvidenceFailure, detail: str, status: int | None = None) -> None:
-        super().__init__(f"{reason}: {detail}")
-        self.reason = reason
-        self.detail = detail
-        self.status = status
-
-
-@dataclass(frozen=True, slots=True)
-class ScrapeLimits:
-    """What one scrape may cost; each cap hit abandons the scrape with an error."""
-
-    max_bytes: int = 8 * 1024 * 1024  # decoded bytes of the whole exposition
-    max_lines: int = 100_000
-    max_line_bytes: int = 64 * 1024
-    max_series: int = 1_000  # kept sample lines (the signals sentinel reads)
-    keep_bytes: int = 1024 * 1024  # raw text kept for diagnostics bundles
-    # Kept lines parsed inline up to this many; more go to a worker thread so
-    # the parse never holds the event loop for long.
-    inline_parse_lines: int = 200
-
-
-_WANTED_BYTES = tuple(name.encode() for name in _WANTED)
-_WANTED_NAMES = frozenset(_WANTED)
-
-
-class ExpositionReader:
-    """Reads an exposition chunk by chunk, keeping only the lines sentinel uses.
-
-    Memory is bounded by one chunk, one partial line (``max_line_bytes``), the
-    kept lines (``max_series``) and the text kept for bundles (``keep_bytes``).
-    The whole body is checked as UTF-8 as it passes, since a Prometheus
-    exposition is UTF-8 and garbage anywhere says the answer is not one.
-    """
-
-    def __init__(self, limits: ScrapeLimits) -> None:
-        self._limits = limits
-        self._partial = bytearray()
-        self._utf8 = codecs.getincrementaldecoder("utf-8")("strict")
-        self._kept: list[str] = []
-        self._lines = 0
-        self._keep = bytearray()
-        self.truncated = False  # the text kept for bundles is cut short
-
-    def feed(self, chunk: bytes) -> None:
-        """Take the next chunk; raise :class:`ScrapeError` when a cap is hit."""
-        try:
-            self._utf8.decode(chunk)
-        except UnicodeDecodeError as exc:
-            raise ScrapeError(EvidenceFailure.BAD_BODY, f"not UTF-8: {exc.reason}") from None
-        room = self._limits.keep_bytes - len(self._keep)
-        if room > 0:
-            self._keep += chunk[:room]
-        if len(chunk) > room:
-            self.truncated = True
-        lines = chunk.split(b"\n")
-        if len(lines) == 1:  # no line ends in this chunk
-            self._grow_partial(chunk)
-            return
-        self._partial += lines[0]
-        self._line(bytes(self._partial))
-        self._partial.clear()
-        for line in lines[1:-1]:
-            self._line(line)
-        self._grow_partial(lines[-1])
-
-    def finish(self) -> tuple[str, str]:
-        """(the kept lines, the text kept for bundles) once the body has ended."""
-        try:
-            self._utf8.decode(b"", final=True)
-        except UnicodeDecodeError as exc:
-            raise ScrapeError(EvidenceFailure.BAD_BODY, f"not UTF-8: {exc.reason}") from None
-        if self._partial:
-            self._line(bytes(self._partial))
-            self._partial.clear()
-        text = self._keep.decode("utf-8", "replace")
-        if self.truncated:
-            text += f"\n# sentinel: truncated at {self._limits.keep_bytes} bytes\n"
-        return "\n".join(self._kept) + "\n", text
-
-    def _grow_partial(self, piece: bytes) -> None:
-        if len(self._partial) + len(piece) > self._limits.max_line_bytes:
-            raise ScrapeError(
-                EvidenceFailure.TOO_LARGE,
-                f"a line longer than {self._limits.max_line_bytes} bytes",
-            )
-        self._partial += piece
-
-    def _line(self, line: bytes) -> None:
-        if len(line) > self._limits.max_line_bytes:
-            raise ScrapeError(
-                EvidenceFailure.TOO_LARGE,
-                f"a line longer than {self._limits.max_line_bytes} bytes",
-            )
-        self._lines += 1
-        if self._lines > self._limits.max_lines:
-            raise ScrapeError(
-                EvidenceFailure.TOO_LARGE, f"more than {self._limits.max_lines} lines"
-            )
-        if not line.startswith(_WANTED_BYTES):
-            return
-        text = line.decode("utf-8").rstrip("\r")
-        if text.split("{", 1)[0].split(" ", 1)[0] not in _WANTED_NAMES:
-            return
-        self._kept.append(text)
-        if len(self._kept) > self._limits.max_series:
-            raise ScrapeError(
-                EvidenceFailure.TOO_LARGE,
-                f"more than {self._limits.max_series} series of the signals sentinel reads",
-            )
-
-
 class MetricsScraper:
     """Scrapes ``{base_url}/metrics`` with the client it is given.
 
@@ -393,7 +277,7 @@ class MetricsScraper:
                     f"GET {self._url} answered {response.status_code}",
                     status=response.status_code,
                 )
-            reader = ExpositionReader(self._limits)
+            reader = ExpositionReader(self._limits, _WANTED)
             async for chunk in iter_capped(response, self._limits.max_bytes):
                 reader.feed(chunk)
             kept, text = reader.finish()

@@ -33,6 +33,7 @@ MAX_TEXT = 512
 MAX_GENERATIONS = 16
 MAX_TOKENS = 256
 MAX_TOKEN_ID = 1 << 31
+MAX_CANDIDATES = 8  # per token, as a reply is cut (sentinel.canary.replies)
 
 
 class FingerprintStore:
@@ -101,6 +102,7 @@ def fingerprint_json(p: Fingerprint) -> dict[str, Any]:
                 "logprobs": list(g.logprobs),
                 "margins": list(g.margins),
                 "runner_ups": list(g.runner_ups),
+                "candidates": [[list(c) for c in step] for step in g.candidates],
             }
             for g in p.generations
         ],
@@ -145,9 +147,39 @@ def _generation(data: Any) -> Generation | None:
     runners = data.get("runner_ups", [])
     if not isinstance(runners, list) or len(runners) not in (0, len(ids)):
         return None
-    if not all(r is None or (type(r) is int and 0 <= r < MAX_TOKEN_ID) for r in runners):
+    if not all(r is None or _token(r) for r in runners):
         return None
-    return Generation(tuple(ids), tuple(float(v) for v in values), tuple(margins), tuple(runners))
+    candidates = _candidates(data.get("candidates", []), len(ids))
+    if candidates is None:
+        return None
+    return Generation(
+        tuple(ids), tuple(float(v) for v in values), tuple(margins), tuple(runners), candidates
+    )
+
+
+def _candidates(data: Any, tokens: int) -> tuple[tuple[tuple[int | None, float], ...], ...] | None:
+    """Each token's other candidates, ``[[id or null, lead], ...]`` per token; absent in files
+    written before they were kept (those fingerprints judge by their one runner-up)."""
+    if not isinstance(data, list) or len(data) not in (0, tokens):
+        return None
+    steps: list[tuple[tuple[int | None, float], ...]] = []
+    for step in data:
+        if not isinstance(step, list) or len(step) > MAX_CANDIDATES:
+            return None
+        pairs: list[tuple[int | None, float]] = []
+        for pair in step:
+            if not isinstance(pair, list) or len(pair) != 2:
+                return None
+            ident, lead = pair
+            if not (ident is None or _token(ident)) or not _number(lead):
+                return None
+            pairs.append((ident, float(lead)))
+        steps.append(tuple(pairs))
+    return tuple(steps)
+
+
+def _token(value: Any) -> bool:
+    return type(value) is int and 0 <= value < MAX_TOKEN_ID
 
 
 def _number(value: Any) -> bool:

@@ -38,6 +38,10 @@ from sentinel.verdict import Action, Evidence
 _DOWN = (ProcessState.STOPPED, ProcessState.ZOMBIE, ProcessState.GONE)
 
 HISTORY = 50  # results kept per kind (the verdict needs only the last few)
+# Under data parallelism one idle-gated step sends a canary to every engine at
+# once, so the history holds this many rounds per engine (DP 64: 256 results),
+# else one engine's timeout is pushed out by the same round's answers.
+ROUNDS_KEPT, MAX_ENGINES_KEPT = 4, 1_024
 
 
 @dataclass(slots=True)
@@ -60,6 +64,13 @@ class KindRecord:
     # answer is an answer): recorded in ``results`` already, no longer
     # outstanding, but still in the engine, so their progress credit stays open.
     awaited: set[int] = field(default_factory=set)
+
+    def make_room(self, engines: int) -> None:
+        """Grow the history to :data:`ROUNDS_KEPT` rounds of ``engines`` canaries."""
+        want = ROUNDS_KEPT * min(engines, MAX_ENGINES_KEPT)
+        if want > (self.results.maxlen or 0):
+            self.results = deque(self.results, maxlen=want)
+            self.controls = deque(self.controls, maxlen=want)
 
     def clear(self) -> None:
         self.results.clear()
@@ -238,6 +249,7 @@ class Ledger:
             self.progress.canary_finished(token, result, now)
         if epoch != self.epoch:
             return
+        record.make_room(len(self.progress.engines))
         record.results.append(result)
         record.controls.append(control)
 

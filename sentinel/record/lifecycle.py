@@ -30,8 +30,13 @@ from dataclasses import dataclass, field
 
 from sentinel.evidence.metrics import SLEEP_PREFIX
 from sentinel.verdict import Lifecycle, Phase
+from sentinel.verdict.hangs.weight_update import WEIGHT_UPDATE_WHY
 
 AWAKE_GAUGE = SLEEP_PREFIX + "awake"
+# How long a lifecycle endpoint that stopped answering keeps its last word: a
+# missed poll or two never flips a paused server to awake (windows restarting,
+# readiness flapping), and a stale "asleep" never hides a hang for longer.
+KEEP_WORD = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +48,11 @@ class Readings:
     is_paused: bool | None = None
     maintenance: str | None = None  # the active window's reason, if one is active
     scaling: bool | None = None  # /health answers vLLM's "currently scaling" 503
+    # Lifecycle endpoints that exist but stopped answering (a timeout, a 5xx), each
+    # with what went wrong; their last word above is kept for KEEP_WORD seconds
+    # (a paused server whose /is_paused missed a poll is not judged awake), then
+    # they are no evidence, and the views say sentinel cannot tell.
+    unanswered: tuple[str, ...] = ()
 
 
 def phase_of(readings: Readings) -> tuple[Phase, str]:
@@ -52,10 +62,12 @@ def phase_of(readings: Readings) -> tuple[Phase, str]:
     if readings.scaling:
         return Phase.SCALING, "/health answers 503: the model is currently scaling"
     gauges = readings.gauges or {}
+    # A weight update first: a trainer pauses, then updates, and the update's
+    # own bound (sentinel.verdict.hangs.weight_update) times it from its start.
+    if gauges.get("weight_updates", 0.0) > 0:
+        return Phase.PAUSED, WEIGHT_UPDATE_WHY
     if readings.is_paused:
         return Phase.PAUSED, "/is_paused is true"
-    if gauges.get("weight_updates", 0.0) > 0:
-        return Phase.PAUSED, "a weight update is in flight"
     asleep = sorted(
         key[len(SLEEP_PREFIX) :]
         for key, value in gauges.items()
@@ -86,10 +98,35 @@ class LifecycleTracker:
         self.readings = readings
         phase, why = phase_of(readings)
         current = self.current
+        cannot, cannot_since = "", None
+        if readings.unanswered:
+            cannot_since = current.cannot_tell_since if current.cannot_tell else now
+            kept = keeps_word(cannot_since, now)
+            cannot = "cannot tell: " + "; ".join(readings.unanswered)
+            cannot += " (its last word kept)" if kept else " (judged without it)"
         if phase is current.phase:
-            self.current = Lifecycle(phase, current.since, why or current.why, current.resumed_at)
+            why = why or current.why
+            why_since = current.why_since if why == current.why else now
+            self.current = Lifecycle(
+                phase, current.since, why, current.resumed_at, why_since, cannot, cannot_since
+            )
         elif phase is Phase.AWAKE:
-            self.current = Lifecycle(phase, now, "", resumed_at=now)
+            self.current = Lifecycle(phase, now, "", now, None, cannot, cannot_since)
         else:
-            self.current = Lifecycle(phase, now, why, current.resumed_at)
+            self.current = Lifecycle(phase, now, why, current.resumed_at, now, cannot, cannot_since)
         return self.current
+
+
+def keeps_word(silent_since: float | None, now: float) -> bool:
+    """Whether an endpoint silent since ``silent_since`` still keeps its last word."""
+    return silent_since is None or now - silent_since < KEEP_WORD
+
+
+def heard(
+    path: str, fresh: bool | None, last: bool | None, unanswered: tuple[str, ...], keep: bool
+) -> bool | None:
+    """The word to record for ``path`` from a poll: its answer, or if it gave none while
+    there, its last word while :func:`keeps_word` (None after)."""
+    if not any(u.startswith(f"GET {path}:") for u in unanswered):
+        return fresh
+    return last if keep else None

@@ -31,6 +31,7 @@ from sentinel.evidence.process_model import ProcessSnapshot
 from sentinel.evidence.processes import ProcessWatcher
 from sentinel.evidence.vllm_health import VllmHealthPoller
 from sentinel.record.ledger import Ledger
+from sentinel.record.lifecycle import heard, keeps_word
 from sentinel.telemetry.logging import get_logger
 
 log = get_logger("sentinel.observers")
@@ -186,6 +187,7 @@ class Observers:
         clock: Callable[[], float],
         *,
         wall_clock: Callable[[], float] = time.time,
+        scrape_failed: Callable[[EvidenceFailure], None] | None = None,
     ) -> None:
         self.ledger = ledger
         self.clock = clock
@@ -193,6 +195,8 @@ class Observers:
         self.observations = Observations()
         # Told every /metrics sample after the ledger (the correctness fingerprint's counters).
         self.sample_listeners: list[Callable[[MetricsSample], None]] = []
+        # Told why each /metrics scrape gave no sample (sentinel's failure metric).
+        self.scrape_failed = scrape_failed
 
     def evidence_steps(
         self, settings: Settings, client: httpx.AsyncClient, *, listen_port: int | None
@@ -203,6 +207,7 @@ class Observers:
             max_lines=settings.metrics_max_lines,
             max_line_bytes=settings.metrics_max_line_bytes,
             max_series=settings.metrics_max_series,
+            series_per_engine=settings.metrics_series_per_engine,
         )
         target, clock, timeout = settings.target, self.clock, settings.health_timeout
         scraper = MetricsScraper(
@@ -229,6 +234,8 @@ class Observers:
                 sample = await scraper.scrape()
             except ScrapeError as exc:
                 seen.last_scrape_error = f"{exc.reason.value}: {exc.detail}"
+                if self.scrape_failed is not None:
+                    self.scrape_failed(exc.reason)
                 if exc.reason is EvidenceFailure.CONNECT:
                     ledger.saw_refusal(self.clock())
                 return
@@ -288,8 +295,14 @@ class Observers:
                 epoch = ledger.epoch
                 poller.forget()
             poll = await poller.poll()
+            # An endpoint that stopped answering keeps its last word a while (record.lifecycle).
+            now, last, silent = self.clock(), ledger.lifecycle.readings, poll.unanswered
+            keep = keeps_word(ledger.lifecycle.current.cannot_tell_since, now)
             ledger.observe_lifecycle(
-                self.clock(), is_sleeping=poll.is_sleeping, is_paused=poll.is_paused
+                now,
+                is_sleeping=heard("/is_sleeping", poll.is_sleeping, last.is_sleeping, silent, keep),
+                is_paused=heard("/is_paused", poll.is_paused, last.is_paused, silent, keep),
+                unanswered=silent,
             )
 
         return step

@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import json
 import resource
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -34,7 +35,7 @@ from aiohttp.web_protocol import RequestHandler
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 
-from sentinel.evaluation.health import HealthSnapshot, HealthState, ProbeAnswer
+from sentinel.evaluation.health import HealthState, ProbeAnswer
 from sentinel.fingerprint.endpoint import FINGERPRINT_PATH
 from sentinel.maintenance.endpoint import (
     MAINTENANCE_KEY,
@@ -42,10 +43,13 @@ from sentinel.maintenance.endpoint import (
     MaintenanceHook,
     maintenance_routes,
 )
+from sentinel.serve.status_view import answer_json, index_json, status_json
 from sentinel.telemetry.redact import redact_document
 
 STATE_KEY = web.AppKey("sentinel_health_state", HealthState)
 REGISTRY_KEY = web.AppKey("sentinel_registry", CollectorRegistry)
+CLOCK_KEY: web.AppKey[Callable[[], float]] = web.AppKey("sentinel_clock")  # monotonic
+STARTED_KEY = web.AppKey("sentinel_started", float)  # on it: answers before are "since start"
 JSON_CONTENT_TYPE = "application/json; charset=utf-8"
 DEFAULT_SHUTDOWN_TIMEOUT = 5.0
 # Answered from the published snapshot alone; every other route reads daemon state.
@@ -171,10 +175,6 @@ class _GuardedSite(web.BaseSite):
         )
 
 
-def answer_json(answer: ProbeAnswer) -> dict[str, Any]:
-    return {"status": "ok" if answer.ok else "fail", "reason": answer.reason, "since": answer.since}
-
-
 class AnswerBodies:
     """Each probe's answer rendered once, when it first appears, and served as bytes.
 
@@ -201,20 +201,6 @@ class AnswerBodies:
 BODIES_KEY = web.AppKey("sentinel_answer_bodies", AnswerBodies)
 
 
-def status_json(snapshot: HealthSnapshot) -> dict[str, Any]:
-    """The ``/status`` document: the daemon's status mapping plus the three answers."""
-    return {
-        **snapshot.status,
-        "liveness": answer_json(snapshot.liveness),
-        "readiness": answer_json(snapshot.readiness),
-        "startup": answer_json(snapshot.startup),
-        "enforce": snapshot.enforce,
-        "priority_effective": snapshot.priority_effective,
-        "progress_at": snapshot.progress_at,
-        "version": snapshot.version,
-    }
-
-
 async def _livez(request: web.Request) -> web.Response:
     app = request.app
     return app[BODIES_KEY].response("livez", app[STATE_KEY].snapshot().liveness)
@@ -237,11 +223,20 @@ async def _healthz(request: web.Request) -> web.Response:
 
 async def _status(request: web.Request) -> web.Response:
     # /status quotes the target URL, process titles and reasons: it passes the one redactor.
-    document = status_json(request.app[STATE_KEY].snapshot())
-    hook = request.app.get(MAINTENANCE_KEY)
-    if hook is not None:
-        document["maintenance"] = hook.status()
+    app = request.app
+    hook = app.get(MAINTENANCE_KEY)
+    document = status_json(
+        app[STATE_KEY].snapshot(),
+        now=app[CLOCK_KEY](),
+        wall_now=time.time(),
+        started=app[STARTED_KEY],
+        maintenance=None if hook is None else hook.status,
+    )
     return web.json_response(redact_document(document))
+
+
+async def _index(request: web.Request) -> web.Response:
+    return web.json_response(index_json(request.app.router.routes()))
 
 
 async def _metrics(request: web.Request) -> web.Response:
@@ -258,17 +253,21 @@ def build_app(
     extra_routes: Sequence[web.AbstractRouteDef] = (),
     middlewares: Sequence[Any] = (),
     maintenance: MaintenanceHook | None = None,
+    clock: Callable[[], float] = time.monotonic,
 ) -> web.Application:
     """The aiohttp application with sentinel's endpoints and any extra routes.
 
     With ``maintenance``, ``/maintenance`` is served and ``/status`` shows the window.
+    ``clock`` is the one the verdict's times are on (``/status`` dates them by it).
     """
     app = web.Application(middlewares=list(middlewares))
     app[STATE_KEY] = state
     app[REGISTRY_KEY] = registry
+    app[CLOCK_KEY], app[STARTED_KEY] = clock, clock()
     app[BODIES_KEY] = AnswerBodies()
     app.add_routes(
         [
+            web.get("/", _index),
             web.get("/livez", _livez),
             web.get("/readyz", _readyz),
             web.get("/startupz", _startupz),
@@ -307,6 +306,7 @@ class HttpServer:
         limits: ServerLimits | None = None,
         forward: Forward | None = None,
         maintenance: MaintenanceHook | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._limits = limits or ServerLimits()
         self._guard: ConnectionGuard | None = None
@@ -320,6 +320,7 @@ class HttpServer:
             extra_routes=extra_routes,
             middlewares=middlewares,
             maintenance=maintenance,
+            clock=clock,
         )
         self._host = host
         self._port = port

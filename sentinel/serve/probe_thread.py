@@ -76,6 +76,7 @@ class ThreadedHttpServer:
         access_log: bool = False,
         limits: ServerLimits | None = None,
         maintenance: MaintenanceHook | None = None,
+        clock: Callable[[], float] | None = None,
     ) -> None:
         self._server = HttpServer(
             state,
@@ -88,6 +89,7 @@ class ThreadedHttpServer:
             limits=limits,
             forward=self._on_daemon_loop,
             maintenance=maintenance,
+            **({} if clock is None else {"clock": clock}),
         )
         self._daemon_loop: asyncio.AbstractEventLoop | None = None
         self._loop: asyncio.AbstractEventLoop | None = None

@@ -23,6 +23,7 @@ from sentinel.canary.kinds import names as canary_kinds
 from sentinel.canary.kinds import path_kinds
 from sentinel.canary.result import CanaryResult, Reason
 from sentinel.evaluation.health import HealthState
+from sentinel.evidence.failure import EvidenceFailure
 from sentinel.fleet.budget import Mode
 from sentinel.verdict import HangKind, Phase
 from sentinel.verdict.registry import hang_kinds as rule_kinds
@@ -132,6 +133,13 @@ class SentinelMetrics:
             ["loop"],
             registry=registry,
         )
+        self.scrape_failures = Counter(
+            "sentinel_scrape_failures_total",
+            "Scrapes of the server's /metrics that gave no sample, by closed reason "
+            "(too_large: an exposition over a cap, refused; /status says which cap).",
+            ["reason"],
+            registry=registry,
+        )
         self.maintenance_changes = Counter(
             "sentinel_maintenance_changes_total",
             "Maintenance windows set, cleared or run out, by action (the /maintenance hook).",
@@ -164,6 +172,8 @@ class SentinelMetrics:
             self.hang_detections.labels(hang.value)
         for skip in SKIP_REASONS:
             self.canaries_skipped.labels(skip)
+        for failure in EvidenceFailure:
+            self.scrape_failures.labels(failure.value)
 
     def maintenance_changed(self, action: str) -> None:
         """A maintenance window was ``set``, ``cleared`` or ``expired``."""
@@ -185,6 +195,10 @@ class SentinelMetrics:
         self.canary_duration.labels(kind).observe(result.duration)
         if result.ttft is not None:
             self.canary_ttft.labels(kind).observe(result.ttft)
+
+    def scrape_failed(self, reason: EvidenceFailure) -> None:
+        """One ``/metrics`` scrape that gave no sample (a refused exposition among them)."""
+        self.scrape_failures.labels(reason.value).inc()
 
     def canary_skipped(self, reason: str) -> None:
         self.canaries_skipped.labels(reason).inc()

@@ -7,10 +7,12 @@ from dataclasses import dataclass, replace
 
 from sentinel.canary.result import CanaryResult, Reason
 from sentinel.verdict.clock import observed
+from sentinel.verdict.hangs.weight_update import updating_since
 from sentinel.verdict.model import (
     Action,
     Evidence,
     Hang,
+    HangKind,
     KindEvidence,
     Phase,
     ProbeAnswer,
@@ -107,7 +109,10 @@ def _startup(state: VerdictState, evidence: Evidence) -> tuple[bool, ProbeAnswer
     passed = state.startup_passed or (bool(evidence.enabled) and not unstarted)
     if not passed:
         missing = ", ".join(_why_not_started(k, evidence.epoch_started) for k in unstarted)
-        return False, ProbeAnswer(False, "waiting for canary kinds: " + missing)
+        # Why nothing answers at all, where that is so (sentinel.record.reachability's section).
+        words = evidence.sections.get("reachability")
+        head = f"target unreachable: {words}; " if isinstance(words, str) and words else ""
+        return False, ProbeAnswer(False, head + "waiting for canary kinds: " + missing)
     aside = [
         f"{k.kind.value} ({k.disabled_reason})"
         for k in evidence.kinds.values()
@@ -202,6 +207,16 @@ def _readiness(
     if life.phase is Phase.SCALING:
         took = observed(life.since, now, evidence.unobserved)
         return ProbeAnswer(False, f"scaling (elastic EP) for {took:.0f}s: {life.why}")
+    updating = updating_since(life)
+    if updating is not None:  # the hold, named with its age; past its bound, the hang
+        bound = [h for h in hangs if h.kind is HangKind.WEIGHT_UPDATE]
+        took = observed(updating, now, evidence.unobserved)
+        return ProbeAnswer(
+            False,
+            bound[0].reason
+            if bound
+            else f"paused: {life.why} for {took:.0f}s (bound {policy.weight_update_bound:.0f}s)",
+        )
     if life.stalled:
         return ProbeAnswer(False, f"{life.phase.value}: {life.why}")
     if restart.braked:

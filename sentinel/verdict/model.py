@@ -39,6 +39,8 @@ class HangKind(OpenName):
     STARVED: ClassVar[HangKind]
     API_SERVER: ClassVar[HangKind]
     SCALING: ClassVar[HangKind]
+    DEGENERATE: ClassVar[HangKind]
+    WEIGHT_UPDATE: ClassVar[HangKind]
 
 
 HangKind.ENGINE = HangKind("engine")
@@ -53,6 +55,10 @@ HangKind.PAUSED = HangKind("paused")  # paused past its bound (policy alert by d
 HangKind.ASLEEP = HangKind("asleep")  # asleep past a bound, where one is set
 HangKind.CORRUPT = HangKind("corrupt")  # answers that left the model's fingerprint
 HangKind.SCALING = HangKind("scaling")  # an elastic EP scale that did not end within its bound
+# Text canaries answering garbage (one punctuation mark repeated, undecodable text).
+HangKind.DEGENERATE = HangKind("degenerate")
+# A weight update in flight past its bound (its trainer may have died mid-transfer).
+HangKind.WEIGHT_UPDATE = HangKind("weight_update")
 
 
 class Phase(StrEnum):
@@ -74,6 +80,13 @@ class Lifecycle:
     # When the server last left a non-awake phase (None: never seen one this
     # epoch): windows start again there, and every kind must pass again.
     resumed_at: float | None = None
+    # Since when ``why`` has said what it says (a weight update inside a pause
+    # is timed from its own start); None: since ``since``.
+    why_since: float | None = None
+    # A lifecycle source that stopped answering (timeouts, 5xx): "" when every
+    # source answers; its last word is kept meanwhile (record.lifecycle).
+    cannot_tell: str = ""
+    cannot_tell_since: float | None = None
 
     @property
     def stalled(self) -> bool:

@@ -14,6 +14,7 @@ from sentinel.verdict.hangs.api_server import ApiKnobs
 from sentinel.verdict.hangs.broken import BrokenKnobs
 from sentinel.verdict.hangs.corrupt import CorruptKnobs
 from sentinel.verdict.hangs.dead import DeadKnobs
+from sentinel.verdict.hangs.degenerate import DegenerateKnobs
 from sentinel.verdict.hangs.engine import EngineKnobs
 from sentinel.verdict.hangs.listener_down import ListenerKnobs
 from sentinel.verdict.hangs.partial import PartialKnobs
@@ -21,6 +22,7 @@ from sentinel.verdict.hangs.path import PathKnobs
 from sentinel.verdict.hangs.scaling import ScalingKnobs
 from sentinel.verdict.hangs.stalled import StalledKnobs
 from sentinel.verdict.hangs.starved import StarvedKnobs
+from sentinel.verdict.hangs.weight_update import WeightUpdateKnobs
 from sentinel.verdict.knobs import Knobs
 
 
@@ -63,11 +65,13 @@ class Policy(
     DeadKnobs,
     BrokenKnobs,
     CorruptKnobs,
+    DegenerateKnobs,
     PathKnobs,
     StarvedKnobs,
     PartialKnobs,
     EngineKnobs,
     StalledKnobs,
+    WeightUpdateKnobs,
     ScalingKnobs,
     VerdictKnobs,
 ):

@@ -22,6 +22,7 @@ from sentinel.verdict.hangs import (
     broken,
     corrupt,
     dead,
+    degenerate,
     engine,
     listener_down,
     partial,
@@ -29,6 +30,7 @@ from sentinel.verdict.hangs import (
     scaling,
     stalled,
     starved,
+    weight_update,
 )
 from sentinel.verdict.knobs import Knobs
 from sentinel.verdict.model import Evidence, Hang, HangKind
@@ -112,11 +114,13 @@ for _module in (
     starved,
     path,
     corrupt,
+    degenerate,
     dead,
     broken,
     listener_down,
     api_server,
     stalled,
+    weight_update,
     scaling,
 ):
     register(_module.RULE)

@@ -107,7 +107,7 @@ async def test_endpoints_follow_published_snapshots(
     assert status["liveness"]["status"] == "fail"
     assert status["startup"]["status"] == "ok"
     assert status["priority_effective"] is True
-    assert status["version"] == 1
+    assert status["revision"] == 1  # the change counter; "version" is the release
 
     await state.publish(
         replace(state.snapshot(), liveness=ProbeAnswer(True, "no hang confirmed", since=50.0))

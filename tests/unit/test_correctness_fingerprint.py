@@ -228,6 +228,16 @@ def test_an_unusable_file_is_no_fingerprint(tmp_path: Path, content: bytes) -> N
                 {"token_ids": [1], "logprobs": [-0.1], "margins": [], "runner_ups": [-2]}
             ]
         },
+        {
+            "generations": [
+                {"token_ids": [1], "logprobs": [-0.1], "margins": [], "candidates": [[[2]]]}
+            ]
+        },
+        {
+            "generations": [
+                {"token_ids": [1], "logprobs": [-0.1], "margins": [], "candidates": [[], []]}
+            ]
+        },
         {"why": "x" * 10_000},
     ],
 )
@@ -245,3 +255,16 @@ def test_an_unwritable_directory_keeps_the_fingerprint_in_memory(tmp_path: Path)
     b.observe_identity(Identity("m", "v1"))
     b.observe_result(result(101))
     assert b.current() is not None
+
+
+def test_candidates_round_trip_and_a_file_without_them_still_reads(tmp_path: Path) -> None:
+    """A fingerprint written before every candidate was kept (one runner-up) stays usable."""
+    ranked = Generation((1, 2), (-0.1, -0.2), (0.2, 2.0), (7, 8), (((7, 0.2), (6, 0.4)), ()))
+    store = FingerprintStore(tmp_path / "f.json")
+    store.save([Fingerprint("m", "v1", "req", (ranked,), 1.7e9, "first")])
+    assert store.load()[0].generations == (ranked,)
+    old = fingerprint_json(PRINT)
+    for g in old["generations"]:
+        del g["candidates"]
+    (tmp_path / "old.json").write_text(json.dumps({"format": 1, "fingerprints": [old]}))
+    assert FingerprintStore(tmp_path / "old.json").load() == [PRINT]

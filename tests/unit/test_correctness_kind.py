@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from sentinel.canary.catalog import CatalogError, load_catalog
-from sentinel.canary.correctness import CANARY, CORRECTNESS, prompts_of
+from sentinel.canary.correctness import CANARY, CORRECTNESS, TOP_LOGPROBS, prompts_of
 from sentinel.canary.kinds import KINDS, is_path
 from sentinel.canary.protocol import NONCE_FIELD, CanaryRequest, Reply
 from sentinel.canary.replies import generations_of, parse_reply
@@ -62,7 +62,7 @@ def test_build_asks_greedy_with_token_ids_and_logprobs() -> None:
     sent = CANARY.build(spec(), model="m", nonce="abcd")
     body = sent.body
     assert body["temperature"] == 0
-    assert body["logprobs"] == 2
+    assert body["logprobs"] == TOP_LOGPROBS == 5  # every close rival, not one runner-up
     assert body["return_tokens_as_token_ids"] is True
     assert body["prompt"] == PROMPTS
     assert body[NONCE_FIELD].endswith("abcd")  # the only field that varies per run
@@ -72,7 +72,7 @@ def test_build_asks_greedy_with_token_ids_and_logprobs() -> None:
     }
     chat = CANARY.build(spec(CHAT_ENDPOINT), model="m", nonce="abcd").body
     assert chat["logprobs"] is True
-    assert chat["top_logprobs"] == 2
+    assert chat["top_logprobs"] == TOP_LOGPROBS
 
 
 def test_completions_reply_parses_ids_logprobs_margins_and_runner_ups() -> None:
@@ -81,9 +81,23 @@ def test_completions_reply_parses_ids_logprobs_margins_and_runner_ups() -> None:
     )
     reply = parse_reply(payload, chat=False)
     assert reply.generations == (
-        Generation((3, 4), (-0.1, -0.2), (1.5, 1.5), (4, 5)),
-        Generation((7, 8), (-0.5, -0.25), (1.5, 1.5), (8, 9)),
+        Generation((3, 4), (-0.1, -0.2), (1.5, 1.5), (4, 5), (((4, 1.5),), ((5, 1.5),))),
+        Generation((7, 8), (-0.5, -0.25), (1.5, 1.5), (8, 9), (((8, 1.5),), ((9, 1.5),))),
     )
+
+
+def test_every_listed_candidate_is_kept_best_first_with_its_lead() -> None:
+    top = {"token_id:3": -0.1, "token_id:9": -0.5, "token_id:4": -0.3, "token_id:7": -4.0}
+    choice = {
+        "index": 0,
+        "text": "x",
+        "logprobs": {"tokens": ["token_id:3"], "token_logprobs": [-0.1], "top_logprobs": [top]},
+    }
+    (generation,) = generations_of([choice])
+    assert generation.runner_ups == (4,)
+    assert generation.margins[0] == pytest.approx(0.2)
+    assert [ident for ident, _ in generation.candidates[0]] == [4, 9, 7]
+    assert [lead for _, lead in generation.candidates[0]] == pytest.approx([0.2, 0.4, 3.9])
 
 
 def test_chat_reply_parses_logprobs_content() -> None:

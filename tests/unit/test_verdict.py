@@ -676,13 +676,16 @@ def test_hang_kinds_are_engine_partial_each_path_kind_dead_broken_and_listener()
         HangKind(STRUCTURED),
         HangKind(MULTIMODAL),
     )
-    assert hang_kinds()[-7:] == (
+    assert hang_kinds()[-10:] == (
+        HangKind.CORRUPT,
+        HangKind.DEGENERATE,
         HangKind.DEAD,
         HangKind.BROKEN,
         HangKind.LISTENER_DOWN,
         HangKind.API_SERVER,
         HangKind.PAUSED,
         HangKind.ASLEEP,
+        HangKind.WEIGHT_UPDATE,
         HangKind.SCALING,
     )
     assert HangKind(TEXT) not in hang_kinds()

@@ -16,8 +16,8 @@ with it, prompt by prompt, and corruption is confirmed (docs/design.md,
   error), or vLLM's ``vllm:corrupted_requests`` counter
   moved since the last check that matched;
 * **after** :data:`REPEATS` checks in a row that *depart*: a prompt's first
-  :data:`EARLY_TOKENS` tokens differ, unless the check chose the fingerprint's
-  runner-up where that trailed by at most :data:`FLIP_MARGIN` nats (a near-tie
+  :data:`EARLY_TOKENS` tokens differ, unless the check chose any candidate the
+  fingerprint recorded within :data:`FLIP_MARGIN` nats of its token (a near-tie
   flipped by batching noise), or the log-probability of
   a token both agree on moved more than :data:`LOGPROB_TOLERANCE` nats.
 
@@ -49,7 +49,7 @@ from sentinel.verdict.stall import floor as window_floor
 # The tolerance (docs/design.md, "Correctness"; the measurements behind it are
 # in tests/bench/bench_correctness.py).
 EARLY_TOKENS = 4  # the tokens of each prompt that must agree with the fingerprint
-FLIP_MARGIN = 0.5  # nats: a fingerprint token led its runner-up by less: a flip is noise
+FLIP_MARGIN = 0.5  # nats: a fingerprint token led a candidate by less: a flip to it is noise
 LOGPROB_TOLERANCE = 1.0  # nats: how far an agreed token's log-probability may move
 COLLAPSE = 4.0  # nats: a mean log-probability this far below the fingerprint's
 DEGENERATE = 4  # tokens: a generation this long of one token repeated
@@ -154,15 +154,30 @@ def _agreed(base: Sequence[int], check: Sequence[int]) -> int:
 
 
 def _near_tie(base: Generation, check: Generation, at: int) -> bool:
-    """Whether the check flipped a near-tie: the fingerprint's token at ``at`` led its
-    runner-up by at most :data:`FLIP_MARGIN` and the check chose that runner-up."""
-    if at >= len(base.margins) or at >= len(check.token_ids):
+    """Whether the check flipped a near-tie: it chose, at ``at``, a candidate the
+    fingerprint's token led by at most :data:`FLIP_MARGIN` nats.
+
+    Every candidate the fingerprint recorded counts (GPU kernels are
+    batch-variant, so under load any close rival may win, the third as well as
+    the second); a fingerprint recorded with one runner-up (``candidates``
+    empty) is judged by that one, and a candidate named by text only (no id)
+    forgives any flip at that margin.
+    """
+    if at >= len(check.token_ids):
+        return False
+    chosen = check.token_ids[at]
+    if at < len(base.candidates) and base.candidates[at]:
+        return any(
+            lead <= FLIP_MARGIN and (ident is None or ident == chosen)
+            for ident, lead in base.candidates[at]
+        )
+    if at >= len(base.margins):
         return False
     margin = base.margins[at]
     runner = base.runner_ups[at] if at < len(base.runner_ups) else None
     if margin is None or margin > FLIP_MARGIN:
         return False
-    return runner is None or runner == check.token_ids[at]
+    return runner is None or runner == chosen
 
 
 def _mean(values: Sequence[float]) -> float:

@@ -7,7 +7,11 @@ wait forever. So: real requests (the waiting gauge, by reason ``capacity``
 where the server says, less sentinel's own canaries) shown waiting in every
 sample for the hang window, with no real progress (prefill included) since
 they were first seen, while a canary succeeded in that time, is a hang of
-its own kind. A canary that fails too is the engine rule's. The reasoning is
+its own kind. Real completions of any length count as progress here: a
+prefill worker fed ``max_tokens: 1`` by a disaggregation proxy finishes only
+one-token requests, and finishing them is its queue being served (whether
+decode works is the engine rule's question, which one-token work never
+answers). A canary that fails too is the engine rule's. The reasoning is
 in ``docs/design.md`` ("Verdict semantics").
 """
 
@@ -37,7 +41,9 @@ def starved(evidence: Evidence, policy: StarvedKnobs, now: float) -> Hang | None
     if since is None or not evidence.progress_available:
         return None
     work = evidence.last_decode_at if evidence.decode_available else evidence.last_progress_at
-    progress = (t for t in (work, evidence.last_prefill_at) if t is not None)
+    # A completion of any length, one token included, is the queue being served.
+    served_by = (work, evidence.last_prefill_at, evidence.last_real_completion_at)
+    progress = (t for t in served_by if t is not None)
     start = max(since, floor(evidence), *progress)
     elapsed = observed(start, now, evidence.unobserved)
     if elapsed < policy.hang_window:
