@@ -69,7 +69,9 @@ class CorrectnessCanary:
     path = False  # judged against its fingerprint, not against a text control
     paired = True  # a 5xx on the check while its control passed is a departure at once
     idle_gated = False  # real traffic proves answers come, never that they are right
-    unsupported_skipped = False
+    # No log-probabilities (a server or proxy that returns none): nothing to compare
+    # with a fingerprint, no broken server; the probe and the exporter skip it alike.
+    unsupported_skipped = True
     traffic_counter: str | None = None
     defaults = KindDefaults(deadline=8.0, interval=10.0, jitter=0.1)
     spec_fields: frozenset[str] = frozenset()

@@ -25,7 +25,7 @@ pytestmark = pytest.mark.timeout(240)
 
 GREEN_WITHIN = 45.0
 STARVED_WITHIN = 35.0  # as in test_unseen_hangs_sim: 60 s at the shipped window, scaled
-HOLD = 60.0
+HOLD = 30.0  # twice the shipped starvation rule's restart time on the old rule (15.6 s)
 MAX_NUM_SEQS = 4
 CONCURRENCY = 32  # eight times max_num_seqs: the waiting queue never empties
 

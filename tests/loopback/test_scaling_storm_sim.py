@@ -1,7 +1,7 @@
 """Elastic EP scaling and compiler storms against the simulator, both directions.
 
 A scale (``POST /scale_elastic_ep``, vLLM's scaling middleware answering
-every path 503 for 40 s) must cost no liveness failure and show on readiness
+every path 503 for 20 s here) must cost no liveness failure and show on readiness
 and ``/status``; one that never ends must turn red past ``scale_bound``. A
 long step full of sub-second ``ptxas`` children (a Triton autotuning storm)
 must stay green; a hang once the storm is over must still turn red. The
@@ -25,9 +25,11 @@ from tests.loopback.sidecar import Sidecar, eventually, running_sidecar
 
 pytestmark = pytest.mark.timeout(300)
 
-SCALE_S = 40.0
-SCALE_BOUND = 30.0
-STORM_S = 60.0
+# Several of the loopback timings' windows (4 s hang window) each; the shipped scale
+# takes 40-55 s against a 180 s bound.
+SCALE_S = 20.0
+SCALE_BOUND = 15.0
+STORM_S = 25.0
 GREEN_WITHIN = 45.0
 RED_WITHIN = 90.0
 
@@ -102,7 +104,7 @@ async def _scale_never_ends() -> tuple[float, list[str]]:
         return took, [f"{h['kind']}: {h['reason']}" for h in status["verdict"]["hangs"]]
 
 
-async def test_a_40s_scale_holds_and_a_scale_that_never_ends_turns_red() -> None:
+async def test_a_20s_scale_holds_and_a_scale_that_never_ends_turns_red() -> None:
     seen, (took, hangs) = await asyncio.gather(_scale_green(), _scale_never_ends())
     print(f"scale {SCALE_S:.0f}s: {seen.failures} liveness failures in {seen.polls} polls")
     print(f"never-ending scale: red after {took:.1f}s; {hangs}")

@@ -57,7 +57,7 @@ def test_the_registry_says_which_kinds_are_paired_idle_gated_and_skip_when_unsup
         CanaryKind.TEXT: (False, True, False),  # the control, stood in for by real traffic
         CanaryKind.STRUCTURED: (True, False, False),
         CanaryKind.MULTIMODAL: (True, False, True),  # a text-only model takes no image
-        correctness: (True, False, False),  # not a path kind, yet it reads its control
+        correctness: (True, False, True),  # reads its control; no logprobs: no fingerprint
     }
     unknown = CanaryKind("never-registered")
     assert not kinds.is_paired(unknown)
