@@ -161,8 +161,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo.add_argument("--diagnostics-dir", type=Path, help="where the incident bundle goes")
 
-    check = sub.add_parser("check-config", help="validate a settings file (and its catalog)")
-    check.add_argument("file", type=Path)
+    from sentinel.commands.check_config import add_check_config_arguments
+
+    add_check_config_arguments(
+        sub.add_parser(
+            "check-config", help="validate a settings file and print what it makes effective"
+        )
+    )
 
     from sentinel.diagnostics.commands import add_diagnose_arguments, add_doctor_arguments
 
@@ -208,7 +213,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             return demo_main(args)
         if command == "check-config":
-            return _check_config(args.file)
+            from sentinel.commands.check_config import check_config
+
+            return check_config(args.file, with_env=args.env)
         if command == "diagnose":
             from sentinel.diagnostics.commands import diagnose_main
 
@@ -323,21 +330,6 @@ async def _serve(daemon: Any, bind_failure: Callable[[BaseException], str | None
         for exc in failures:
             get_logger("sentinel").error("sentinel_failed", error=repr(exc), exc_info=exc)
         return ExitCode.UNHEALTHY
-    return ExitCode.OK
-
-
-def _check_config(path: Path) -> int:
-    from sentinel.canary.catalog import CatalogError, apply_overrides, load_catalog
-    from sentinel.config.loader import ConfigError, load_settings
-
-    settings = load_settings(path, env={}, flags={})
-    try:
-        catalog = load_catalog(settings.probes)
-        specs = apply_overrides(catalog.enabled(), settings.canaries, str(path))
-    except CatalogError as exc:
-        raise ConfigError(str(exc)) from None
-    names = ", ".join(f"{s.name} ({s.kind}, every {s.interval:g}s)" for s in specs)
-    print(f"{path}: ok; target {settings.target}; canaries: {names}")
     return ExitCode.OK
 
 

@@ -84,6 +84,29 @@ def test_check_config_accepts_a_good_file(tmp_path: Path) -> None:
     assert "text (text, every 3s)" in done.stdout
 
 
+def test_check_config_prints_what_the_file_makes_effective(tmp_path: Path) -> None:
+    config = tmp_path / "sentinel.yaml"
+    config.write_text(
+        "enforce: false\nhang_window: 20\ncanaries: {correctness: {enabled: false}}\n",
+        encoding="utf-8",
+    )
+    done = sentinel("check-config", str(config))
+    assert done.returncode == 0, done.stderr
+    lines = dict(line.split(": ", 1) for line in done.stdout.splitlines()[1:])
+    assert lines["enforce"].startswith("false: observe only")
+    assert "correctness" not in lines["canaries"]  # a disabled canary is not listed as sent
+    assert lines["not sent"] == "correctness (disabled by this configuration)"
+    assert "hang_window=20.0" in lines["set here"]
+    assert '"correctness": {"enabled": false}' in lines["set here"]
+    # --env applies the environment over the file, as run does; without it, the file alone.
+    env = {"SENTINEL_ENFORCE": "true"}
+    assert "enforce: false" in sentinel("check-config", str(config), env=env).stdout
+    applied = sentinel("check-config", "--env", str(config), env=env)
+    assert applied.returncode == 0, applied.stderr
+    assert "enforce: true: a confirmed hang fails liveness" in applied.stdout
+    assert "exit codes: 0 valid, 2 invalid" in sentinel("check-config", "--help").stdout
+
+
 def test_probe_healthy_and_hung(sim: SimProcess) -> None:
     healthy = sentinel("probe", sim.base_url)
     assert healthy.returncode == 0, healthy.stdout + healthy.stderr
