@@ -29,8 +29,9 @@ the ledger feeds it each process sample and the verdict's API-server rule
 
 from __future__ import annotations
 
+import math
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -174,3 +175,37 @@ class UnreadTracker:
             return None
         since, h = min(self._held.values(), key=lambda entry: entry[0])
         return Unread(since, len(self._held), h.unread, h.owner)
+
+
+# The connections holding unread bytes (None: cannot tell), and what each holder serves.
+Held = tuple[tuple[HeldSocket, ...] | None, dict[int, frozenset[int]]]
+
+
+@dataclass(slots=True)
+class PacedHeld:
+    """The held connections of one server, its socket table read at a pace.
+
+    The table lists every connection of the server's network namespace, and its
+    read was the largest share of the idle sidecar's CPU. While no connection
+    holds unread bytes it is read every ``every`` seconds; once one does, at
+    every call, until none does: an unread connection matters only after the
+    API window (60 s by default), so a late first sight costs little.
+    """
+
+    clock: Callable[[], float]
+    every: float = 5.0
+    _due: float = -math.inf
+    _last: tuple[int, Held] | None = None  # the API server's pid, and what was read
+
+    def read(self, api: int, port: int, net: Path, pids: Sequence[int]) -> Held:
+        now, last = self.clock(), self._last
+        if last is not None and last[0] == api and last[1][0] == () and now < self._due:
+            return last[1]  # nothing was held at the last read
+        found = unread_connections(port, net)
+        if found is None:
+            self._last = None
+            return None, {}
+        held, connections = found
+        result: Held = with_owners(held, pids, connections)
+        self._last, self._due = (api, result), now + self.every
+        return result

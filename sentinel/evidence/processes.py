@@ -44,7 +44,7 @@ from sentinel.evidence.attribution import (
     top_most,
 )
 from sentinel.evidence.compilers import compilers_under
-from sentinel.evidence.held_sockets import HeldSocket, unread_connections, with_owners
+from sentinel.evidence.held_sockets import HeldSocket, PacedHeld
 from sentinel.evidence.listen_table import listening
 from sentinel.evidence.process_access import AccessMemo
 from sentinel.evidence.process_model import (
@@ -89,19 +89,17 @@ class ProcessWatcher:
     clock: Callable[[], float]
     patterns: ProcessPatterns = field(default_factory=ProcessPatterns)
     exclude_pids: frozenset[int] = field(default_factory=lambda: frozenset({os.getpid()}))
-    # The target's port: only the process owning its listening socket is the
-    # target's API server. None (no port known) falls back to the patterns
-    # alone, for callers that know the table holds only their server.
+    # The target's port (its API server owns the listening socket); None: patterns alone.
     listen_port: int | None = None
-    # Paces the costly reads: the first search again after rescan_after
-    # seconds, each later one twice as late up to rescan_max; a followed
-    # server's descendants and socket checked again after recheck_interval,
-    # each quiet recheck doubling the pause up to recheck_max.
+    # Paces the costly reads: the first search again after rescan_after s, each
+    # later one twice as late up to rescan_max; a followed server's descendants and
+    # socket again after recheck_interval, each quiet one doubling up to recheck_max.
     scan_clock: Callable[[], float] = time.monotonic
     rescan_after: float = 1.0
     rescan_max: float = 16.0
     recheck_interval: float = 15.0
     recheck_max: float = 120.0
+    held_every: float = 5.0  # the socket table's pace while nothing is held (PacedHeld)
     # py-spy's path, for the stacks evidence (its file capability), or None.
     stack_tool: str | None = None
     _by: Attribution = Attribution.LISTENING_SOCKET  # how the followed server was found
@@ -122,6 +120,10 @@ class ProcessWatcher:
     _recheck_pause: float = 0.0  # the pause before the next recheck, once one was made
     _family_seen: frozenset[tuple[int, float, bool]] = frozenset()
     _listening: bool = False
+    _paced: PacedHeld = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._paced = PacedHeld(self.scan_clock, self.held_every)
 
     def sample(self) -> ProcessSnapshot:
         """Read the target's processes (blocking)."""
@@ -239,11 +241,9 @@ class ProcessWatcher:
     ) -> tuple[tuple[HeldSocket, ...] | None, dict[int, frozenset[int]]]:
         """The connections holding unread bytes, holders named, and what each holder serves."""
         port, net = self.listen_port, PROC / str(api.pid if api else 0) / "net"
-        found = None if api is None or port is None else unread_connections(port, net)
-        if api is None or found is None:
+        if api is None or port is None:
             return None, {}
-        held, connections = found
-        return with_owners(held, [api.pid, *(p.pid for p in children)], connections)
+        return self._paced.read(api.pid, port, net, [api.pid, *(p.pid for p in children)])
 
     def _rows(self) -> tuple[list[Row], tuple[Row | None, Attribution, str] | None]:
         """The rows to judge, and the attribution when following the known server settled it."""

@@ -39,6 +39,7 @@ log = get_logger("sentinel.observers")
 METRICS_KEPT = 5  # recent raw /metrics texts kept for diagnostics bundles
 LOG_EVERY = 30.0  # seconds between two log lines about the same failing loop
 MAX_ERROR_DETAIL = 300
+HELD_SAMPLES = 5  # process samples between two socket-table reads while nothing is held
 
 Step = Callable[[], Awaitable[None]]
 Sleep = Callable[[float], Awaitable[None]]
@@ -221,7 +222,12 @@ class Observers:
             ("lifecycle", settings.lifecycle_interval, self.lifecycle_step(lifecycle)),
         ]
         if settings.watch_processes:
-            watcher = ProcessWatcher(clock, listen_port=listen_port, stack_tool=find_py_spy())
+            watcher = ProcessWatcher(
+                clock,
+                listen_port=listen_port,
+                stack_tool=find_py_spy(),
+                held_every=HELD_SAMPLES * settings.process_interval,
+            )
             steps.append(("processes", settings.process_interval, self.process_step(watcher)))
         return steps
 

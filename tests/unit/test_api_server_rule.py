@@ -7,6 +7,7 @@ from pathlib import Path
 from sentinel.evidence.api_watch import ApiWatch
 from sentinel.evidence.held_sockets import (
     HeldSocket,
+    PacedHeld,
     UnreadTracker,
     unread_connections,
     with_owners,
@@ -176,3 +177,24 @@ def test_rule_fires_after_the_api_window_and_names_the_cause() -> None:
     paused = Evidence(api_stuck_since=100.0, api_stuck_detail="x", unobserved=((110.0, 130.0),))
     assert api_server(paused, policy, 170.0) is None
     assert api_server(Evidence(), policy, 1e9) is None
+
+
+def test_the_socket_table_is_read_at_a_pace_while_nothing_is_held_at_every_call_once_held(
+    tmp_path: Path,
+) -> None:
+    now = [0.0]
+    paced = PacedHeld(lambda: now[0], every=5.0)
+    net = _table(tmp_path, _row(8000, "0A", 0, 11), _row(8000, "01", 0, 12))
+    assert paced.read(1, 8000, net, [1]) == ((), {})
+    _table(tmp_path, _row(8000, "01", 300, 13))  # a connection now holds unread bytes
+    now[0] = 4.9
+    assert paced.read(1, 8000, net, [1]) == ((), {})  # within the pace: not read again
+    assert paced.read(2, 8000, net, [2])[0] != ()  # another API server: read at once
+    now[0] = 5.0
+    held, _ = paced.read(1, 8000, net, [1])
+    assert [h.inode for h in held or ()] == [13]  # the pace ran out: read, and seen
+    _table(tmp_path)  # read again at once while something was held: gone now
+    now[0] = 5.1
+    assert paced.read(1, 8000, net, [1]) == ((), {})
+    now[0] = 10.1  # the next paced read finds no table: cannot tell, said at once
+    assert paced.read(1, 8000, tmp_path / "missing", [1]) == (None, {})
