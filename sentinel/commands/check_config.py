@@ -77,13 +77,9 @@ def describe(
 
 
 def changed_settings(settings: Settings) -> dict[str, Any]:
-    """The settings that differ from their defaults, secrets shown only as set."""
+    """The settings that differ from their defaults (secrets are files: their paths show)."""
     now, default = effective_config(settings), effective_config(Settings())
-    changed = {k: _set_only(v) for k, v in now.items() if v != default.get(k)}
-    for key in changed:
-        if "key" in key or "token" in key:
-            changed[key] = "(set)"
-    return changed
+    return {k: _set_only(v) for k, v in now.items() if v != default.get(k)}
 
 
 def _set_only(value: Any) -> Any:

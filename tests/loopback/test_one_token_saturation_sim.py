@@ -13,13 +13,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator
 
 import pytest
 
-from chaos.load import LoadConfig, run_load
+from chaos.load import LoadConfig
 from sentinel_sim.launch import SimProcess
 from tests.loopback.sidecar import Sidecar, eventually, running_sidecar
+from tests.loopback.test_unseen_hangs_sim import _load
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -30,23 +30,9 @@ MAX_NUM_SEQS = 4
 CONCURRENCY = 32  # eight times max_num_seqs: the waiting queue never empties
 
 
-@contextlib.asynccontextmanager
-async def _one_token_load(target: str) -> AsyncIterator[None]:
-    config = LoadConfig(target=target, concurrency=CONCURRENCY, duration=20.0, max_tokens=1)
-    stop = asyncio.Event()
-
-    async def loop() -> None:
-        while not stop.is_set():
-            await run_load(config)
-
-    task = asyncio.create_task(loop())
-    try:
-        yield
-    finally:
-        stop.set()
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+def _one_token_load(target: str) -> contextlib.AbstractAsyncContextManager[None]:
+    """The closed-loop one-token load, run again and again for the whole test."""
+    return _load(LoadConfig(target=target, concurrency=CONCURRENCY, duration=20.0, max_tokens=1))
 
 
 async def _waiting(sidecar: Sidecar) -> bool:
