@@ -41,7 +41,7 @@ class TextCanary:
     take a reply cut short while thinking as INCONCLUSIVE.
 
     A reply of degenerate shape (:mod:`sentinel.canary.degenerate`: one
-    punctuation character repeated to the limit, undecodable text) passes
+    "!" (token 0) repeated to the limit, undecodable text) passes
     with the shape in its detail; the ``degenerate`` rule judges repeats.
     """
 

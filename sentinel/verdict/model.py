@@ -55,7 +55,7 @@ HangKind.PAUSED = HangKind("paused")  # paused past its bound (policy alert by d
 HangKind.ASLEEP = HangKind("asleep")  # asleep past a bound, where one is set
 HangKind.CORRUPT = HangKind("corrupt")  # answers that left the model's fingerprint
 HangKind.SCALING = HangKind("scaling")  # an elastic EP scale that did not end within its bound
-# Text canaries answering garbage (one punctuation mark repeated, undecodable text).
+# Text canaries answering garbage (token 0's "!" repeated, undecodable text).
 HangKind.DEGENERATE = HangKind("degenerate")
 # A weight update in flight past its bound (its trainer may have died mid-transfer).
 HangKind.WEIGHT_UPDATE = HangKind("weight_update")

@@ -33,7 +33,7 @@ class DegenerateKnobs(Knobs):
     degenerate_repeats: int = setting(
         3,
         "Degenerate output: this many successful text canaries in a row answered one "
-        "punctuation character repeated to the limit, or undecodable text.",
+        "'!' (token 0 of all-zero logits) repeated to the limit, or undecodable text.",
         (2, 100, "canaries"),
     )
     degenerate_policy: Action = setting(
@@ -80,6 +80,6 @@ RULE = HangRule(
     kinds=(HangKind.DEGENERATE,),
     action="degenerate_policy",
     off_when=frozenset({Gate.STALLED}),
-    evidence="text canaries answering one punctuation character repeated to the length limit, "
+    evidence="text canaries answering '!' (token 0) repeated to the length limit, "
     "or undecodable text, several in a row (no correctness check matched meanwhile)",
 )
