@@ -46,7 +46,12 @@ from sentinel.canary.spec import CanaryKind, CanarySpec
 from sentinel.config.settings import Settings
 from sentinel.diagnostics import access, cgroup
 from sentinel.diagnostics.bundle import DEFAULT_BUDGET_S
-from sentinel.evidence.process_model import ProcessSnapshot, reasoning_parser
+from sentinel.evidence.process_model import (
+    ProcessSnapshot,
+    SchedulingPolicy,
+    reasoning_parser,
+    scheduling_policy,
+)
 
 PROGRESS_COUNTERS = ("vllm:generation_tokens_total", "vllm:iteration_tokens_total")
 
@@ -235,22 +240,14 @@ def check_cpu(section: cgroup.CgroupSection) -> list[DoctorCheck]:
     return out
 
 
-def scheduling_policy(argv: Sequence[str]) -> str | None:
-    """The ``--scheduling-policy`` value of a vLLM command line, None when not given."""
-    for index, arg in enumerate(argv):
-        if arg.startswith("--scheduling-policy="):
-            return arg.split("=", 1)[1]
-        if arg == "--scheduling-policy" and index + 1 < len(argv):
-            return argv[index + 1]
-    return None
-
-
 def check_scheduling_policy(api_cmdlines: Sequence[Sequence[str]]) -> DoctorCheck:
     """Pure: is canary priority honoured by every visible API server?"""
     if not api_cmdlines:
         why = "no vLLM API server visible (shareProcessNamespace?); cannot tell the policy"
         return DoctorCheck("priority", Severity.SKIPPED, why)
-    policies = [scheduling_policy(argv) or "fcfs" for argv in api_cmdlines]
+    # The run's own reading: a title set with setproctitle is one argument
+    # holding the whole command line, split on whitespace there.
+    policies = [(scheduling_policy(argv) or SchedulingPolicy.FCFS).value for argv in api_cmdlines]
     if all(p == "priority" for p in policies):
         return DoctorCheck("priority", Severity.OK, "--scheduling-policy priority: effective")
     return DoctorCheck(

@@ -16,8 +16,8 @@ from sentinel.diagnostics.doctor import (
     check_probe_timings,
     check_scheduling_policy,
     fetch_metrics,
-    scheduling_policy,
 )
+from sentinel.evidence.process_model import scheduling_policy
 
 
 def fake_cgroup(root: Path, cpu_max: str, stat: str = "") -> Path:
@@ -139,10 +139,19 @@ def test_doctor_cpu_check(tmp_path: Path) -> None:
         (["vllm", "serve", "m", "--scheduling-policy=priority"], "priority", Severity.OK),
         (["vllm", "serve", "m"], None, Severity.WARN),
         (["vllm", "serve", "m", "--scheduling-policy", "fcfs"], "fcfs", Severity.WARN),
+        # A title set with setproctitle shorter than the original command line:
+        # the kernel shows it as one argument, the whole command in it.
+        (
+            ["python -m vllm.entrypoints.openai.api_server --scheduling-policy priority"],
+            "priority",
+            Severity.OK,
+        ),
+        (["vllm serve m --scheduling_policy=PRIORITY"], "priority", Severity.OK),
     ],
 )
 def test_scheduling_policy(argv: list[str], policy: str | None, severity: Severity) -> None:
-    assert scheduling_policy(argv) == policy
+    found = scheduling_policy(argv)
+    assert (None if found is None else found.value) == policy
     assert check_scheduling_policy([argv]).severity is severity
 
 
