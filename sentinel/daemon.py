@@ -1,12 +1,11 @@
 """The daemon: wires evidence, canaries, the evaluator and the views under one TaskGroup.
 
-Long-running loops (canaries, the observers, evaluation, diagnostics, gRPC
-publishing) all run in one ``asyncio.TaskGroup``, each supervised: an
-exception from a read, a parse, a canary, a bundle or an Event is recorded
-(``sentinel_loop_errors_total{loop}``, ``/status``, a rate-limited log line)
-and the loop carries on or is started again. A sidecar that exits restarts the
-healthy server it guards (its liveness probe points here), so only a signal
-ends the daemon; a loop that stops ticking turns ``/healthz`` red instead.
+Long-running loops (canaries, the observers, evaluation, diagnostics, gRPC publishing)
+all run in one ``asyncio.TaskGroup``, each supervised: an exception from a read, a parse,
+a canary, a bundle or an Event is recorded (``sentinel_loop_errors_total{loop}``,
+``/status``, a rate-limited log line) and the loop carries on or is started again. A
+sidecar that exits restarts the healthy server it guards (its liveness probe points
+here), so only a signal ends the daemon; a loop that stops ticking turns ``/healthz`` red.
 
 Shutdown is ordered and bounded: readiness red first (``/readyz`` answers 503
 while everything else still runs, so the pod leaves its Service before its
@@ -20,7 +19,6 @@ single writer of :class:`HealthState`), the loops in :mod:`sentinel.record.obser
 from __future__ import annotations
 
 import asyncio
-import ssl
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -46,12 +44,15 @@ from sentinel.fingerprint.endpoint import fingerprint_routes
 from sentinel.fleet.gate import BudgetGate
 from sentinel.fleet.lease import PoolBudget
 from sentinel.maintenance.endpoint import MaintenanceHook
+from sentinel.record.kv_transfer import KvTransferWatch
 from sentinel.record.ledger import Ledger
 from sentinel.record.observers import LoopFailures, Observers, Step, every, supervised
 from sentinel.record.provider import Provider
 from sentinel.record.reachability import Reachability
 from sentinel.scheduling.scheduler import Scheduler
+from sentinel.scheduling.suspicion import Suspicion
 from sentinel.serve.probe_thread import ThreadedHttpServer
+from sentinel.target import target_port, tls_context
 from sentinel.telemetry.logging import get_logger
 from sentinel.telemetry.metrics import SentinelMetrics
 from sentinel.telemetry.redact import redact_url
@@ -102,6 +103,8 @@ class Daemon:
         self._listeners: list[ResultListener] = [self.fingerprints.observe_result]
         self.observers = Observers(self.ledger, clock, scrape_failed=self.metrics.scrape_failed)
         self.observers.sample_listeners.append(self.fingerprints.observe_sample)
+        self.suspicion = Suspicion(self.ledger, clock)
+        self.observers.sample_listeners.append(self.suspicion.observe)
         self.failures = LoopFailures(clock, self.metrics.loop_failed)
         self.observers.observations.failures = self.failures
         self.incidents = IncidentRecorder.for_settings(
@@ -125,6 +128,7 @@ class Daemon:
                 CorrectnessProvider(self.fingerprints),
                 *BudgetGate.of(self.budget),
                 self.reachability,
+                KvTransferWatch.listening(self.observers, settings.kv_transfer_bound),
                 *providers,
             ),
             budget=self.budget,
@@ -300,6 +304,7 @@ class Daemon:
             on_result=self._on_result,
             on_error=self.failures.record,
             late_wait=self.settings.late_wait,
+            suspicion=self.suspicion,
         )
 
     def _observer_steps(self, client: httpx.AsyncClient) -> list[tuple[str, float, Step]]:
@@ -312,6 +317,7 @@ class Daemon:
         return [*steps, ("evaluate", self.settings.eval_interval, self._evaluate_step)]
 
     async def _every(self, name: str, interval: float, step: Step) -> None:
+        sooner = self.suspicion.scrape_interval if name == "scrape" else None
         await every(
             name,
             interval,
@@ -320,6 +326,7 @@ class Daemon:
             clock=self.clock,
             sleep=self.sleep,
             failures=self.failures,
+            sooner=sooner,
         )
 
     async def _supervised(self, name: str, run: Callable[[], Awaitable[None]]) -> None:
@@ -342,8 +349,7 @@ class Daemon:
                 log.exception("result_listener_failed", listener=repr(listener))
 
     def _diagnostics_context(self, trigger: Trigger) -> DiagnosticsContext:
-        # The attributed server and its descendants only: on a shared host an
-        # unrelated vLLM's processes are neither captured nor blamed.
+        # Only the attributed server and its descendants: a shared host's other vLLM is not blamed.
         snapshot = self.ledger.processes
         roots = () if snapshot is None or snapshot.api is None else (snapshot.api.pid,)
         return DiagnosticsContext(
@@ -378,23 +384,3 @@ def _log_result(result: CanaryResult) -> None:
         log.info("canary", **fields)
     else:
         log.warning("canary", **fields)
-
-
-def tls_context(target: str) -> ssl.SSLContext:
-    """The one TLS context both clients share: CA certificates only for an https target.
-
-    httpx alone loads the CA bundle per client (1.4 MB and 0.1 s each), unused over
-    http; there the context trusts no one, so a redirect to https fails closed.
-    """
-    if httpx.URL(target).scheme == "https":
-        return httpx.create_ssl_context()
-    return ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-
-
-def target_port(target: str) -> int | None:
-    """The port the target listens on, the scheme's default when the URL names none.
-
-    Process attribution finds the API server by it; without it attribution is off.
-    """
-    url = httpx.URL(target)
-    return url.port or {"http": 80, "https": 443}.get(url.scheme)

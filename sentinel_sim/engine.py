@@ -89,6 +89,11 @@ def engine_title(index: int, data_parallel_size: int) -> str:
     return f"{PROCESS_TITLE}_DP{index}" if data_parallel_size > 1 else PROCESS_TITLE
 
 
+# A long forward pass uses this share of a core, a slice at a time (Engine._work).
+WORK_SLICE_S = 0.25
+WORK_DUTY = 0.08
+
+
 def _spin_until(deadline: float) -> None:
     """Burn CPU until ``deadline`` (monotonic): a busy engine thread, not a sleeping one."""
     x = 0
@@ -393,7 +398,7 @@ class Engine:
             if self._plan is not None:  # a long step's forward pass
                 now = time.monotonic()
                 if now < self._publish_at:
-                    self._receive(self._publish_at - now)
+                    self._work(self._publish_at - now)
                     continue
                 plan, self._plan = self._plan, None
                 self._finish(plan, now)
@@ -424,10 +429,24 @@ class Engine:
                 self._receive(self._idle_timeout(now))
                 continue
             if now < next_step:
-                self._receive(next_step - now)
+                self._work(next_step - now)
                 continue
             started, seconds = self._step(now)
             next_step = max(next_step + seconds, started)
+
+    def _work(self, timeout: float) -> None:
+        """Wait out part of a forward pass as a working engine does: using some CPU.
+
+        A real engine burns CPU through every step (computing on the CPU build,
+        spinning in the CUDA synchronisation that ends a GPU step), which is
+        how sentinel tells a long step from a blocked loop; a long wait spins
+        for a share of each slice and listens for input the rest of it.
+        """
+        if timeout < WORK_SLICE_S:
+            self._receive(timeout)
+            return
+        _spin_until(time.monotonic() + WORK_SLICE_S * WORK_DUTY)
+        self._receive(WORK_SLICE_S * (1 - WORK_DUTY))
 
     def _idle_timeout(self, now: float) -> float | None:
         expiry = self.faults.next_expiry()

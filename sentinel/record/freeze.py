@@ -17,6 +17,7 @@ from sentinel.canary.result import CanaryResult
 from sentinel.canary.spec import CanaryKind
 from sentinel.evidence.api_watch import ApiWatch
 from sentinel.evidence.compilers import CompileWatch
+from sentinel.evidence.engine_cpu import EngineCpuWatch
 from sentinel.progress.path_traffic import PathTraffic
 from sentinel.progress.tracker import STEP_COUNTER, ProgressTracker
 from sentinel.record.lifecycle import LifecycleTracker
@@ -70,6 +71,8 @@ class LedgerView(Protocol):
     @property
     def api(self) -> ApiWatch: ...
     @property
+    def engine_cpu(self) -> EngineCpuWatch: ...
+    @property
     def health_failing_since(self) -> float | None: ...
     @property
     def engine_down_since(self) -> float | None: ...
@@ -106,6 +109,7 @@ def freeze(
     gate = given.pop("restart_gate", None)
     sample_at = ledger.progress.last_sample_at
     fresh = sample_at is not None and now - sample_at <= freshness
+    cpu = ledger.engine_cpu.current
     return Evidence(
         epoch=ledger.epoch,
         epoch_started=ledger.epoch_started,
@@ -151,6 +155,9 @@ def freeze(
         compiling_since=ledger.compiling.since,
         compiler_seen_at=ledger.compiling.seen_at,
         compile_detail=ledger.compiling.detail,
+        engine_idle_since=cpu.idle_since,
+        engine_cpu_at=cpu.sampled_at,
+        engine_cpu_unknown=cpu.unknown,
         api_stuck_since=ledger.api.since,
         api_stuck_detail=ledger.api.detail,
         unobserved=unobserved,

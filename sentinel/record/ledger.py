@@ -26,6 +26,7 @@ from sentinel.canary.result import CanaryResult
 from sentinel.canary.spec import CanaryKind
 from sentinel.evidence.api_watch import ApiWatch
 from sentinel.evidence.compilers import CompileWatch
+from sentinel.evidence.engine_cpu import EngineCpuWatch
 from sentinel.evidence.metrics import MetricsSample
 from sentinel.evidence.process_model import ProcessInfo, ProcessSnapshot, ProcessState, placed
 from sentinel.progress.path_traffic import PathTraffic
@@ -111,6 +112,7 @@ class Ledger:
         # Compilers under the engine: CPU seconds at the last sample, and since
         # when one has been seen busy (a long first-use compile step).
         self.compiling = CompileWatch()
+        self.engine_cpu = EngineCpuWatch()  # the engine's processes standing still
         # Each API-server process of --api-server-count: stopped, or not reading.
         self.api = ApiWatch()
 
@@ -326,6 +328,7 @@ class Ledger:
         }
         previous, self.processes = self.processes, snapshot
         self.compiling.observe(snapshot.compilers, now)
+        self.engine_cpu.observe(snapshot, now)
         self.api.observe(snapshot, now)
         before = None if previous is None else previous.api_identity
         after = snapshot.api_identity

@@ -133,13 +133,16 @@ async def every(
     clock: Callable[[], float],
     sleep: Sleep = asyncio.sleep,
     failures: LoopFailures | None = None,
+    sooner: Callable[[float], float] | None = None,
 ) -> None:
     """Run ``step`` every ``interval`` seconds, beating the ``name`` heartbeat.
 
     A step that overruns delays the next one instead of stacking up; a loop
     that stops beating for several intervals turns ``/healthz`` red. With
     ``failures`` given, an exception from ``step`` is recorded there and the
-    loop carries on (cancellation still ends it).
+    loop carries on (cancellation still ends it). ``sooner``, given the
+    interval, says the one to wait before the next step (a scrape while a
+    canary waits: :mod:`sentinel.scheduling.suspicion`).
     """
     while True:
         beat(name, interval * 4 + 5)
@@ -151,7 +154,8 @@ async def every(
                 await step()
             except Exception as exc:
                 failures.record(name, exc)
-        await sleep(max(0.0, started + interval - clock()))
+        wait = interval if sooner is None else min(interval, sooner(interval))
+        await sleep(max(0.0, started + wait - clock()))
 
 
 async def supervised(

@@ -49,6 +49,7 @@ from sentinel.scheduling.aiming import Aiming
 from sentinel.scheduling.late import LateAnswers
 from sentinel.scheduling.served_model import ServedModel
 from sentinel.scheduling.set_aside import set_aside_reason
+from sentinel.scheduling.suspicion import Suspicion
 from sentinel.scheduling.text_fallback import TextRoute
 from sentinel.telemetry.logging import get_logger
 from sentinel.telemetry.metrics import SentinelMetrics
@@ -83,6 +84,7 @@ class Scheduler:
         on_error: ErrorHook | None = None,
         rng: random.Random | None = None,
         late_wait: float = 0.0,
+        suspicion: Suspicion | None = None,
     ) -> None:
         self.specs = tuple(s for s in specs if s.enabled)
         self.runner = runner
@@ -95,6 +97,7 @@ class Scheduler:
         self.on_result = on_result
         self.on_error = on_error
         self.rng = rng or random.Random()
+        self.suspicion = suspicion  # a standstill in the samples sends the text canary at once
         self.served_model = ServedModel(runner, ledger, clock=clock, configured=configured_model)
         self.aim = Aiming(ledger)
         controls = [s for s in self.specs if s.kind == kinds.CONTROL]
@@ -131,11 +134,12 @@ class Scheduler:
 
     async def _loop(self, spec: CanarySpec) -> None:
         name = f"canary:{spec.name}"
+        suspected = False
         while True:
             self.beat(name, self._max_gap(spec))
             started = self.clock()
             try:
-                retry = await self._tick(spec)
+                retry = await self._tick(spec, suspected)
             except Exception as exc:
                 # Recorded, then the normal cadence: a step that keeps raising
                 # costs one attempt per interval, never a hot loop.
@@ -144,10 +148,18 @@ class Scheduler:
             if retry:
                 continue
             delay = spec.interval * (1 + self.rng.uniform(-spec.jitter, spec.jitter))
-            await self.sleep(max(0.0, started + delay - self.clock()))
+            wait = max(0.0, started + delay - self.clock())
+            if self.suspicion is not None and kinds.is_idle_gated(spec.kind):
+                suspected = await self.suspicion.pause(wait, self.sleep)
+            else:
+                await self.sleep(wait)
 
-    async def _tick(self, spec: CanarySpec) -> bool:
-        """One cadence step; True asks for an immediate retry (a missed deadline)."""
+    async def _tick(self, spec: CanarySpec, suspected: bool = False) -> bool:
+        """One cadence step; True asks for an immediate retry (a missed deadline).
+
+        ``suspected``: a standstill in the samples cut the wait short
+        (:mod:`sentinel.scheduling.suspicion`), so idle gating does not hold this one back.
+        """
         ledger = self.ledger
         record = ledger.records[spec.kind]
         if not record.enabled:
@@ -158,10 +170,12 @@ class Scheduler:
             # path until it answers, and another would only queue behind it.
             self.metrics.canary_skipped("awaited")
             return False
-        targets = self._targets(spec, self.clock())
+        targets = self._targets(spec, self.clock(), suspected)
         if not targets:
             self.metrics.canary_skipped("busy")
             return False
+        if self.suspicion is not None and kinds.is_idle_gated(spec.kind):
+            self.suspicion.take()  # the canary going out is the suspicion's answer
         model = await self.served_model.resolve(spec)
         if model is None:
             return False
@@ -256,7 +270,9 @@ class Scheduler:
         except Exception:  # a broken hook must not take the loop down with it
             log.exception("loop_error_unrecorded", loop=loop)
 
-    def _targets(self, spec: CanarySpec, now: float) -> tuple[int | None, ...]:
+    def _targets(
+        self, spec: CanarySpec, now: float, suspected: bool = False
+    ) -> tuple[int | None, ...]:
         """Where this step's canaries go: one per engine named (None: unaimed); empty: none.
 
         An idle-gated kind goes to every engine real traffic has not recently
@@ -265,7 +281,7 @@ class Scheduler:
         one engine, the next in turn.
         """
         ledger = self.ledger
-        gated = kinds.is_idle_gated(spec.kind)
+        gated = kinds.is_idle_gated(spec.kind) and not suspected
         engines = self.aim.engines()
         if not engines:
             if gated and ledger.startup_passed and ledger.busy(now, self.idle_window):

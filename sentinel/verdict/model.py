@@ -231,6 +231,13 @@ class Evidence:
     compiling_since: float | None = None
     compiler_seen_at: float | None = None
     compile_detail: str = ""
+    # The engine's processes used (next to) no CPU and none ran from
+    # ``engine_idle_since`` to ``engine_cpu_at``, the newest process sample
+    # (sentinel.evidence.engine_cpu; None: they used some). ``engine_cpu_unknown``:
+    # why that cannot be told ('' when it can).
+    engine_idle_since: float | None = None
+    engine_cpu_at: float | None = None
+    engine_cpu_unknown: str = "not told"
     # An API-server process stopped, or a connection to the server's port
     # unread, since (sentinel.evidence.api_watch); and the words for it.
     api_stuck_since: float | None = None

@@ -22,7 +22,7 @@ from chaos.load import LoadConfig, run_load
 from chaos.ports import free_port
 from sentinel.canary.catalog import default_directory
 from sentinel.canary.result import CanaryResult
-from sentinel.daemon import target_port
+from sentinel.target import target_port
 from sentinel_sim.launch import SimProcess
 from tests.loopback.sidecar import Sidecar, eventually, running_sidecar
 

@@ -14,7 +14,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from sentinel.daemon import tls_context
+from sentinel.target import tls_context
 from sentinel.telemetry.events import in_cluster_credentials
 
 INCIDENT_ONLY = ("kubernetes", "pynvml", "matplotlib")

@@ -29,6 +29,7 @@ from sentinel.canary.spec import CanaryKind, CanarySpec
 from sentinel.evidence.metrics import MetricsSample
 from sentinel.record.ledger import Ledger
 from sentinel.scheduling.scheduler import Scheduler
+from sentinel.scheduling.suspicion import SUSPECT_SCRAPE_S, Suspicion
 from sentinel.telemetry.metrics import SentinelMetrics
 from sentinel.verdict import Action
 
@@ -150,6 +151,7 @@ class Harness:
     metrics: SentinelMetrics
     results: list[CanaryResult]
     beats: dict[str, float]
+    suspicion: Suspicion | None = None
 
     def skipped(self, reason: str) -> float:
         value = self.metrics.registry.get_sample_value(
@@ -169,6 +171,7 @@ async def scheduling(
     prepare: Callable[[Ledger], None] = lambda ledger: None,
     rng: random.Random | None = None,
     on_result: Callable[[Ledger, CanaryResult], None] | None = None,
+    suspicion: bool = False,
 ) -> AsyncIterator[Harness]:
     clock = VirtualClock()
     fake = server(clock)
@@ -177,6 +180,7 @@ async def scheduling(
     metrics = SentinelMetrics(CollectorRegistry())
     results: list[CanaryResult] = []
     beats: dict[str, float] = {}
+    suspect = Suspicion(ledger, clock) if suspicion else None
 
     def record(result: CanaryResult) -> None:
         if on_result is not None:
@@ -197,10 +201,11 @@ async def scheduling(
             beat=lambda name, gap: beats.__setitem__(name, gap),
             on_result=record,
             rng=rng or random.Random(7),
+            suspicion=suspect,
         )
         task = asyncio.create_task(scheduler.run())
         try:
-            yield Harness(clock, fake, ledger, metrics, results, beats)
+            yield Harness(clock, fake, ledger, metrics, results, beats, suspect)
         finally:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
@@ -363,3 +368,43 @@ async def test_a_step_that_raises_is_counted_and_every_loop_carries_on() -> None
         "sentinel_loop_errors_total", {"loop": "canary:structured"}
     )
     assert errors == 4
+
+
+def _sample(ledger: Ledger, suspicion: Suspicion, at: float, done: float, running: float) -> None:
+    """One scrape: ``done`` completions so far, ``running`` requests in the engine."""
+    sample = MetricsSample(at, counters={"completions": done}, gauges={"running": running})
+    ledger.progress.observe(sample)
+    suspicion.observe(sample)
+
+
+async def test_a_standstill_with_work_inside_sends_the_text_canary_at_once() -> None:
+    """Busy through T0+30 by real traffic; flat samples with a request running cut that short."""
+    specs = _specs(text={"interval": 5.0, "jitter": 0.0})
+    async with scheduling(specs, prepare=_real_traffic_at(T0), suspicion=True) as h:
+        suspicion = h.suspicion
+        assert suspicion is not None
+        await h.clock.run_until(T0 + 7)
+        _sample(h.ledger, suspicion, T0 + 7, 11.0, 1.0)  # no counter moved, one running
+        await h.clock.run_until(T0 + 9)
+        _sample(h.ledger, suspicion, T0 + 9, 11.0, 1.0)  # the same standstill: no second
+        await h.clock.run_until(T0 + 12)
+        _sample(h.ledger, suspicion, T0 + 12, 12.0, 1.0)  # a completion ends it
+        _sample(h.ledger, suspicion, T0 + 14, 12.0, 0.0)  # flat and empty: no suspicion
+        await h.clock.run_until(T0 + 16)
+        _sample(h.ledger, suspicion, T0 + 16, 12.0, 2.0)  # a new standstill with work
+        await h.clock.run_until(T0 + 20)
+    assert h.times("text") == [7.0, 16.0]
+    assert suspicion.raised == 2
+
+
+async def test_a_waiting_text_canary_makes_scrapes_come_sooner() -> None:
+    specs = _specs(text={"interval": 5.0, "jitter": 0.0, "deadline": 8.0})
+    async with scheduling(specs, server=lambda c: FakeVllm(c, latency=3.0), suspicion=True) as h:
+        suspicion = h.suspicion
+        assert suspicion is not None
+        await h.clock.run_until(T0 + 0.5)
+        assert suspicion.scrape_interval(2.0) == 2.0  # in flight, not yet waiting
+        await h.clock.run_until(T0 + 1.5)
+        assert suspicion.scrape_interval(2.0) == SUSPECT_SCRAPE_S
+        await h.clock.run_until(T0 + 3.5)
+        assert suspicion.scrape_interval(2.0) == 2.0  # answered

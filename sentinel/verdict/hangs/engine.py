@@ -1,6 +1,6 @@
 """The engine rule: a canary unanswered while the engine made no progress.
 
-Two ways to confirm it. The hang window (15 s): the oldest canary unanswered
+Three ways to confirm it. The hang window (15 s): the oldest canary unanswered
 since the last success and the last progress (decode progress where the
 server tells decode apart; a prompt prefilled in chunks counts), or the
 longer no-evidence window without fresh progress evidence. The step window
@@ -8,6 +8,8 @@ longer no-evidence window without fresh progress evidence. The step window
 process, every step that yields a token moves a work counter and every step
 refreshes the running and waiting gauges, so a text canary that waited with
 no counter moving and both gauges at 0 has a stopped engine loop behind it.
+The frozen window (5 s, the *frozen engine*): no counter moving and the
+engine's processes using no CPU at all, whatever the gauges show.
 A canary aimed at one data-parallel engine counts against the whole server
 only once every engine has left one unanswered (:mod:`sentinel.verdict.aim`).
 The reasoning is in docs/design.md ("Verdict semantics").
@@ -37,6 +39,14 @@ class EngineKnobs(HangWindow):
         "A text canary unanswered this long while the engine took not a single step (no work "
         "counter moved at all, sentinel's own work included) is an engine hang without waiting "
         "for the whole hang window.",
+        1.0,
+        DAY,
+    )
+    frozen_window: float = seconds(
+        5.0,
+        "A text canary unanswered this long while no work counter moved and the engine's "
+        "processes used no CPU at all (a blocked engine loop) is an engine hang without "
+        "waiting for the step or hang window; needs the engine's processes in view.",
         1.0,
         DAY,
     )
@@ -81,9 +91,10 @@ def engine_hang(evidence: Evidence, policy: EngineKnobs, now: float) -> Hang | N
     candidates = server_wide(evidence, sends, floor, answered(results))
     if not candidates:
         return None
-    still = still_engine(evidence, enabled, results, last_success, policy, now)
-    if still is not None:
-        return still
+    for sooner in (frozen_engine, still_engine):
+        found = sooner(evidence, enabled, results, last_success, policy, now)
+        if found is not None:
+            return found
     since = min(candidates)
     if evidence.progress_available:
         window = policy.hang_window
@@ -167,14 +178,73 @@ def still_engine(
     )
 
 
+def frozen_engine(
+    evidence: Evidence,
+    enabled: Sequence[KindEvidence],
+    results: Sequence[CanaryResult],
+    last_success: float,
+    policy: EngineKnobs,
+    now: float,
+) -> Hang | None:
+    """A text canary that waited the frozen window while the engine stood still.
+
+    The strongest evidence of no step: since the canary was sent no work
+    counter moved at all (sentinel's own work included), no prompt was
+    prefilled, and the engine's processes used no CPU and none ran
+    (:mod:`sentinel.evidence.engine_cpu`), while ``/metrics`` kept answering
+    (the API server is alive and the counters were read). A working engine
+    burns CPU through every step, long prefills and slow decodes included,
+    and one with nothing to do wakes for the canary; an engine waiting on a
+    compiler, asleep, paused or updating weights is held by the rule's gates.
+    So the engine loop is blocked, whether the engine holds requests (gauges
+    frozen above 0) or none. Where the engine's processes are not in view
+    (``engine_cpu_unknown``) the step and hang windows apply.
+    """
+    idle_since, cpu_at = evidence.engine_idle_since, evidence.engine_cpu_at
+    if idle_since is None or cpu_at is None or evidence.engine_cpu_unknown:
+        return None
+    if not evidence.steps_available or evidence.sampled_at is None:
+        return None
+    resumed = evidence.lifecycle.resumed_at
+    floor = max(
+        last_success,
+        or_never(evidence.last_step_at),
+        or_never(evidence.last_prefill_at),
+        evidence.epoch_started,
+        float("-inf") if resumed is None else resumed,
+    )
+    paths = {k.kind for k in enabled if k.path}
+    waited = sends(
+        (r for r in results if r.reason is Reason.TIMEOUT and r.kind not in paths),
+        (k for k in enabled if not k.path),
+    )
+    candidates = [
+        c for c in server_wide(evidence, waited, floor, answered(results)) if c >= idle_since
+    ]
+    if not candidates:
+        return None
+    since = min(candidates)
+    elapsed = observed(since, min(now, cpu_at, evidence.sampled_at), evidence.unobserved)
+    if elapsed < min(policy.frozen_window, policy.step_window, policy.hang_window):
+        return None
+    return Hang(
+        HangKind.ENGINE,
+        policy.engine_policy,
+        f"engine hang: canary unanswered for {elapsed:.0f}s with no work counter moving "
+        "and the engine's processes using no CPU",
+        since,
+    )
+
+
 RULE = HangRule(
     "engine",
     engine_hang,
     EngineKnobs,
     kinds=(HangKind.ENGINE,),
     action="engine_policy",
-    windows=("hang_window", "step_window", "no_evidence_window"),
+    windows=("hang_window", "step_window", "frozen_window", "no_evidence_window"),
     off_when=frozenset({Gate.STALLED, Gate.COMPILING}),
     evidence="a canary unanswered (timed out, 5xx, reset, no token) while no decode progress "
-    "(or, with no engine step at all, for the step window)",
+    "(or, with no engine step at all, for the step window; with the engine's processes "
+    "using no CPU either, for the frozen window)",
 )
