@@ -62,6 +62,9 @@ class LoadConfig:
     endpoint: str = "chat"  # "chat" | "completions" (completions carry text only)
     timeout: float = 60.0
     seed: int | None = None
+    # Sent as each request's ``kv_transfer_params`` (None: none): what a
+    # disaggregation proxy hands a decode node, e.g. ``{"do_remote_prefill": True, ...}``.
+    kv_transfer_params: Mapping[str, Any] | None = None
 
 
 @dataclass(slots=True)
@@ -149,6 +152,8 @@ class _Workload:
             body["ignore_eos"] = True
         if config.priority is not None:
             body["priority"] = config.priority
+        if config.kv_transfer_params is not None:
+            body["kv_transfer_params"] = dict(config.kv_transfer_params)
         if config.stream:
             body["stream"] = True
             body["stream_options"] = {"include_usage": True}

@@ -66,6 +66,7 @@ from sentinel_sim.faults import (
     ActiveFault,
     Fault,
     FaultTable,
+    remote_kv_of,
 )
 from sentinel_sim.scheduler import (
     DEFAULT_MAX_NUM_BATCHED_TOKENS,
@@ -182,10 +183,10 @@ class Engine:
     def _apply(self, message: tuple[Any, ...]) -> None:
         kind = message[0]
         if kind == "add":
-            for rid, prompt, max_tokens, eos_at, priority, arrival, structured in message[1]:
-                self.scheduler.add(
-                    EngineRequest(rid, prompt, max_tokens, eos_at, priority, arrival, structured)
-                )
+            for row in message[1]:  # (rid, prompt, max_tokens, eos_at, priority, arrival, ...)
+                request = EngineRequest(*row[:7])
+                request.remote = len(row) > 7 and bool(row[7])  # marked for a remote prefill
+                self.scheduler.add(request)
             self.gauges_dirty = True
         elif kind == "abort":
             for rid in message[1]:
@@ -511,6 +512,7 @@ class Engine:
             admit=self._pause_state() is None,
             budget=chunk if chunk > 0 else None,
             admit_below=self._starve_below(),
+            remote_kv=remote_kv_of(self.faults.get(Fault.REMOTE_KV)),
         )
         rate = self._long_prefill_param("prefill_tps")
         period = self._period()

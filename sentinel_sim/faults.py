@@ -72,15 +72,34 @@ request waits; a health checker must not call them hangs):
     vLLM's scaling middleware answers every path of the OpenAI port 503 with
     "The model is currently scaling. Please try again later." for the fault's
     duration (none: a scale that never ends); the engine is untouched.
+``remote_kv`` (``seconds`` 2, ``land`` after|never, ``connector`` nixl|mooncake)
+    A disaggregated decode node (vLLM's NIXL or Mooncake KV connector): a
+    request whose body carries ``kv_transfer_params`` with
+    ``do_remote_prefill`` true (what a disaggregation proxy sends; sentinel's
+    canaries carry none and are served locally) gets its KV blocks allocated
+    and then waits in ``WAITING_FOR_REMOTE_KVS``, counted in
+    ``vllm:num_requests_waiting_by_reason{reason="deferred"}``, neither
+    running nor generating, until its transfer lands ``seconds`` later; then
+    it is admitted with its prompt already computed and decodes.
+    ``land=never`` is the broken twin (Mooncake's decode side waiting forever,
+    NIXL notifications lost): nothing lands, deferred requests pile up and
+    hold their blocks. ``connector=nixl`` publishes the NIXL connector's
+    ``vllm:nixl_xfer_time_seconds`` histogram (one observation per landed
+    transfer) and its failure counters from the first step under the fault;
+    ``mooncake`` publishes none. Without the fault the field is ignored, as
+    vLLM without a KV connector ignores it.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
+
+from sentinel_sim.scheduler import RemoteKv
 
 
 class Fault(StrEnum):
@@ -132,6 +151,9 @@ class Fault(StrEnum):
     WEIGHTS_UPDATED = "weights_updated"  # replies change; `version` declared, as RL updates do
     NO_LOGPROBS = "no_logprobs"  # a proxy in front strips log-probabilities (`logprobs` null)
     NEAR_TIES = "near_ties"  # GPU batch variance: close candidates; `flip` none|third|far
+    # A disaggregated decode node: requests marked remote wait `seconds` for their KV
+    # (deferred), or forever with `land: never` (transfers that never land).
+    REMOTE_KV = "remote_kv"
 
 
 #: Faults during which the engine takes no step at all (its loop is blocked).
@@ -162,6 +184,7 @@ ENGINE_FAULTS = HUNG_FAULTS | {
     Fault.SLEEP,
     Fault.PAUSE,
     Fault.COMPILE_STEP,
+    Fault.REMOTE_KV,
 }
 
 #: Faults that pause the scheduler, as vLLM's ``pause_scheduler`` does (sleep pauses first).
@@ -174,6 +197,9 @@ PAUSE_MODES = ("abort", "wait", "keep")
 SLEEP_ANSWERS = ("queue", "503")
 #: The RL weight-transfer operations of vLLM's ``rl_weight_update_operations_in_flight``.
 WEIGHT_OPERATIONS = ("init", "shutdown", "start", "start_draft", "update", "finish")
+#: When a ``remote_kv`` transfer lands, and the KV connector the decode node runs.
+KV_LANDINGS = ("after", "never")
+KV_CONNECTORS = ("nixl", "mooncake")
 #: Names a ``compile_step`` child can take (``none``: an in-process compiler such as NVRTC).
 COMPILERS = ("ptxas", "nvcc", "cc1plus", "ninja", "none")
 
@@ -331,6 +357,11 @@ _PARAMS: dict[Fault, dict[str, tuple[Callable[[Any], Any], Any]]] = {
     Fault.WEIGHTS_UPDATED: {"version": (str, "v2")},
     Fault.NO_LOGPROBS: {},
     Fault.NEAR_TIES: {"flip": (_choice("flip", ("none", "third", "far")), "none")},
+    Fault.REMOTE_KV: {
+        "seconds": (_non_negative("seconds"), 2.0),
+        "land": (_choice("land", KV_LANDINGS), "after"),
+        "connector": (_choice("connector", KV_CONNECTORS), "nixl"),
+    },
 }
 
 
@@ -443,3 +474,12 @@ class FaultTable:
     def next_expiry(self) -> float | None:
         deadlines = [e.until for e in self.active() if e.until is not None]
         return min(deadlines) if deadlines else None
+
+
+def remote_kv_of(entry: ActiveFault | None) -> RemoteKv | None:
+    """What the ``remote_kv`` fault in force asks of the scheduler (None: no KV connector)."""
+    if entry is None:
+        return None
+    never = entry.params.get("land") == "never"
+    wait = math.inf if never else float(entry.params.get("seconds", 2.0))
+    return RemoteKv(wait=wait, connector=str(entry.params.get("connector", "nixl")))

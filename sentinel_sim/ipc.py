@@ -8,7 +8,7 @@ with a non-blocking socket and :class:`FrameDecoder`.
 
 Messages, API -> engine::
 
-    ("add", [(rid, prompt_tokens, max_tokens, eos_at, priority, arrival, structured), ...])
+    ("add", [(rid, prompt_tokens, max_tokens, eos_at, priority, arrival, structured, remote), ...])
     ("abort", [rid, ...])
     ("fault", name, params, until)        # until: monotonic deadline or None
     ("clear", name_or_None)

@@ -19,7 +19,13 @@ vLLM's front end sets them: ``vllm:engine_sleep_state`` (labels
 operation on, ``vllm:rl_weight_update_operations_in_flight`` (gauge) and
 ``vllm:rl_weight_update_operation_duration_seconds`` (histogram), labelled by
 ``operation`` only, as vLLM 0.32's ``entrypoints/rl/online/metrics.py``
-creates them lazily in the default registry.
+creates them lazily in the default registry. Under the ``remote_kv`` fault
+with ``connector=nixl`` the NIXL connector's families appear from its first
+step, as ``NixlPromMetrics`` (``kv_connector/v1/nixl/stats.py``) creates them
+with the connector: ``vllm:nixl_xfer_time_seconds`` (one observation per
+transfer landed) and the counters ``vllm:nixl_num_failed_transfers``,
+``vllm:nixl_num_failed_notifications`` and ``vllm:nixl_num_kv_expired_reqs``
+(the last tracked on the prefill side), labelled like the engine's series.
 """
 
 from __future__ import annotations
@@ -33,6 +39,13 @@ from sentinel_sim.scheduler import EngineStats
 LABELS = ("model_name", "engine")
 FINISH_REASONS = ("stop", "length", "abort")
 
+# NixlPromMetrics' transfer-time buckets (its list less the first, 0.001).
+_NIXL_XFER_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 5.0)
+_NIXL_COUNTERS = (
+    ("vllm:nixl_num_failed_transfers", "Number of failed NIXL KV Cache transfers."),
+    ("vllm:nixl_num_failed_notifications", "Number of failed NIXL KV Cache notifications."),
+    ("vllm:nixl_num_kv_expired_reqs", "Number of requests that had their KV expire."),
+)
 _TTFT_BUCKETS = (
     0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0,
     2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0,
@@ -288,9 +301,33 @@ class VllmMetrics:
         ]
         self._weight_in_flight: Gauge | None = None
         self._weight_duration: Histogram | None = None
+        self._model_name = model_name
+        self._nixl_xfer: Histogram | None = None
 
     def record(self, stats: EngineStats, had_outputs: bool, engine: int = 0) -> None:
+        if stats.kv_connector == "nixl":
+            xfer = self._nixl_families()
+            for seconds in stats.kv_landed:
+                xfer.labels(self._model_name, str(engine)).observe(seconds)
         self.engines[engine].record(stats, had_outputs)
+
+    def _nixl_families(self) -> Histogram:
+        """The NIXL connector's series, every engine's at 0, from the connector's start."""
+        if self._nixl_xfer is None:
+            self._nixl_xfer = Histogram(
+                "vllm:nixl_xfer_time_seconds",
+                "Histogram of transfer duration for NIXL KV Cache transfers.",
+                LABELS,
+                buckets=_NIXL_XFER_BUCKETS,
+                registry=self.registry,
+            )
+            counters = [Counter(n, d, LABELS, registry=self.registry) for n, d in _NIXL_COUNTERS]
+            for index in range(len(self.engines)):
+                values = (self._model_name, str(index))
+                self._nixl_xfer.labels(*values)
+                for counter in counters:
+                    counter.labels(*values)
+        return self._nixl_xfer
 
     def images_preprocessed(self, count: int) -> None:
         """Images through preprocessing: vLLM records them against the first engine."""

@@ -55,6 +55,7 @@ from sentinel_sim.openai_request import (
     data_parallel_rank,
     error_response,
     int_field,
+    remote_prefill,
 )
 from sentinel_sim.server import EngineDead, Pending, SimServer
 from sentinel_sim.structured import ConstraintError, constraint_of
@@ -155,6 +156,7 @@ class OpenAIApi:
                 arrival=arrival,
                 structured=prepared.constraint is not None,
                 engine=prepared.engine,
+                remote=prepared.remote,
             )
         except EngineDead as exc:
             raise RequestError(500, str(exc)) from None
@@ -262,6 +264,7 @@ class OpenAIApi:
             engine=data_parallel_rank(request.headers, self.config.data_parallel_size),
             thinking=thinking,
             logprobs=logprob_options(body, self.server),
+            remote=remote_prefill(body),
         )
 
     def _plan(self, prepared: Prepared) -> Reply:

@@ -85,6 +85,7 @@ class Prepared:
     engine: int | None = None  # the data-parallel engine it is pinned to (None: balanced)
     thinking: int = 0  # reasoning tokens before the answer (--reasoning-parser)
     logprobs: Mapping[str, Any] | None = None  # what was asked of log-probabilities (logprobs.py)
+    remote: bool = False  # its KV comes from a prefill worker (``kv_transfer_params``)
 
 
 def chat_prompt(body: Mapping[str, Any]) -> tuple[str, int, list[str]]:
@@ -137,6 +138,16 @@ def completion_prompt(body: Mapping[str, Any]) -> tuple[str, int]:
     if isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
         return " ".join(map(str, prompt)), len(prompt)
     raise RequestError(400, "prompt must be a string or a list of token ids")
+
+
+def remote_prefill(body: Mapping[str, Any]) -> bool:
+    """The request's KV is prefilled elsewhere: a disaggregation proxy's ``kv_transfer_params``.
+
+    The proxy sends the prefill worker's answer on with ``do_remote_prefill``
+    true (NIXL's and Mooncake's connectors read it on the decode node).
+    """
+    params = body.get("kv_transfer_params")
+    return isinstance(params, Mapping) and params.get("do_remote_prefill") is True
 
 
 def int_field(body: Mapping[str, Any], name: str, default: int | None) -> int | None:

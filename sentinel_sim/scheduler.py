@@ -25,7 +25,12 @@ hands out a budget of ``max_num_batched_tokens`` tokens per step:
    ``fcfs`` by arrival, and the priority field is ignored. An admitted
    request's first chunk uses what is left of the budget. Structured-output
    requests whose grammar is "still compiling" (the ``structured_hang``
-   fault) stay waiting with reason ``deferred``.
+   fault) stay waiting with reason ``deferred``. Under a KV connector
+   (``remote_kv``: a disaggregated decode node) a request marked remote
+   first gets blocks for its prompt and waits in ``WAITING_FOR_REMOTE_KVS``
+   (reason ``deferred``, holding its blocks) until its transfer lands; then
+   it is admitted with its prompt computed and one token to schedule, as
+   vLLM's ``_update_waiting_for_remote_kv`` sets ``num_computed_tokens``.
 
 A request whose scheduled tokens reach the end of its known tokens samples one
 token in :meth:`Scheduler.execute`: that is its first token after a prefill,
@@ -60,6 +65,7 @@ class EngineRequest:
     priority: int
     arrival: float
     structured: bool = False
+    remote: bool = False  # its KV comes from a prefill worker (``kv_transfer_params``)
     generated: int = 0
     blocks: int = 0
     computed: int = 0  # tokens whose KV is in the cache (prompt first, then output)
@@ -69,6 +75,13 @@ class EngineRequest:
     prompt_counted: bool = False
     is_running: bool = False
     withheld: bool = False  # prefilled, but its next token is held back (stall faults)
+    kv_since: float | None = None  # its blocks allocated, its remote KV awaited since
+    kv_landed: bool = False
+
+    @property
+    def awaiting_kv(self) -> bool:
+        """In ``WAITING_FOR_REMOTE_KVS``: blocks held, the transfer not landed."""
+        return self.kv_since is not None and not self.kv_landed
 
     @property
     def known_tokens(self) -> int:
@@ -85,6 +98,13 @@ class EngineRequest:
 
     def __lt__(self, other: EngineRequest) -> bool:
         return self.sort_key() < other.sort_key()
+
+
+class RemoteKv(NamedTuple):
+    """A KV connector in force: how long a remote request's transfer takes to land, and which."""
+
+    wait: float  # seconds from its blocks' allocation to the transfer landing (inf: never)
+    connector: str  # "nixl" | "mooncake"
 
 
 class Finished(NamedTuple):
@@ -121,6 +141,8 @@ class EngineStats(NamedTuple):
     itls: tuple[float, ...]
     finished: tuple[Finished, ...]
     scheduler: bool = True
+    kv_connector: str = ""  # the KV connector in force ("": none)
+    kv_landed: tuple[float, ...] = ()  # seconds each remote transfer landed in this step took
 
 
 @dataclass(slots=True)
@@ -134,6 +156,8 @@ class StepPlan:
     deferred: int = 0
     no_decode: bool = False
     stall_after: int | None = None
+    kv_connector: str = ""
+    kv_landed: list[float] = field(default_factory=list)
 
     @property
     def total_tokens(self) -> int:
@@ -211,6 +235,7 @@ class Scheduler:
         else:
             self._heap.remove(request)
             heapq.heapify(self._heap)
+        self._free(request)  # a request awaiting its remote KV holds blocks while it waits
         return True
 
     def abort_all(self, now: float) -> tuple[list[tuple[int, int, str | None]], list[Finished]]:
@@ -270,6 +295,7 @@ class Scheduler:
         admit: bool = True,
         budget: int | None = None,
         admit_below: int | None = None,
+        remote_kv: RemoteKv | None = None,
     ) -> StepResult:
         """Schedule and execute one iteration at ``now`` (see :meth:`schedule`).
 
@@ -285,6 +311,7 @@ class Scheduler:
             admit=admit,
             budget=budget,
             admit_below=admit_below,
+            remote_kv=remote_kv,
         )
         return self.execute(plan, now)
 
@@ -305,6 +332,7 @@ class Scheduler:
         admit: bool = True,
         budget: int | None = None,
         admit_below: int | None = None,
+        remote_kv: RemoteKv | None = None,
     ) -> StepPlan:
         """Decide this step's tokens per request and allocate their KV blocks.
 
@@ -315,9 +343,11 @@ class Scheduler:
         ``max_num_batched_tokens`` for this step; ``admit_below`` (the
         ``starve`` fault: a leaked cache or a scheduler bug) admits only
         requests whose priority is below it, so real traffic starves while a
-        priority canary is still served.
+        priority canary is still served; ``remote_kv`` (a KV connector) holds
+        requests marked remote until their transfer lands.
         """
         plan = StepPlan(now=now, no_decode=no_decode, stall_after=stall_after)
+        plan.kv_connector = "" if remote_kv is None else remote_kv.connector
         left = self.max_num_batched_tokens if budget is None else budget
 
         # 1. running requests, in admission order
@@ -357,26 +387,59 @@ class Scheduler:
                 if starved or (defer_structured and request.structured):
                     deferred.append(self._pop_waiting())
                     continue
-                tokens = min(request.known_tokens, left)
-                needed = self._blocks_for(tokens)
+                connector = remote_kv is not None or request.kv_since is not None
+                if request.remote and not request.kv_landed and connector:
+                    awaiting = self._await_kv(request, remote_kv, now, plan)
+                    if awaiting is None:
+                        break  # no room for its blocks: it waits for capacity
+                    if awaiting:
+                        deferred.append(self._pop_waiting())
+                        continue
+                # A landed transfer's prompt is in the cache: one token to compute.
+                cached = request.known_tokens - 1 if request.kv_landed and request.blocks else 0
+                tokens = min(request.known_tokens - cached, left)
+                needed = self._blocks_for(cached + tokens) - request.blocks
                 if needed > self.free_blocks:
                     break
                 self._pop_waiting()
                 self.free_blocks -= needed
-                request.blocks = needed
-                request.computed = 0
+                request.blocks += needed
+                request.computed = cached
                 request.is_running = True
                 if request.first_scheduled is None:
                     request.first_scheduled = now
                 self.running.append(request)
                 plan.scheduled[request.rid] = tokens
-                plan.prefill_tokens += tokens
+                if not cached:
+                    plan.prefill_tokens += tokens
                 left -= tokens
         for request in deferred:
             self._push_waiting(request, front=False)
-        if defer_structured:
-            plan.deferred = sum(1 for r in self.waiting() if r.structured)
+        plan.deferred = sum(
+            1 for r in self.waiting() if (defer_structured and r.structured) or r.awaiting_kv
+        )
         return plan
+
+    def _await_kv(
+        self, request: EngineRequest, remote: RemoteKv | None, now: float, plan: StepPlan
+    ) -> bool | None:
+        """A remote request's transfer: True while awaited, False once landed, None: no room.
+
+        Its blocks are allocated first (vLLM's ``load_kv_async``), and held
+        while it waits; a connector switched off meanwhile lands it at once.
+        """
+        if request.kv_since is None:
+            needed = self._blocks_for(request.prompt_tokens)
+            if needed > self.free_blocks:
+                return None
+            self.free_blocks -= needed
+            request.blocks = needed
+            request.kv_since = now
+        if remote is not None and now - request.kv_since < remote.wait:
+            return True
+        request.kv_landed = True
+        plan.kv_landed.append(now - request.kv_since)
+        return False
 
     def _preempt(self, victim: EngineRequest, plan: StepPlan) -> int:
         """Preempt ``victim``; returns the budget its scheduled tokens give back."""
@@ -429,6 +492,8 @@ class Scheduler:
             ttfts=tuple(ttfts),
             itls=tuple(itls),
             finished=tuple(finished),
+            kv_connector=plan.kv_connector,
+            kv_landed=tuple(plan.kv_landed),
         )
         return result
 

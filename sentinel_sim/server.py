@@ -172,6 +172,7 @@ class SimServer:
         arrival: float,
         structured: bool,
         engine: int | None = None,
+        remote: bool = False,
     ) -> Pending:
         """Hand a request to ``engine`` (pinned by the caller) or to the least loaded one.
 
@@ -188,7 +189,7 @@ class SimServer:
         request = Pending(rid, reply, prompt_tokens)
         request.engine = link.index
         self.pending[rid] = request
-        link.add((rid, prompt_tokens, max_tokens, eos_at, priority, arrival, structured))
+        link.add((rid, prompt_tokens, max_tokens, eos_at, priority, arrival, structured, remote))
         return request
 
     def _least_loaded(self) -> EngineLink:

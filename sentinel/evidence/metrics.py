@@ -55,6 +55,11 @@ COUNTER_SAMPLES: Mapping[str, str] = MappingProxyType(
         # NaN-logit requests, finished weight transfers: sentinel.fingerprint.book's.
         "vllm:corrupted_requests_total": "corrupted_requests",
         "vllm:rl_weight_update_operation_duration_seconds_count": "weight_operations",
+        # The NIXL connector's (kv_connector/v1/nixl/stats.py, NixlPromMetrics): one
+        # observation per transfer that completed, and the failed ones. A decode node
+        # pulls its KV, so its own transfers land here (sentinel.record.kv_transfer).
+        "vllm:nixl_xfer_time_seconds_count": "kv_transfers",
+        "vllm:nixl_num_failed_transfers_total": "kv_failed_transfers",
     }
 )
 GAUGE_SAMPLES: Mapping[str, str] = MappingProxyType(
@@ -75,6 +80,10 @@ SLEEP_LABEL = "sleep_state"
 SLEEP_PREFIX = "sleep_"
 GENERATION_BUCKET = "vllm:request_generation_tokens_bucket"
 WAITING_BY_REASON = "vllm:num_requests_waiting_by_reason"
+# Prompt tokens by where their KV came from; ``external_kv_transfer`` is a KV
+# connector's (NIXL, Mooncake, ...): counted once a transferred request runs.
+BY_SOURCE = "vllm:prompt_tokens_by_source_total"
+EXTERNAL_KV_SOURCE = "external_kv_transfer"
 ENGINE_LABEL = "engine"  # the data-parallel engine index on every vLLM sample
 # Finished reasons that prove the engine produced an answer. ``abort`` is a
 # client (or sentinel) giving up, ``error`` is a failure: neither is progress.
@@ -109,6 +118,7 @@ _WANTED = (
     SLEEP_SAMPLE,
     GENERATION_BUCKET,
     WAITING_BY_REASON,
+    BY_SOURCE,
 )
 _KEPT = frozenset(_WANTED)
 
@@ -173,6 +183,9 @@ def parse_vllm_metrics(text: str, at: float) -> MetricsSample:
                 reason = sample.labels.get("reason", "")
                 if reason in ("capacity", "deferred"):
                     gauge("waiting_" + reason, value, sample.labels)
+            elif sample.name == BY_SOURCE:
+                if sample.labels.get("source") == EXTERNAL_KV_SOURCE:
+                    count("kv_external_tokens", value, sample.labels)
             elif sample.name == SLEEP_SAMPLE:
                 state = sample.labels.get(SLEEP_LABEL, "")
                 if state.isidentifier() and len(state) <= 32:

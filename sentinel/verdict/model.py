@@ -41,6 +41,7 @@ class HangKind(OpenName):
     SCALING: ClassVar[HangKind]
     DEGENERATE: ClassVar[HangKind]
     WEIGHT_UPDATE: ClassVar[HangKind]
+    KV_TRANSFER: ClassVar[HangKind]
 
 
 HangKind.ENGINE = HangKind("engine")
@@ -59,6 +60,8 @@ HangKind.SCALING = HangKind("scaling")  # an elastic EP scale that did not end w
 HangKind.DEGENERATE = HangKind("degenerate")
 # A weight update in flight past its bound (its trainer may have died mid-transfer).
 HangKind.WEIGHT_UPDATE = HangKind("weight_update")
+# Requests deferred for their remote KV past a bound on a disaggregated decode node.
+HangKind.KV_TRANSFER = HangKind("kv_transfer")
 
 
 class Phase(StrEnum):

@@ -16,6 +16,7 @@ from sentinel.verdict.hangs.corrupt import CorruptKnobs
 from sentinel.verdict.hangs.dead import DeadKnobs
 from sentinel.verdict.hangs.degenerate import DegenerateKnobs
 from sentinel.verdict.hangs.engine import EngineKnobs
+from sentinel.verdict.hangs.kv_transfer import KvTransferKnobs
 from sentinel.verdict.hangs.listener_down import ListenerKnobs
 from sentinel.verdict.hangs.partial import PartialKnobs
 from sentinel.verdict.hangs.path import PathKnobs
@@ -73,6 +74,7 @@ class Policy(
     StalledKnobs,
     WeightUpdateKnobs,
     ScalingKnobs,
+    KvTransferKnobs,
     VerdictKnobs,
 ):
     """Thresholds of the verdict (the README's defaults table), each knob declared once."""

@@ -24,6 +24,7 @@ from sentinel.verdict.hangs import (
     dead,
     degenerate,
     engine,
+    kv_transfer,
     listener_down,
     partial,
     path,
@@ -122,5 +123,6 @@ for _module in (
     stalled,
     weight_update,
     scaling,
+    kv_transfer,
 ):
     register(_module.RULE)

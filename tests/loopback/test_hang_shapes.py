@@ -209,14 +209,39 @@ async def _reasons(sidecar: Sidecar) -> list[str]:
 
 
 async def test_a_still_engine_is_confirmed_within_the_step_window(sim: SimProcess) -> None:
-    """An idle engine hangs; no counter moves, not even for the canary: red at the step window."""
-    async with _sidecar(sim.base_url, **STILL) as sidecar:
+    """An idle engine hangs; no counter moves, not even for the canary: red at the step window.
+
+    Without its processes in view, so the frozen rule (which would fire as soon) cannot.
+    """
+    async with _sidecar(sim.base_url, **STILL, watch_processes=False) as sidecar:
         sim.control.set_fault("engine_hang")
         # A canary every second, the step window, a scrape and an evaluation fit
         # well under the 12 s hang window; which rule fired is in the reason.
         await _red(sidecar, 10.0)
         reasons = await _reasons(sidecar)
         assert any("no engine step at all" in r for r in reasons), reasons
+
+
+@pytest.mark.parametrize(
+    ("fault", "params", "words"),
+    [
+        # A request stuck in the batch: the gauges show it, so the still rule
+        # keeps out, but the engine's processes use no CPU at all.
+        pytest.param("stuck_running", {"requests": 1}, "using no CPU", id="stuck-in-batch"),
+        # An idle engine spinning in its hang: CPU used, so the frozen rule
+        # keeps out and the still rule (no step at all) confirms.
+        pytest.param("engine_hang", {"spin": True}, "no engine step at all", id="spinning"),
+    ],
+)
+async def test_the_frozen_rule_confirms_a_blocked_engine_and_keeps_out_of_a_spinning_one(
+    sim: SimProcess, fault: str, params: dict[str, Any], words: str
+) -> None:
+    """Red within a few seconds either way; the reason names the rule that fired."""
+    async with _sidecar(sim.base_url, **STILL) as sidecar:
+        sim.control.set_fault(fault, **params)
+        await _red(sidecar, 10.0)
+        reasons = await _reasons(sidecar)
+        assert any(words in r for r in reasons), reasons
 
 
 @pytest.mark.parametrize(

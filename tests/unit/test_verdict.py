@@ -676,7 +676,7 @@ def test_hang_kinds_are_engine_partial_each_path_kind_dead_broken_and_listener()
         HangKind(STRUCTURED),
         HangKind(MULTIMODAL),
     )
-    assert hang_kinds()[-10:] == (
+    assert hang_kinds()[-11:] == (
         HangKind.CORRUPT,
         HangKind.DEGENERATE,
         HangKind.DEAD,
@@ -687,6 +687,7 @@ def test_hang_kinds_are_engine_partial_each_path_kind_dead_broken_and_listener()
         HangKind.ASLEEP,
         HangKind.WEIGHT_UPDATE,
         HangKind.SCALING,
+        HangKind.KV_TRANSFER,
     )
     assert HangKind(TEXT) not in hang_kinds()
 
