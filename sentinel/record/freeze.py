@@ -79,6 +79,8 @@ class LedgerView(Protocol):
     @property
     def engine_down_detail(self) -> str: ...
     @property
+    def engine_down_stopped(self) -> bool: ...
+    @property
     def down_engines(self) -> tuple[int, ...]: ...
     @property
     def down_ranks(self) -> tuple[int, ...]: ...
@@ -144,6 +146,7 @@ def freeze(
         health_failing_since=ledger.health_failing_since,
         engine_down_since=ledger.engine_down_since,
         engine_down_detail=ledger.engine_down_detail,
+        engine_down_stopped=ledger.engine_down_stopped,
         down_engines=ledger.down_engines,
         down_ranks=ledger.down_ranks,
         engines=_engine_progress(ledger) if fresh else (),

@@ -99,6 +99,7 @@ class Ledger:
         self.processes: ProcessSnapshot | None = None
         self.engine_down_since: float | None = None
         self.engine_down_detail = ""
+        self.engine_down_stopped = False  # every process down is stopped (SIGSTOP, a tracer)
         self.down_engines: tuple[int, ...] = ()  # data-parallel engines of the down processes
         self.down_ranks: tuple[int, ...] = ()  # tensor-parallel ranks of the down processes
         # Titles and placements seen (pid, start time): a zombie keeps only its short name.
@@ -131,6 +132,7 @@ class Ledger:
         self.health_failing_since = None
         self.engine_down_since = None
         self.engine_down_detail = ""
+        self.engine_down_stopped = False
         self.down_engines, self.down_ranks = (), ()
         self.startup_passed = False
         self.lifecycle.reset()
@@ -347,11 +349,13 @@ class Ledger:
             if self.engine_down_since is None:
                 self.engine_down_since = now
             self.engine_down_detail = ", ".join(f"{p.describe()} {p.state.value}" for p in down)
+            self.engine_down_stopped = all(p.state is ProcessState.STOPPED for p in down)
             self.down_engines = _distinct(p.placement.engine for p in down)
             self.down_ranks = _distinct(p.placement.tp_rank for p in down)
         else:
             self.engine_down_since = None
             self.engine_down_detail = ""
+            self.engine_down_stopped = False
             self.down_engines, self.down_ranks = (), ()
 
     def evidence(

@@ -212,6 +212,7 @@ class Evidence:
     health_failing_since: float | None = None  # vLLM /health non-200 since
     engine_down_since: float | None = None  # engine process stopped/zombie/gone since
     engine_down_detail: str = ""
+    engine_down_stopped: bool = False  # every process behind it is stopped, none gone
     # Which data-parallel engines and tensor-parallel ranks the processes
     # behind ``engine_down_since`` belong to (empty: none named).
     down_engines: tuple[int, ...] = ()

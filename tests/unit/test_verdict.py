@@ -114,6 +114,7 @@ def evidence(
     health_failing_since: float | None = None,
     engine_down_since: float | None = None,
     engine_down_detail: str = "",
+    engine_down_stopped: bool = False,
     evidence_at: float | None = None,
     real_completion_at: float | None = None,
     refused_since: float | None = None,
@@ -129,6 +130,7 @@ def evidence(
         health_failing_since=health_failing_since,
         engine_down_since=engine_down_since,
         engine_down_detail=engine_down_detail,
+        engine_down_stopped=engine_down_stopped,
         last_evidence_at=evidence_at,
         last_real_completion_at=real_completion_at,
         refused_since=refused_since,
@@ -756,6 +758,29 @@ DEAD_CASES = [
         105.0,
         True,
         id="engine-down-long-health-short",
+    ),
+    # Every engine process down is stopped (SIGSTOP): the stopped grace, 3 s.
+    pytest.param(
+        evidence(
+            text(ok(1)),
+            engine_down_since=100,
+            engine_down_detail="EngineCore stopped",
+            engine_down_stopped=True,
+        ),
+        102.9,
+        False,
+        id="engine-stopped-2.9s",
+    ),
+    pytest.param(
+        evidence(
+            text(ok(1)),
+            engine_down_since=100,
+            engine_down_detail="EngineCore stopped",
+            engine_down_stopped=True,
+        ),
+        103.0,
+        True,
+        id="engine-stopped-3s",
     ),
 ]
 

@@ -20,7 +20,16 @@ from sentinel.evidence.process_model import (
     ProcessSnapshot,
     ProcessState,
 )
-from sentinel.verdict import Evidence, HangKind, KindEvidence, Lifecycle, Policy, VerdictState
+from sentinel.record.ledger import Ledger
+from sentinel.verdict import (
+    Action,
+    Evidence,
+    HangKind,
+    KindEvidence,
+    Lifecycle,
+    Policy,
+    VerdictState,
+)
 from sentinel.verdict import evaluate as judge
 from sentinel.verdict.model import Phase
 
@@ -164,3 +173,17 @@ def test_another_engine_process_starts_over() -> None:
     )
     cpu.observe(ProcessSnapshot(at=2.0, engines=(other,)), 2.0)
     assert cpu.current.idle_since is None  # one sample of the new process
+
+
+def test_the_ledger_tells_a_stopped_engine_from_a_gone_one() -> None:
+    """SIGSTOP gets the stopped grace; once any process behind it is gone, the dead grace."""
+    ledger = Ledger([(TEXT, Action.RESTART, None)], 0.0)
+    api = ProcessInfo(6, ProcessRole.API_SERVER, "python", ProcessState.SLEEPING, 1.0)
+    engine = snapshot(1.0, 1.0, ProcessState.STOPPED).engines
+    ledger.observe_processes(ProcessSnapshot(at=1.0, api=api, engines=engine), 1.0)
+    assert ledger.evidence(1.0, 10.0).engine_down_stopped
+    gone = snapshot(2.0, None, ProcessState.GONE).engines
+    ledger.observe_processes(ProcessSnapshot(at=2.0, api=api, engines=gone), 2.0)
+    ev = ledger.evidence(2.0, 10.0)
+    assert ev.engine_down_since == 1.0
+    assert not ev.engine_down_stopped

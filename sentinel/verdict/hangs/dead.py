@@ -21,22 +21,31 @@ class DeadKnobs(Knobs):
     dead_grace: float = seconds(
         5.0, "Engine dead: /health 5xx or an engine process down this long.", 0.0, 3600.0
     )
+    stopped_grace: float = seconds(
+        3.0,
+        "Engine dead sooner: every engine process down is stopped (SIGSTOP, a tracer) this "
+        "long; sentinel's own stack dumps never stop it (py-spy --nonblocking).",
+        0.0,
+        3600.0,
+    )
     dead_policy: Action = setting(Action.RESTART, "What a dead engine does.")
 
 
 def dead(evidence: Evidence, policy: DeadKnobs, now: float) -> Hang | None:
     """vLLM's ``/health`` failing or an engine process down for longer than the grace."""
+    stopped = evidence.engine_down_stopped
     causes = (
-        (evidence.health_failing_since, "vLLM /health failing", (), ()),
+        (evidence.health_failing_since, policy.dead_grace, "vLLM /health failing", (), ()),
         (
             evidence.engine_down_since,
+            min(policy.stopped_grace, policy.dead_grace) if stopped else policy.dead_grace,
             evidence.engine_down_detail or "engine process down",
             evidence.down_engines,
             evidence.down_ranks,
         ),
     )
-    for since, what, engines, ranks in causes:
-        elapsed = held_for(since, policy.dead_grace, now, evidence.unobserved)
+    for since, grace, what, engines, ranks in causes:
+        elapsed = held_for(since, grace, now, evidence.unobserved)
         if elapsed is not None and since is not None:
             reason = f"engine dead: {what} for {elapsed:.0f}s"
             return Hang(HangKind.DEAD, policy.dead_policy, reason, since, engines, ranks)
@@ -49,6 +58,6 @@ RULE = HangRule(
     DeadKnobs,
     kinds=(HangKind.DEAD,),
     action="dead_policy",
-    windows=("dead_grace",),
+    windows=("dead_grace", "stopped_grace"),
     evidence="vLLM /health 5xx, or an engine process stopped, a zombie or gone",
 )
