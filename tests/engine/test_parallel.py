@@ -115,12 +115,18 @@ def _named(status: dict[str, Any], title: str) -> dict[str, Any]:
 
 
 async def _bundle(sidecar: Sidecar) -> dict[str, Any]:
-    async def written() -> bool:
-        return bool((await sidecar.json("/status"))["incidents"]["recent"])
+    """The bundle of the confirmed hang (one a missed deadline opened may come first)."""
 
-    await eventually(written, BUNDLE, "a diagnostics bundle in /status incidents.recent")
-    recent = (await sidecar.json("/status"))["incidents"]["recent"]
-    bundle: dict[str, Any] = json.loads((Path(recent[-1]["path"]) / "bundle.json").read_text())
+    async def hang_bundles() -> list[dict[str, Any]]:
+        recent = (await sidecar.json("/status"))["incidents"]["recent"]
+        return [r for r in recent if r["trigger"] != "missed-deadline"]
+
+    async def written() -> bool:
+        return bool(await hang_bundles())
+
+    await eventually(written, BUNDLE, "a confirmed hang's bundle in /status incidents.recent")
+    path = Path((await hang_bundles())[-1]["path"])
+    bundle: dict[str, Any] = json.loads((path / "bundle.json").read_text())
     return bundle
 
 
