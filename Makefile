@@ -137,8 +137,8 @@ bench-vllm: engine-env
 # Detection time per hang shape (idle engine hang, a request stuck in the batch, a decode
 # stall after the first token under streamed load, SIGSTOP of EngineCore): median and worst
 # seconds from the fault to /livez 503, a fresh sidecar per round; goals of issue 32.
-# bench-detection: the simulator, 5 rounds (about 3 minutes); bench-detection-vllm: one
-# real vLLM 0.32 server, 3 rounds (about 15 minutes on two cores). Exit 1 only if a round broke.
+# bench-detection: the simulator, 5 rounds (about 5 minutes); bench-detection-vllm: one
+# real vLLM 0.32 server, 3 rounds (about 3 minutes on two cores). Exit 1 only if a round broke.
 .PHONY: bench-detection bench-detection-vllm
 bench-detection: $(STAMP)
 	$(PY) -m tests.bench.bench_detection --target sim $(ARGS)
