@@ -1,6 +1,6 @@
 """The frozen-engine rule on a virtual clock, and the CPU watch it reads.
 
-A text canary waited the frozen window (5 s) while no work counter moved at
+A text canary waited through the frozen window (5 s) while no work counter moved at
 all and the engine's processes used no CPU (sentinel.evidence.engine_cpu),
 whatever the queue gauges show: a blocked engine loop, with requests in it or
 none. Beside the cases that fire at 5 s are those that must wait for the step
@@ -88,6 +88,15 @@ def test_a_canary_waiting_on_an_engine_using_no_cpu_confirms_at_the_frozen_windo
         assert "using no CPU" in reason
 
 
+def test_a_canary_sent_before_the_engine_stopped_counts_from_the_standstill() -> None:
+    """In flight when the engine last moved (a step, CPU): the window runs from there."""
+    ev = evidence(now=SENT + 7.0, idle_since=SENT + 2.0, last_step_at=SENT + 2.0)
+    reason = engine_hang(ev, SENT + 7.0)
+    assert reason is not None
+    assert "5s" in reason
+    assert engine_hang(evidence(now=SENT + 6.9, idle_since=SENT + 2.0), SENT + 6.9) is None
+
+
 def test_a_timed_out_text_canary_counts() -> None:
     results = (CanaryResult("text-canary", TEXT, Reason.TIMEOUT, SENT, 8.0),)
     ev = evidence(now=SENT + 8.5, outstanding=(), results=results)
@@ -98,7 +107,7 @@ def test_a_timed_out_text_canary_counts() -> None:
     ("case", "ev"),
     [
         # The engine used CPU after the send (a long step computing, a spin).
-        ("cpu after the send", evidence(idle_since=SENT + 1.0, now=SENT + 7.0)),
+        ("cpu 4 s ago", evidence(idle_since=SENT + 3.0, now=SENT + 7.0)),
         ("cpu now", evidence(idle_since=None, now=SENT + 7.0)),
         # The processes are not in view: the step and hang windows decide.
         (
@@ -106,9 +115,9 @@ def test_a_timed_out_text_canary_counts() -> None:
             evidence(idle_since=None, unknown="no engine process attributed", now=SENT + 7.0),
         ),
         # A counter moved after the send (the canary's own prefill: a step).
-        ("a step", evidence(last_step_at=SENT + 1.0, now=SENT + 7.0)),
+        ("a step 4 s ago", evidence(last_step_at=SENT + 3.0, now=SENT + 7.0)),
         # A prompt prefilled in chunks set a KV-cache high after the send.
-        ("prefill", evidence(prefill_at=SENT + 2.0, now=SENT + 7.0)),
+        ("prefill 4 s ago", evidence(prefill_at=SENT + 3.0, now=SENT + 7.0)),
         # No step signal: nothing tells that no counter moved.
         ("no step signal", evidence(steps=False, now=SENT + 7.0)),
         # The process samples cover only 4 s after the send.

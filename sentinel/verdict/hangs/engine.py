@@ -88,13 +88,13 @@ def engine_hang(evidence: Evidence, policy: EngineKnobs, now: float) -> Hang | N
     last_progress = max(last_progress, or_never(evidence.last_prefill_at))
     floor = max(last_success, last_progress, window_floor(evidence))
     sends = aimed_sends(filter(unanswered, results), enabled)
-    candidates = server_wide(evidence, sends, floor, answered(results))
-    if not candidates:
-        return None
-    for sooner in (frozen_engine, still_engine):
+    for sooner in (frozen_engine, still_engine):  # each picks its own canaries
         found = sooner(evidence, enabled, results, last_success, policy, now)
         if found is not None:
             return found
+    candidates = server_wide(evidence, sends, floor, answered(results))
+    if not candidates:
+        return None
     since = min(candidates)
     if evidence.progress_available:
         window = policy.hang_window
@@ -197,7 +197,10 @@ def frozen_engine(
     and one with nothing to do wakes for the canary; an engine waiting on a
     compiler, asleep, paused or updating weights is held by the rule's gates.
     So the engine loop is blocked, whether the engine holds requests (gauges
-    frozen above 0) or none. Where the engine's processes are not in view
+    frozen above 0) or none. The window counts from the later of the send and
+    the engine's last sign of life (a counter moving, a prefill, CPU used): a
+    canary in flight when the engine stopped waited through the standstill,
+    and the next one would wait its deadline behind it. Where the engine's processes are not in view
     (``engine_cpu_unknown``) the step and hang windows apply.
     """
     idle_since, cpu_at = evidence.engine_idle_since, evidence.engine_cpu_at
@@ -206,32 +209,31 @@ def frozen_engine(
     if not evidence.steps_available or evidence.sampled_at is None:
         return None
     resumed = evidence.lifecycle.resumed_at
-    floor = max(
-        last_success,
-        or_never(evidence.last_step_at),
-        or_never(evidence.last_prefill_at),
-        evidence.epoch_started,
-        float("-inf") if resumed is None else resumed,
-    )
+    floor = max(last_success, evidence.epoch_started, float("-inf") if resumed is None else resumed)
     paths = {k.kind for k in enabled if k.path}
     waited = sends(
         (r for r in results if r.reason is Reason.TIMEOUT and r.kind not in paths),
         (k for k in enabled if not k.path),
     )
-    candidates = [
-        c for c in server_wide(evidence, waited, floor, answered(results)) if c >= idle_since
-    ]
+    candidates = server_wide(evidence, waited, floor, answered(results))
     if not candidates:
         return None
-    since = min(candidates)
+    # Counted from the later of the send and the engine's last sign of life: a
+    # canary sent before the engine stopped waited through the whole standstill.
+    since = max(
+        min(candidates),
+        idle_since,
+        or_never(evidence.last_step_at),
+        or_never(evidence.last_prefill_at),
+    )
     elapsed = observed(since, min(now, cpu_at, evidence.sampled_at), evidence.unobserved)
     if elapsed < min(policy.frozen_window, policy.step_window, policy.hang_window):
         return None
     return Hang(
         HangKind.ENGINE,
         policy.engine_policy,
-        f"engine hang: canary unanswered for {elapsed:.0f}s with no work counter moving "
-        "and the engine's processes using no CPU",
+        f"engine hang: a canary unanswered through {elapsed:.0f}s with no work counter "
+        "moving and the engine's processes using no CPU",
         since,
     )
 
