@@ -51,6 +51,8 @@ class SimConfig:
     control_port: int = 8001
     model: str = DEFAULT_MODEL
     max_num_seqs: int = 16
+    # vLLM's admission control (--max-num-queued-reqs): past it a request is refused 503.
+    max_num_queued_reqs: int | None = None
     kv_cache_tokens: int = 65536
     block_size: int = 16
     max_model_len: int = 4096
@@ -97,6 +99,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--model", "--served-model-name", dest="model", default=d.model)
     parser.add_argument("--max-num-seqs", type=int, default=d.max_num_seqs)
+    parser.add_argument(
+        "--max-num-queued-reqs",
+        type=int,
+        default=d.max_num_queued_reqs,
+        help="admission cap on unfinished requests: past it, 503 before the engine",
+    )
     parser.add_argument(
         "--kv-cache-tokens", type=int, default=d.kv_cache_tokens, help="KV-cache capacity"
     )
@@ -207,6 +215,7 @@ def parse_args(argv: Sequence[str] | None = None) -> SimConfig:
         control_port=ns.control_port,
         model=ns.model,
         max_num_seqs=ns.max_num_seqs,
+        max_num_queued_reqs=ns.max_num_queued_reqs,
         kv_cache_tokens=ns.kv_cache_tokens,
         block_size=ns.block_size,
         max_model_len=ns.max_model_len,

@@ -288,6 +288,15 @@ class EngineSeries:
                 self.tpot.observe(done.decode / (done.generation_tokens - 1))
 
 
+# vllm/v1/metrics/loggers.py (0.32): the reasons an admission is refused.
+ADMISSION_REASONS = ("max_num_queued_reqs", "max_num_queued_tokens")
+# vllm/exceptions.py QueueOverflowError: HTTP 503, these words.
+QUEUE_FULL = (
+    "The engine is currently busy and cannot accept new requests. "
+    "Please try again later or on a different instance."
+)
+
+
 class VllmMetrics:
     """One registry holding vLLM's series for each engine (``engine="0"`` ... ``"N-1"``)."""
 
@@ -303,6 +312,15 @@ class VllmMetrics:
         self._weight_duration: Histogram | None = None
         self._model_name = model_name
         self._nixl_xfer: Histogram | None = None
+        # vLLM's frontend admission counter, both reasons present from the start.
+        self.admission_rejections = Counter(
+            "vllm:admission_rejections",
+            "Number of admission attempts rejected by a queue limit, by reason.",
+            ("model_name", "reason"),
+            registry=self.registry,
+        )
+        for reason in ADMISSION_REASONS:
+            self.admission_rejections.labels(model_name, reason)
 
     def record(self, stats: EngineStats, had_outputs: bool, engine: int = 0) -> None:
         if stats.kv_connector == "nixl":

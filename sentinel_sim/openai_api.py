@@ -36,6 +36,7 @@ from sentinel_sim.elastic_ep import add_elastic_ep_routes, scaling_middleware
 from sentinel_sim.fault_gates import fault_middleware
 from sentinel_sim.faults import Fault
 from sentinel_sim.logprobs import logprob_options, logprobs_json, merged, served, several_prompts
+from sentinel_sim.metrics import QUEUE_FULL
 from sentinel_sim.model import (
     ImageError,
     Reply,
@@ -146,6 +147,14 @@ class OpenAIApi:
     def _submit(
         self, prepared: Prepared, reply: Reply, eos_at: int | None, arrival: float
     ) -> Pending:
+        cap = self.config.max_num_queued_reqs
+        if cap is not None and len(self.server.pending) + 1 > cap:
+            # vLLM's admission control (AsyncLLM before the engine): every
+            # unfinished request counts, whatever its priority.
+            self.server.metrics.admission_rejections.labels(
+                self.config.model, "max_num_queued_reqs"
+            ).inc()
+            raise RequestError(503, QUEUE_FULL)
         try:
             return self.server.submit(
                 reply,

@@ -94,6 +94,14 @@ def error_of(payload: Any) -> tuple[int | None, str]:
     return (code if isinstance(code, int) and not isinstance(code, bool) else None), message
 
 
+# vLLM's admission control refusals (vllm/exceptions.py QueueOverflowError and
+# MaxQueuedTokensError, 0.32): HTTP 503 with these words, before the engine.
+ADMISSION_REFUSALS = (
+    "The engine is currently busy and cannot accept new requests",
+    "The engine has reached its prefill token backlog limit",
+)
+
+
 def status_failure(status: int, raw: bytes, probe: CanaryKindProbe | None) -> CanaryFailure:
     try:
         payload: Any = json.loads(raw)
@@ -102,6 +110,8 @@ def status_failure(status: int, raw: bytes, probe: CanaryKindProbe | None) -> Ca
     _, message = error_of(payload)
     if not message:
         message = raw[:120].decode("utf-8", "replace")
+    if status == 503 and message.startswith(ADMISSION_REFUSALS):
+        return CanaryFailure(Reason.ADMISSION, f"HTTP {status}: {message}", http_status=status)
     if probe is not None:
         special = probe.rejection(status, message)
         if special is not None:

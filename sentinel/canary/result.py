@@ -29,6 +29,10 @@ class Reason(StrEnum):
     # Neither failed nor passed: the model only reasoned (thinking text, no answer)
     # and was cut at max_tokens, or reasoning hid the path under test. Proves nothing.
     INCONCLUSIVE = "inconclusive"
+    # Refused at vLLM's admission cap (--max-num-queued-reqs, --max-num-queued-tokens):
+    # HTTP 503 before the engine, whatever the priority. Load shedding, not a failure
+    # of the server; no answer either (the engine rule counts it unanswered).
+    ADMISSION = "admission"
     PROTOCOL = "protocol"  # any other transport error
 
 

@@ -15,7 +15,11 @@ from collections.abc import Sequence
 from sentinel.canary.result import CanaryResult, Reason
 from sentinel.verdict.model import Evidence, KindEvidence
 
-FAST_FAILURES = frozenset({Reason.HTTP_STATUS, Reason.PROTOCOL, Reason.EMPTY, Reason.BAD_BODY})
+# A refusal at vLLM's admission cap is one too: a hung engine fills its queue to the
+# cap, then every arrival is refused in milliseconds (a working one completes work).
+FAST_FAILURES = frozenset(
+    {Reason.HTTP_STATUS, Reason.PROTOCOL, Reason.EMPTY, Reason.BAD_BODY, Reason.ADMISSION}
+)
 UNANSWERED = FAST_FAILURES | {Reason.TIMEOUT}
 
 

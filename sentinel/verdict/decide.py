@@ -24,7 +24,10 @@ from sentinel.verdict.registry import confirmed_hangs
 
 # Results that say nothing about the server's health: the model takes no such
 # input, or a reasoning model spent the canary's tokens thinking.
-NOT_JUDGED = frozenset({Reason.UNSUPPORTED, Reason.INCONCLUSIVE})
+# Neither good nor bad for readiness: a kind the model cannot do, a reply that
+# proves nothing, and a refusal at vLLM's admission cap (load shedding: a replica
+# at its cap stays in the endpoints, or a pool at peak loses every replica at once).
+NOT_JUDGED = frozenset({Reason.UNSUPPORTED, Reason.INCONCLUSIVE, Reason.ADMISSION})
 RESTART_ASKED = "a restart was asked for; the restarted server earns its startup afresh"
 
 
