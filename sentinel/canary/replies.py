@@ -95,11 +95,17 @@ def error_of(payload: Any) -> tuple[int | None, str]:
 
 
 # vLLM's admission control refusals (vllm/exceptions.py QueueOverflowError and
-# MaxQueuedTokensError, 0.32): HTTP 503 with these words, before the engine.
+# MaxQueuedTokensError, 0.32): HTTP 503 with these words, before the engine; a
+# streamed request gets them as an error event after its 200.
 ADMISSION_REFUSALS = (
     "The engine is currently busy and cannot accept new requests",
     "The engine has reached its prefill token backlog limit",
 )
+
+
+def admission_refusal(message: str) -> bool:
+    """Whether an error's message is vLLM's admission refusal (as a body or a stream event)."""
+    return message.startswith(ADMISSION_REFUSALS)
 
 
 def status_failure(status: int, raw: bytes, probe: CanaryKindProbe | None) -> CanaryFailure:
@@ -110,7 +116,7 @@ def status_failure(status: int, raw: bytes, probe: CanaryKindProbe | None) -> Ca
     _, message = error_of(payload)
     if not message:
         message = raw[:120].decode("utf-8", "replace")
-    if status == 503 and message.startswith(ADMISSION_REFUSALS):
+    if status == 503 and admission_refusal(message):
         return CanaryFailure(Reason.ADMISSION, f"HTTP {status}: {message}", http_status=status)
     if probe is not None:
         special = probe.rejection(status, message)

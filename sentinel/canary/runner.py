@@ -40,6 +40,7 @@ from sentinel.canary.late import Adopter, outlive
 from sentinel.canary.protocol import CHAT_ENDPOINT, CanaryKindProbe, CanaryRequest, Reply
 from sentinel.canary.replies import (
     CanaryFailure,
+    admission_refusal,
     choice_reasoning,
     choice_text,
     classify,
@@ -310,9 +311,8 @@ class CanaryRunner:
                 raise CanaryFailure(Reason.BAD_BODY, "stream chunk is not a JSON object")
             if "error" in chunk:
                 status, message = error_of(chunk)
-                raise CanaryFailure(
-                    Reason.HTTP_STATUS, f"error in stream: {message}", http_status=status
-                )
+                reason = Reason.ADMISSION if admission_refusal(message) else Reason.HTTP_STATUS
+                raise CanaryFailure(reason, f"error in stream: {message}", http_status=status)
             if isinstance(chunk.get("usage"), dict):
                 usage = chunk["usage"]
             for choice in chunk.get("choices") or []:

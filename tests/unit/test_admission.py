@@ -12,7 +12,7 @@ import json
 
 import pytest
 
-from sentinel.canary.replies import status_failure
+from sentinel.canary.replies import admission_refusal, status_failure
 from sentinel.canary.result import CanaryResult, Reason
 from sentinel.canary.spec import CanaryKind
 from sentinel.verdict import Evidence, KindEvidence, Policy, VerdictState, evaluate
@@ -64,3 +64,10 @@ def test_refusals_at_the_cap_keep_a_started_server_ready() -> None:
     assert verdict.readiness.ok, verdict.readiness.reason
     assert verdict.liveness.ok
     assert not state.degraded
+
+
+def test_the_refusal_is_told_in_a_stream_error_event_too() -> None:
+    """A streamed canary gets vLLM's words as an error event after its 200."""
+    assert admission_refusal(QUEUE_FULL)
+    assert admission_refusal(BACKLOG)
+    assert not admission_refusal("Internal server error")
