@@ -51,6 +51,7 @@ CASES: list[tuple[str, dict[str, Any]]] = [
     *((f.value, {}) for f in Fault if f.value in ("weights_lost", "weights_updated")),
     (Fault.NO_LOGPROBS.value, {}),
     (Fault.NEAR_TIES.value, {"flip": "third"}),
+    (Fault.REMOTE_KV.value, {"land": "never"}),
 ]
 # Faults that end the server's life as a target run last, each on a simulator of its own.
 TERMINAL = (Fault.EXIT.value, Fault.LISTENER_CLOSED.value)
