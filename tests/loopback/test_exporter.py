@@ -125,6 +125,17 @@ async def test_a_hung_target_fails_within_the_scrape_timeout_and_its_stall_shows
     exporter: str, http: httpx.AsyncClient
 ) -> None:
     async with SimProcess(decode_tps=200, faults=["stuck_running:requests=2"]) as hung:
+
+        async def stuck_shown() -> bool:
+            text = (await http.get(hung.base_url + "/metrics")).text
+            return any(
+                s.name == "vllm:num_requests_running" and s.value >= 2
+                for family in text_string_to_metric_families(text)
+                for s in family.samples
+            )
+
+        # The simulator publishes its seeded requests with the step that seeds them.
+        await eventually(stuck_shown, 20.0, "the simulator shows its 2 stuck requests")
         loop = asyncio.get_running_loop()
         started = loop.time()
         # The client gives up at the scrape timeout: an answer at all is one within it.
