@@ -44,11 +44,13 @@ from sentinel.fingerprint.endpoint import fingerprint_routes
 from sentinel.fleet.gate import BudgetGate
 from sentinel.fleet.lease import PoolBudget
 from sentinel.maintenance.endpoint import MaintenanceHook
+from sentinel.record.auto_sleep import AutoSleepWatch
 from sentinel.record.kv_transfer import KvTransferWatch
 from sentinel.record.ledger import Ledger
 from sentinel.record.observers import LoopFailures, Observers, Step, every, supervised
 from sentinel.record.provider import Provider
 from sentinel.record.reachability import Reachability
+from sentinel.scheduling.auto_sleep import CanaryHold
 from sentinel.scheduling.scheduler import Scheduler
 from sentinel.scheduling.suspicion import Suspicion
 from sentinel.serve.probe_thread import ThreadedHttpServer
@@ -105,6 +107,9 @@ class Daemon:
         self.observers.sample_listeners.append(self.fingerprints.observe_sample)
         self.suspicion = Suspicion(self.ledger, clock)
         self.observers.sample_listeners.append(self.suspicion.observe)
+        self.auto_sleep = AutoSleepWatch.listening(
+            self.observers, settings.auto_sleep_idle, hold=settings.auto_sleep_hold
+        )
         self.failures = LoopFailures(clock, self.metrics.loop_failed)
         self.observers.observations.failures = self.failures
         self.incidents = IncidentRecorder.for_settings(
@@ -129,6 +134,7 @@ class Daemon:
                 *BudgetGate.of(self.budget),
                 self.reachability,
                 KvTransferWatch.listening(self.observers, settings.kv_transfer_bound),
+                self.auto_sleep,
                 *providers,
             ),
             budget=self.budget,
@@ -305,6 +311,7 @@ class Daemon:
             on_error=self.failures.record,
             late_wait=self.settings.late_wait,
             suspicion=self.suspicion,
+            hold=CanaryHold(self.auto_sleep, self.ledger, clock=self.clock),
         )
 
     def _observer_steps(self, client: httpx.AsyncClient) -> list[tuple[str, float, Step]]:

@@ -105,6 +105,7 @@ async def serve(config: SimConfig) -> int:
         await server.start_engine()
         for spec in config.faults:
             server.set_fault(spec)
+        server.idle.start()
         if satellites is None:
             openai_site: web.BaseSite = web.TCPSite(
                 openai_runner, config.host, config.port, backlog=4096

@@ -77,6 +77,10 @@ class SimConfig:
     # A base model whose tokenizer defines no chat template: chat answers vLLM's 400.
     no_chat_template: bool = False
     elastic_scale_seconds: float = 45.0  # how long POST /scale_elastic_ep scales
+    # vLLM's proposed idle auto-sleep (sentinel_sim.auto_sleep); None: off.
+    sleep_idle_ttl: float | None = None
+    sleep_idle_level: int = 1
+    wake_seconds: float = 1.0  # how long a wake on request takes
     faults: tuple[FaultSpec, ...] = field(default_factory=tuple)
 
     def engine_json(self) -> dict[str, Any]:
@@ -179,6 +183,17 @@ def build_parser() -> argparse.ArgumentParser:
         default=d.elastic_scale_seconds,
         help="how long POST /scale_elastic_ep scales (every path answers 503 meanwhile)",
     )
+    parser.add_argument(
+        "--sleep-idle-ttl",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="sleep after this long without an inference request; a request wakes it",
+    )
+    parser.add_argument("--sleep-idle-level", type=int, choices=(1, 2), default=1)
+    parser.add_argument(
+        "--wake-seconds", type=float, default=d.wake_seconds, help="how long a wake takes"
+    )
     parser.add_argument("--ready-file", default=None, help="write the ready JSON line here too")
     parser.add_argument(
         "--fault",
@@ -238,6 +253,9 @@ def parse_args(argv: Sequence[str] | None = None) -> SimConfig:
         thinking_ignores_template=ns.thinking_ignores_template,
         no_chat_template=ns.no_chat_template,
         elastic_scale_seconds=ns.elastic_scale_seconds,
+        sleep_idle_ttl=ns.sleep_idle_ttl,
+        sleep_idle_level=ns.sleep_idle_level,
+        wake_seconds=ns.wake_seconds,
         faults=faults,
     )
 

@@ -154,6 +154,8 @@ class Fault(StrEnum):
     # A disaggregated decode node: requests marked remote wait `seconds` for their KV
     # (deferred), or forever with `land: never` (transfers that never land).
     REMOTE_KV = "remote_kv"
+    # Idle auto-sleep's broken twin (--sleep-idle-ttl): a request's wake never completes.
+    WAKE_HANG = "wake_hang"
 
 
 #: Faults during which the engine takes no step at all (its loop is blocked).
@@ -320,6 +322,7 @@ _PARAMS: dict[Fault, dict[str, tuple[Callable[[Any], Any], Any]]] = {
     Fault.API_WEDGE: {"server": (_at_least_one("server"), 1), "spin": (_bool, False)},
     Fault.RESET_ALL: {},
     Fault.EMPTY_200: {},
+    Fault.WAKE_HANG: {},
     Fault.LISTENER_CLOSED: {},
     Fault.METRICS_LAPSE: {},
     Fault.METRICS_401: {},

@@ -101,9 +101,14 @@ class OpenAIApi:
     # -- generation ------------------------------------------------------------
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
-        return await self._generate(request, chat=True)
+        async with self.server.idle.request():  # an inference request wakes an idle sleep
+            return await self._generate(request, chat=True)
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
+        async with self.server.idle.request():
+            return await self._completions(request)
+
+    async def _completions(self, request: web.Request) -> web.StreamResponse:
         bodies = await several_prompts(request)
         if bodies is not None:  # a prompt list: one choice per prompt, as vLLM answers
             gathered = [self._generate(request, chat=False, body=b) for b in bodies]

@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from sentinel_sim.auto_sleep import IdleSleep
 from sentinel_sim.config import SimConfig, check_fault_fits
 from sentinel_sim.engine_link import EngineLink
 from sentinel_sim.faults import (
@@ -98,6 +99,7 @@ class SimServer:
         self.open_gate = asyncio.Event()  # cleared while the blackhole fault is on
         self.open_gate.set()
         self.metrics_gate = asyncio.Event()  # cleared while the metrics_lapse fault is on
+        self.idle = IdleSleep(self)  # --sleep-idle-ttl: asleep when idle, woken by a request
         self.metrics_gate.set()
         # Set by the process around us: closes the OpenAI port for good (listener_closed).
         self.close_listener: Callable[[], Awaitable[None]] | None = None

@@ -197,6 +197,20 @@ class Settings(Policy, Ranged):
         0.0,
         DAY,
     )
+    auto_sleep_idle: float | None = seconds(
+        None,
+        "The server sleeps after this many seconds without a request (vLLM's proposed "
+        "--sleep-idle-ttl, llama.cpp's --sleep-idle-seconds); unset: read from its command line.",
+        0.1,
+        365 * DAY,
+    )
+    auto_sleep_hold: float = seconds(
+        60.0,
+        "On an auto-sleeping server, every canary is held once no real traffic was seen this "
+        "long, so canaries never keep it awake; a hang right after a burst is still caught.",
+        0.0,
+        DAY,
+    )
     lifecycle_interval: float = seconds(
         5.0,
         "How often /is_sleeping and /is_paused are asked, to tell sleep, pause and weight "

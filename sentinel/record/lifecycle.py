@@ -26,7 +26,7 @@ Pure: the tracker is fed readings and times and answers a
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from sentinel.evidence.metrics import SLEEP_PREFIX
 from sentinel.verdict import Lifecycle, Phase
@@ -66,15 +66,11 @@ def phase_of(readings: Readings) -> tuple[Phase, str]:
     # own bound (sentinel.verdict.hangs.weight_update) times it from its start.
     if gauges.get("weight_updates", 0.0) > 0:
         return Phase.PAUSED, WEIGHT_UPDATE_WHY
+    asleep = _asleep_states(gauges)
+    if asleep:  # a sleep pauses the scheduler first: /is_paused is true in it too
+        return Phase.ASLEEP, f"vllm:engine_sleep_state is {asleep[0]}"
     if readings.is_paused:
         return Phase.PAUSED, "/is_paused is true"
-    asleep = sorted(
-        key[len(SLEEP_PREFIX) :]
-        for key, value in gauges.items()
-        if key.startswith(SLEEP_PREFIX) and key != AWAKE_GAUGE and value > 0
-    )
-    if asleep:
-        return Phase.ASLEEP, f"vllm:engine_sleep_state is {asleep[0]}"
     if readings.is_sleeping:
         if gauges.get(AWAKE_GAUGE, 0.0) > 0:
             # 0.32 answers /is_sleeping true while paused; the gauge says awake.
@@ -95,6 +91,10 @@ class LifecycleTracker:
         self.readings, self.current = Readings(), Lifecycle()
 
     def update(self, readings: Readings, now: float) -> Lifecycle:
+        if _woke(self.readings, readings):
+            # The sleep gauge turned awake: the endpoints' last words were polled
+            # in the sleep (a sleep pauses the scheduler), so they say nothing now.
+            readings = replace(readings, is_sleeping=None, is_paused=None)
         self.readings = readings
         phase, why = phase_of(readings)
         current = self.current
@@ -115,6 +115,26 @@ class LifecycleTracker:
         else:
             self.current = Lifecycle(phase, now, why, current.resumed_at, now, cannot, cannot_since)
         return self.current
+
+
+def _asleep_states(gauges: Mapping[str, float] | None) -> list[str]:
+    """The sleep states other than awake the sleep gauge shows (sorted)."""
+    return sorted(
+        key[len(SLEEP_PREFIX) :]
+        for key, value in (gauges or {}).items()
+        if key.startswith(SLEEP_PREFIX) and key != AWAKE_GAUGE and value > 0
+    )
+
+
+def _woke(before: Readings, after: Readings) -> bool:
+    """Whether ``after`` is a new sample with the sleep gauge turned awake, the
+    lifecycle endpoints' words carried over from before it."""
+    return (
+        bool(_asleep_states(before.gauges))
+        and (after.gauges or {}).get(AWAKE_GAUGE, 0.0) > 0
+        and not _asleep_states(after.gauges)
+        and (after.is_sleeping, after.is_paused) == (before.is_sleeping, before.is_paused)
+    )
 
 
 def keeps_word(silent_since: float | None, now: float) -> bool:

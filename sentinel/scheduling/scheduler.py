@@ -46,6 +46,8 @@ from sentinel.canary.spec import CanaryKind, CanarySpec
 from sentinel.progress.tracker import canary_budget
 from sentinel.record.ledger import Ledger
 from sentinel.scheduling.aiming import Aiming
+from sentinel.scheduling.auto_sleep import SKIP_REASON as AUTO_SLEEP_SKIP
+from sentinel.scheduling.auto_sleep import CanaryHold
 from sentinel.scheduling.late import LateAnswers
 from sentinel.scheduling.served_model import ServedModel
 from sentinel.scheduling.set_aside import set_aside_reason
@@ -85,6 +87,7 @@ class Scheduler:
         rng: random.Random | None = None,
         late_wait: float = 0.0,
         suspicion: Suspicion | None = None,
+        hold: CanaryHold | None = None,
     ) -> None:
         self.specs = tuple(s for s in specs if s.enabled)
         self.runner = runner
@@ -97,6 +100,7 @@ class Scheduler:
         self.on_result = on_result
         self.on_error = on_error
         self.rng = rng or random.Random()
+        self.hold = hold  # an auto-sleeping server's idle: no canary wakes it
         self.suspicion = suspicion  # a standstill in the samples sends the text canary at once
         self.served_model = ServedModel(runner, ledger, clock=clock, configured=configured_model)
         self.aim = Aiming(ledger)
@@ -169,6 +173,9 @@ class Scheduler:
             # The path's last canary is still awaited: it is the probe of the
             # path until it answers, and another would only queue behind it.
             self.metrics.canary_skipped("awaited")
+            return False
+        if self.hold is not None and self.hold.held(self.clock()):
+            self.metrics.canary_skipped(AUTO_SLEEP_SKIP)  # any request would wake it
             return False
         targets = self._targets(spec, self.clock(), suspected)
         if not targets:

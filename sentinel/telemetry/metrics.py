@@ -37,7 +37,7 @@ DIAGNOSTICS_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 12
 SUCCESS = "success"
 FAILURE = "failure"
 # Skip reasons known up front; others are accepted but appear only once used.
-SKIP_REASONS = ("busy", "disabled")
+SKIP_REASONS = ("busy", "disabled", "auto_sleep")
 PROBES = ("liveness", "readiness", "startup")
 PHASES = tuple(p.value for p in Phase)
 MAINTENANCE_ACTIONS = ("set", "cleared", "expired")
@@ -105,7 +105,8 @@ class SentinelMetrics:
         self.canaries_skipped = Counter(
             "sentinel_canaries_skipped_total",
             "Canaries not sent, by reason (busy: real traffic completed recently; "
-            "disabled: the model does not take the kind's input).",
+            "disabled: the model does not take the kind's input; "
+            "auto_sleep: held so an auto-sleeping server can sleep).",
             ["reason"],
             registry=registry,
         )

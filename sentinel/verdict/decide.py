@@ -7,6 +7,8 @@ from dataclasses import dataclass, replace
 
 from sentinel.canary.result import CanaryResult, Reason
 from sentinel.verdict.clock import observed
+from sentinel.verdict.hangs.wake import SECTION as AUTO_SLEEP
+from sentinel.verdict.hangs.wake import AutoSleepSection
 from sentinel.verdict.hangs.weight_update import updating_since
 from sentinel.verdict.model import (
     Action,
@@ -220,7 +222,12 @@ def _readiness(
             if bound
             else f"paused: {life.why} for {took:.0f}s (bound {policy.weight_update_bound:.0f}s)",
         )
-    if life.stalled:
+    auto_sleep = evidence.sections.get(AUTO_SLEEP)
+    idle = isinstance(auto_sleep, AutoSleepSection) and auto_sleep.asleep_idle
+    if idle and life.phase is Phase.ASLEEP and not unready_hangs:
+        # Idle auto-sleep: a request wakes it (docs/design.md, "Idle auto-sleep").
+        return ProbeAnswer(True, f"asleep idle ({life.why}): it wakes on request")
+    if life.stalled and not (idle and unready_hangs):
         return ProbeAnswer(False, f"{life.phase.value}: {life.why}")
     if restart.braked:
         return ProbeAnswer(False, "restart-loop brake engaged: " + _describe(restart.hangs))
@@ -228,7 +235,8 @@ def _readiness(
         return ProbeAnswer(False, f"{gate.reason}: {_describe(restart.hangs)}")
     if unready_hangs:
         return ProbeAnswer(False, _describe(unready_hangs))
-    if unproven:
+    woke_idle = isinstance(auto_sleep, AutoSleepSection) and auto_sleep.woke_idle
+    if unproven and not woke_idle:  # woken by a request from an idle sleep: it served
         return ProbeAnswer(False, "resumed; waiting for canary kinds: " + ", ".join(unproven))
     if degraded:
         return ProbeAnswer(False, "degraded: recent canaries failed or were slow")

@@ -42,6 +42,7 @@ class HangKind(OpenName):
     DEGENERATE: ClassVar[HangKind]
     WEIGHT_UPDATE: ClassVar[HangKind]
     KV_TRANSFER: ClassVar[HangKind]
+    WAKE: ClassVar[HangKind]
 
 
 HangKind.ENGINE = HangKind("engine")
@@ -62,6 +63,7 @@ HangKind.DEGENERATE = HangKind("degenerate")
 HangKind.WEIGHT_UPDATE = HangKind("weight_update")
 # Requests deferred for their remote KV past a bound on a disaggregated decode node.
 HangKind.KV_TRANSFER = HangKind("kv_transfer")
+HangKind.WAKE = HangKind("wake")
 
 
 class Phase(StrEnum):

@@ -23,6 +23,7 @@ from sentinel.verdict.hangs.path import PathKnobs
 from sentinel.verdict.hangs.scaling import ScalingKnobs
 from sentinel.verdict.hangs.stalled import StalledKnobs
 from sentinel.verdict.hangs.starved import StarvedKnobs
+from sentinel.verdict.hangs.wake import WakeKnobs
 from sentinel.verdict.hangs.weight_update import WeightUpdateKnobs
 from sentinel.verdict.knobs import Knobs
 
@@ -75,6 +76,7 @@ class Policy(
     WeightUpdateKnobs,
     ScalingKnobs,
     KvTransferKnobs,
+    WakeKnobs,
     VerdictKnobs,
 ):
     """Thresholds of the verdict (the README's defaults table), each knob declared once."""

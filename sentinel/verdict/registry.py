@@ -31,6 +31,7 @@ from sentinel.verdict.hangs import (
     scaling,
     stalled,
     starved,
+    wake,
     weight_update,
 )
 from sentinel.verdict.knobs import Knobs
@@ -124,5 +125,6 @@ for _module in (
     weight_update,
     scaling,
     kv_transfer,
+    wake,
 ):
     register(_module.RULE)

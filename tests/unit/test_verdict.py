@@ -678,7 +678,7 @@ def test_hang_kinds_are_engine_partial_each_path_kind_dead_broken_and_listener()
         HangKind(STRUCTURED),
         HangKind(MULTIMODAL),
     )
-    assert hang_kinds()[-11:] == (
+    assert hang_kinds()[-12:] == (
         HangKind.CORRUPT,
         HangKind.DEGENERATE,
         HangKind.DEAD,
@@ -690,6 +690,7 @@ def test_hang_kinds_are_engine_partial_each_path_kind_dead_broken_and_listener()
         HangKind.WEIGHT_UPDATE,
         HangKind.SCALING,
         HangKind.KV_TRANSFER,
+        HangKind.WAKE,
     )
     assert HangKind(TEXT) not in hang_kinds()
 

@@ -1,0 +1,111 @@
+"""The wake bound: an auto-sleeping server that does not wake for its users.
+
+A server that sleeps when idle (vLLM's proposed ``--sleep-idle-ttl``,
+llama.cpp's ``--sleep-idle-seconds``) holds the first request that arrives
+while it wakes: vLLM's level 1 copies the weights back from CPU memory in
+seconds, level 2 reloads them from disk. While it sleeps with nobody asking,
+sentinel sends no canary (any request would wake it), so a wake shows only
+when someone asks: the held requests wait in the API server's middleware,
+where no request gauge counts them, and the wake is an engine call, so
+``/is_sleeping`` answers nothing while it runs. Once such a sign of a wake
+shows (``/is_sleeping`` unanswered while the sleep gauge says asleep, real
+requests shown waiting, the sleep ending), the canaries go out again
+(:mod:`sentinel.scheduling.auto_sleep`); a server that still sleeps
+``wake_bound`` after a wake was asked of it did not wake, a hang of its own
+kind (docs/design.md, "Idle auto-sleep"). Policy ``restart`` by default: an
+auto-sleeping server that cannot wake serves nobody, and a restart loads the
+weights afresh. Only a sleep that began while the canaries were held is an
+idle sleep: a sleep while they flowed (every few seconds, well inside the idle
+TTL) was asked for (``POST /sleep``, an RL trainer) and keeps the stall
+bound's rules. Where nothing tells whether it sleeps (no sleep gauge, no
+``/is_sleeping``) the rule says nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+from sentinel.knob import DAY, seconds, setting
+from sentinel.verdict.clock import observed
+from sentinel.verdict.knobs import Knobs
+from sentinel.verdict.model import Action, Evidence, Hang, HangKind, Phase
+from sentinel.verdict.rule import HangRule
+
+SECTION: Final = "auto_sleep"  # the evidence section (sentinel.record.auto_sleep)
+
+
+@dataclass(frozen=True, slots=True)
+class AutoSleepSection:
+    """What sentinel knows of the server's idle auto-sleep (the ``auto_sleep`` section)."""
+
+    ttl: float | None = None  # the server's idle TTL in seconds (None: it does not auto-sleep)
+    source: str = ""  # who said so: "config" or the command-line flag
+    sleep_known: bool = False  # a sleep gauge or /is_sleeping answers
+    held_since: float | None = None  # canaries held since (None: they flow)
+    real_at: float | None = None  # real traffic last seen (work, completions, requests)
+    waiting: float = 0.0  # real requests waiting or running at the newest sample
+    waiting_since: float | None = None  # real requests shown in every sample since
+    idle_since: float | None = None  # the current sleep began while canaries were held
+    wake_asked_at: float | None = None  # a sign of a wake during that sleep (None: none yet)
+    wake_sign: str = ""  # what the sign was
+    woke_idle: bool = False  # the last sleep left was an idle one, woken on request
+
+    @property
+    def applies(self) -> bool:
+        return self.ttl is not None
+
+    @property
+    def asleep_idle(self) -> bool:
+        """Whether the server sleeps an idle sleep, one a request wakes."""
+        return self.applies and self.idle_since is not None
+
+
+class WakeKnobs(Knobs):
+    """The wake bound's knobs."""
+
+    wake_bound: float = seconds(
+        60.0,
+        "An auto-sleeping server still asleep this long with real requests waiting did not "
+        "wake: vLLM wakes from level 1 (weights in CPU memory) in seconds, from level 2 "
+        "(weights from disk) in tens of seconds.",
+        1.0,
+        DAY,
+    )
+    wake_policy: Action = setting(
+        Action.RESTART, "What an auto-sleeping server that does not wake for real requests does."
+    )
+
+
+def wake_hang(evidence: Evidence, policy: WakeKnobs, now: float) -> Hang | None:
+    """A wake asked of an idle sleep (or real requests waiting on it) past the bound."""
+    section = evidence.sections.get(SECTION)
+    if not isinstance(section, AutoSleepSection) or not section.asleep_idle:
+        return None
+    life = evidence.lifecycle
+    if not section.sleep_known or life.phase is not Phase.ASLEEP:
+        return None
+    asked = [t for t in (section.wake_asked_at, section.waiting_since) if t is not None]
+    if not asked:
+        return None
+    start = max(min(asked), life.since)
+    elapsed = observed(start, now, evidence.unobserved)
+    if elapsed < policy.wake_bound:
+        return None
+    sign = section.wake_sign or f"{section.waiting:.0f} real requests waiting"
+    reason = (
+        f"wake: still asleep ({life.why}) {elapsed:.0f}s after a wake was asked ({sign}): "
+        f"the auto-sleeping server does not wake (bound {policy.wake_bound:.0f}s)"
+    )
+    return Hang(HangKind.WAKE, policy.wake_policy, reason, start)
+
+
+RULE = HangRule(
+    "wake",
+    wake_hang,
+    WakeKnobs,
+    kinds=(HangKind.WAKE,),
+    action="wake_policy",
+    windows=("wake_bound",),
+    evidence="an idle-asleep server still asleep past its bound after a wake was asked of it",
+)
