@@ -9,6 +9,8 @@ from PIL import Image
 
 from sentinel.diagnostics.timeline import DPI, HEIGHT_IN, TIMELINE_FILE, WIDTH_IN
 
+PANELS = 4  # the answers' lanes, the canaries, vLLM's counters, its gauges
+
 
 def check_timeline(incident: Path) -> str:
     """Open the incident's timeline and check it; return what its index says it shows."""
@@ -19,9 +21,9 @@ def check_timeline(incident: Path) -> str:
         assert image.size == (int(WIDTH_IN * DPI), int(HEIGHT_IN * DPI)), image.size
         rgb = image.convert("RGB")
         width, height = rgb.size
-        # Three panels, top to bottom: each band drawn on (axes, lines, labels), not blank.
-        for band in range(3):
-            box = (0, band * height // 3, width, (band + 1) * height // 3)
+        # Four panels, top to bottom: each band drawn on (axes, lines, labels), not blank.
+        for band in range(PANELS):
+            box = (0, band * height // PANELS, width, (band + 1) * height // PANELS)
             colours = rgb.crop(box).getcolors(maxcolors=1 << 16)
             assert colours is None or len(colours) > 8, f"band {band} nearly blank"
     return said

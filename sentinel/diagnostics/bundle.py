@@ -2,7 +2,9 @@
 
 Owns :class:`DiagnosticsContext` (what the daemon hands over: the trigger, how
 to find vLLM's processes, the recent ``/metrics`` scrapes, the canary history,
-the effective config), :class:`Incident` (the redacted, JSON-able bundle and
+the flips of the kubelet-facing answers
+(:class:`~sentinel.diagnostics.sections.ProbeTransition`), the effective
+config), :class:`Incident` (the redacted, JSON-able bundle and
 its human summary) and :func:`capture`.
 
 Capture rules, because a restart destroys the evidence and the daemon must
@@ -43,6 +45,7 @@ from sentinel import __version__
 from sentinel.canary.result import CanaryResult
 from sentinel.diagnostics import access, cgroup, gpu, procs, sections, stacks
 from sentinel.diagnostics.cause import Cause, CauseClass, ProcessObservation, classify
+from sentinel.diagnostics.sections import ProbeTransition
 from sentinel.diagnostics.sizes import json_size
 from sentinel.diagnostics.stuck import of_stuck_engines, stuck_json
 from sentinel.diagnostics.summary import render_summary
@@ -81,8 +84,10 @@ class DiagnosticsContext:
 
     ``metrics_text`` holds recent raw ``/metrics`` scrapes as (wall-clock epoch
     seconds, text), oldest first. ``canary_history`` maps a canary kind to its
-    recent results, oldest first. ``config`` is the effective configuration as
-    JSON-able data; it is redacted here.
+    recent results, oldest first. ``probe_answers`` holds the recent flips of
+    the liveness, readiness and startup answers, oldest first (empty where no
+    evaluator runs: ``sentinel diagnose``). ``config`` is the effective
+    configuration as JSON-able data; it is redacted here.
     """
 
     trigger: Trigger
@@ -92,6 +97,7 @@ class DiagnosticsContext:
     # per text, aligned at the newest; empty: none), reported with the bundle's own cuts.
     metrics_cut: Sequence[int] = ()
     canary_history: Mapping[str, Sequence[CanaryResult]] = field(default_factory=dict)
+    probe_answers: Sequence[ProbeTransition] = ()
     config: Mapping[str, Any] = field(default_factory=dict)
     version: str = __version__
     budget_s: float = DEFAULT_BUDGET_S
@@ -331,10 +337,12 @@ def _assemble(
             kind: [sections.canary_json(r) for r in results]
             for kind, results in context.canary_history.items()
         },
+        # The answers' flips on the canaries' clock, their reasons redacted with the rest.
+        "probe_answers": [t.to_json() for t in context.probe_answers],
         "correctness": dict(context.correctness) or None,
         "section_errors": run.errors,
         "section_durations_s": run.timings,
-        # Where the canaries' monotonic times and the scrapes' wall times meet
+        # Where the canaries' and the answers' monotonic times and the scrapes' wall times meet
         # (CLOCK_MONOTONIC is the host's, the daemon's and its child's alike).
         "clock": {"monotonic": time.monotonic(), "wall": time.time()},
     }

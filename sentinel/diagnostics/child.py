@@ -42,6 +42,7 @@ from sentinel.canary.result import CanaryResult, Reason
 from sentinel.canary.spec import CanaryKind
 from sentinel.diagnostics.bundle import DiagnosticsContext, Incident, Trigger, capture
 from sentinel.diagnostics.procs import ProcessMatch
+from sentinel.diagnostics.sections import ProbeTransition
 from sentinel.diagnostics.sizes import kept_metrics
 from sentinel.diagnostics.store import IncidentRecord, IncidentStore, RetentionPolicy
 from sentinel.telemetry.logging import configure_logging, get_logger
@@ -117,6 +118,7 @@ _SHAPED = (
     "metrics_text",
     "metrics_cut",
     "canary_history",
+    "probe_answers",
     "cgroup_root",
 )
 _PLAIN = tuple(f.name for f in fields(DiagnosticsContext) if f.name not in _SHAPED)
@@ -139,6 +141,7 @@ def encode_context(context: DiagnosticsContext) -> tuple[dict[str, Any], list[st
             kind: [_result_json(r) for r in results]
             for kind, results in context.canary_history.items()
         },
+        probe_answers=[t.to_json() for t in context.probe_answers],
         cgroup_root=str(context.cgroup_root),
     )
     return header, [k.text for k in kept]
@@ -160,6 +163,7 @@ def decode_context(header: Mapping[str, Any], texts: Sequence[str]) -> Diagnosti
             kind: tuple(_result_from_json(r) for r in results)
             for kind, results in header["canary_history"].items()
         },
+        probe_answers=tuple(ProbeTransition.from_json(t) for t in header["probe_answers"]),
         cgroup_root=Path(header["cgroup_root"]),
     )
 

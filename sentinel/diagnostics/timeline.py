@@ -1,11 +1,20 @@
 """The incident as a picture: ``timeline.png`` drawn from what a bundle holds.
 
-One time axis, seconds before the capture, three panels: the canaries by
-kind (each a bar from its send to its answer, green when it passed, red when
-it failed, the failure's reason beside the last one), vLLM's progress
-counters from each kept ``/metrics`` scrape (generated and prompt tokens,
-finished requests), and its queue gauges (running, waiting). The capture is
-the vertical line at 0, labelled with its trigger and cause.
+One time axis, seconds before the capture, four panels: sentinel's answers
+to the kubelet (a lane each for liveness, readiness and startup, green while
+passing, red while failing, a red span labelled with the hang kinds behind
+it), the canaries by kind (each a bar from its send to its answer, green when
+it passed, red when it failed, the failure's reason beside the last one),
+vLLM's progress counters from each kept ``/metrics`` scrape (generated and
+prompt tokens, finished requests), and its queue gauges (running, waiting).
+The capture is the vertical line at 0, labelled with its trigger and cause;
+the restart is a dashed red line where liveness turned red to ask the kubelet
+for it, labelled with the hang kinds (the capture is taken before the kubelet
+acts on it, so its kill is not in the bundle).
+
+The time axis spans the canaries and scrapes (and any restart ask); an
+answer that flipped long before (startup passed an hour ago) is drawn from
+the axis's left edge, so old history never squeezes the incident.
 
 Drawn only from the redacted bundle, never from live state, so the picture
 shows nothing the bundle does not. Drawn in the capture's child process or by
@@ -32,7 +41,12 @@ PROGRESS = {
     "vllm:request_success": "finished requests",
 }
 GAUGES = {"vllm:num_requests_running": "running", "vllm:num_requests_waiting": "waiting"}
-WIDTH_IN, HEIGHT_IN, DPI = 10.0, 7.0, 100
+PROBES = ("liveness", "readiness", "startup")  # the answers' lanes, top to bottom
+ANSWERS_TITLE = "probe answers (green passing, red failing)"
+RESTART_LABEL = "restart asked"
+WIDTH_IN, HEIGHT_IN, DPI = 10.0, 8.5, 100
+# An answer's span, seconds before the capture: (from, to, ok, the hang kinds behind it).
+Span = tuple[float, float, bool, str]
 
 
 def series(bundle: Mapping[str, Any]) -> dict[str, list[tuple[float, float]]]:
@@ -78,32 +92,83 @@ def canaries(bundle: Mapping[str, Any]) -> dict[str, list[tuple[float, float, bo
     return out
 
 
-def draw(bundle: Mapping[str, Any]) -> tuple[bytes | None, str]:
-    """The PNG's bytes and what it shows, or None and why it was not drawn."""
-    try:
-        import matplotlib
+def answers(bundle: Mapping[str, Any]) -> dict[str, list[Span]]:
+    """Each probe's answers as spans, seconds before the capture.
 
-        matplotlib.use("Agg")
-        from matplotlib import pyplot
-    except ImportError:
-        return (
-            None,
-            "not drawn: matplotlib is not installed (pip install 'sentinel-probe[timeline]')",
-        )
+    A span runs from one flip of that probe's answer to its next, the last
+    one to the capture; before a probe's first kept flip its answer is unknown.
+    """
+    anchor = (bundle.get("clock") or {}).get("monotonic")
+    flips: dict[str, list[tuple[float, bool, str]]] = {}
+    if not isinstance(anchor, int | float):
+        return {}  # an older bundle: no clock to place its answers on
+    for entry in _entries(bundle.get("probe_answers")):
+        try:
+            at = float(entry["at"]) - anchor
+        except (KeyError, ValueError, TypeError):
+            continue
+        hangs = entry.get("hangs")
+        kinds = ", ".join(str(h) for h in hangs) if isinstance(hangs, list) else ""
+        flips.setdefault(str(entry.get("probe", "")), []).append((at, bool(entry.get("ok")), kinds))
+    out: dict[str, list[Span]] = {}
+    for probe, changes in flips.items():
+        changes.sort(key=lambda change: change[0])
+        ends = [at for at, _, _ in changes[1:]] + [max(0.0, changes[-1][0])]
+        out[probe] = [
+            (at, end, ok, kinds) for (at, ok, kinds), end in zip(changes, ends, strict=True)
+        ]
+    return out
+
+
+def restarts(bundle: Mapping[str, Any]) -> list[tuple[float, str]]:
+    """Each restart ask (liveness turning red for one): when, and the hang kinds behind it."""
+    anchor = (bundle.get("clock") or {}).get("monotonic")
+    if not isinstance(anchor, int | float):
+        return []
+    out: list[tuple[float, str]] = []
+    for entry in _entries(bundle.get("probe_answers")):
+        if entry.get("probe") != "liveness" or entry.get("ok") or not entry.get("restart"):
+            continue
+        try:
+            at = float(entry["at"]) - anchor
+        except (KeyError, ValueError, TypeError):
+            continue
+        hangs = entry.get("hangs")
+        out.append((at, ", ".join(str(h) for h in hangs) if isinstance(hangs, list) else ""))
+    return sorted(out)
+
+
+def figure(bundle: Mapping[str, Any]) -> Any:
+    """The drawn matplotlib figure (the caller closes it); ImportError without matplotlib."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot
+
     kinds, metrics = canaries(bundle), series(bundle)
-    figure, (top, middle, bottom) = pyplot.subplots(
-        3, 1, sharex=True, figsize=(WIDTH_IN, HEIGHT_IN), dpi=DPI, height_ratios=(2, 2, 1.5)
+    lanes, asks = answers(bundle), restarts(bundle)
+    drawn, (lane, top, middle, bottom) = pyplot.subplots(
+        4,
+        1,
+        sharex=True,
+        figsize=(WIDTH_IN, HEIGHT_IN),
+        dpi=DPI,
+        height_ratios=(1.3, 2, 2, 1.5),
     )
     try:
+        left = _left_edge(kinds, metrics, asks)
+        _draw_answers(lane, lanes, asks, left)
         _draw_canaries(top, kinds)
         _draw_lines(middle, metrics, PROGRESS, "vLLM progress (counters)")
         _draw_lines(bottom, metrics, GAUGES, "vLLM queue (gauges)")
         cause = bundle.get("cause") or {}
         trigger = bundle.get("trigger") or {}
-        for axis in (top, middle, bottom):
+        for axis in (lane, top, middle, bottom):
             axis.axvline(0.0, color="black", linewidth=1.2)
+            for at, _ in asks:
+                axis.axvline(at, color="tab:red", linestyle="--", linewidth=1.2)
             axis.grid(True, alpha=0.3)
-        top.annotate(
+        lane.annotate(
             f"capture: {trigger.get('kind', '?')}",
             (0.0, 1.0),
             xycoords=("data", "axes fraction"),
@@ -112,19 +177,100 @@ def draw(bundle: Mapping[str, Any]) -> tuple[bytes | None, str]:
             fontsize=8,
         )
         bottom.set_xlabel("seconds before the capture")
-        figure.suptitle(_title(bundle, str(cause.get("summary", ""))), fontsize=9)
-        figure.tight_layout()
+        drawn.suptitle(_title(bundle, str(cause.get("summary", ""))), fontsize=9)
+        drawn.tight_layout()
+    except BaseException:
+        pyplot.close(drawn)
+        raise
+    return drawn
+
+
+def draw(bundle: Mapping[str, Any]) -> tuple[bytes | None, str]:
+    """The PNG's bytes and what it shows, or None and why it was not drawn."""
+    try:
+        drawn = figure(bundle)
+    except ImportError:
+        return (
+            None,
+            "not drawn: matplotlib is not installed (pip install 'sentinel-probe[timeline]')",
+        )
+    from matplotlib import pyplot
+
+    try:
         out = io.BytesIO()
-        figure.savefig(out, format="png")
+        drawn.savefig(out, format="png")
     finally:
-        pyplot.close(figure)
+        pyplot.close(drawn)
+    kinds, metrics = canaries(bundle), series(bundle)
     shown = f"{sum(len(v) for v in kinds.values())} canaries, {len(metrics)} metric series"
+    flips = sum(len(v) for v in answers(bundle).values())
+    if flips:
+        shown += f", {flips} probe answers"
+    if asks := restarts(bundle):
+        shown += f", restart asked {-asks[-1][0]:.1f} s before"
     return out.getvalue(), shown
 
 
 def _title(bundle: Mapping[str, Any], cause: str) -> str:
     cut = cause if len(cause) <= 110 else cause[:107] + "..."
     return f"sentinel incident {bundle.get('id', '')} at {bundle.get('started_at', '')}\n{cut}"
+
+
+def _entries(section: Any) -> list[Mapping[str, Any]]:
+    """A list section's mappings; nothing when it is absent or not a list."""
+    return [e for e in section if isinstance(e, Mapping)] if isinstance(section, list) else []
+
+
+def _left_edge(
+    kinds: Mapping[str, Sequence[tuple[float, float, bool, str]]],
+    metrics: Mapping[str, Sequence[tuple[float, float]]],
+    asks: Sequence[tuple[float, str]],
+) -> float | None:
+    """Where the incident's data begins; None: nothing but the answers to place."""
+    times = [sent for results in kinds.values() for sent, *_ in results]
+    times += [at for points in metrics.values() for at, _ in points]
+    times += [at for at, _ in asks]
+    return min(times) if times else None
+
+
+def _draw_answers(
+    axis: Any,
+    lanes: Mapping[str, Sequence[Span]],
+    asks: Sequence[tuple[float, str]],
+    left: float | None,
+) -> None:
+    names = [*PROBES, *sorted(set(lanes) - set(PROBES))]
+    for row, probe in enumerate(names):
+        for start, end, ok, kinds in lanes.get(probe, ()):
+            if left is not None:
+                if end < left:
+                    continue  # over before the incident's data begins
+                start = max(start, left)
+            axis.plot(
+                [start, max(end, start + 0.05)],
+                [row, row],
+                color="tab:green" if ok else "tab:red",
+                linewidth=8,
+                solid_capstyle="butt",
+            )
+            if not ok and kinds:
+                axis.annotate(kinds, (start, row - 0.3), fontsize=7, va="bottom")
+    for at, kinds in asks:
+        axis.annotate(
+            f"{RESTART_LABEL}: {kinds}" if kinds else RESTART_LABEL,
+            (at, len(names) - 0.35),
+            fontsize=7,
+            color="tab:red",
+            ha="right",
+            va="center",
+        )
+    if not lanes:
+        axis.text(
+            0.5, 0.5, "no probe answers in this bundle", transform=axis.transAxes, ha="center"
+        )
+    axis.set_yticks(range(len(names)), names)
+    axis.set_ylim(len(names) - 0.1, -0.7)  # liveness on top
+    axis.set_title(ANSWERS_TITLE, fontsize=9, loc="left")
 
 
 def _draw_canaries(

@@ -4,9 +4,11 @@ Once per evaluation interval it freezes the ledger into evidence, runs the pure
 verdict, and acts on what changed: a new server epoch (forget cached
 baselines, count the restart), a confirmed hang (metric, incident, the phrased
 outcome in the log), a suspicion (opens an incident), a canary kind set aside
-(an Event, once per kind per epoch), flips of the kubelet
-answers (history), and the engine's scheduling policy (the priority report).
-It then builds the ``/status`` document and publishes one snapshot.
+(an Event, once per kind per epoch), flips of the kubelet answers (a
+bounded history, with the hang kinds behind a red answer and the restart
+ask, that ``/status`` shows and each diagnostics bundle carries), and the
+engine's scheduling policy (the priority report). It then builds the
+``/status`` document and publishes one snapshot.
 
 It also accounts for time sentinel did not observe: when its own loop did not
 run for a while (CPU starvation, a pause), that span is handed to the verdict,
@@ -53,7 +55,8 @@ from sentinel.verdict import (
 
 log = get_logger("sentinel.evaluator")
 
-TRANSITIONS_KEPT = 100
+TRANSITIONS_KEPT = 100  # the answers' changes, for /status and each bundle's timeline
+PROBES = ("liveness", "readiness", "startup")
 UNOBSERVED_KEPT = 256  # spans sentinel did not run; older ones no longer overlap any window
 SHUTTING_DOWN = "sentinel is shutting down"
 
@@ -99,6 +102,8 @@ class Evaluator:
         self.verdict: Verdict | None = None
         self.priority = PriorityReport()
         self.transitions: deque[Transition] = deque(maxlen=TRANSITIONS_KEPT)
+        # Each capture's context carries the flips so far: the bundle draws them.
+        incidents.follow_answers(lambda: tuple(self.transitions))
         self.hangs_confirmed = 0
         self.stalls = 0
         self.unobserved: deque[tuple[float, float]] = deque(maxlen=UNOBSERVED_KEPT)
@@ -205,12 +210,16 @@ class Evaluator:
         )
 
     def _log_transitions(self, previous: Verdict | None, verdict: Verdict, now: float) -> None:
-        for probe in ("liveness", "readiness", "startup"):
-            answer = getattr(verdict, probe)
-            before = None if previous is None else getattr(previous, probe)
-            if before is None or before.ok != answer.ok:
-                self.transitions.append(Transition(now, probe, answer.ok, answer.reason))
-                log.info("verdict_changed", probe=probe, ok=answer.ok, reason=answer.reason)
+        for flip in answer_transitions(previous, verdict, now):
+            self.transitions.append(flip)
+            log.info(
+                "verdict_changed",
+                probe=flip.probe,
+                ok=flip.ok,
+                reason=flip.reason,
+                **({"hangs": list(flip.hangs)} if flip.hangs else {}),
+                **({"restart": True} if flip.restart else {}),
+            )
 
     def _disable_unvalidatable(self) -> None:
         """Disable each kind the server's command line says cannot be validated; log it once.
@@ -302,6 +311,42 @@ class Evaluator:
                 )
             ),
         )
+
+
+def answer_transitions(previous: Verdict | None, verdict: Verdict, now: float) -> list[Transition]:
+    """The kubelet-facing answers that changed from ``previous`` to ``verdict`` (all, at first).
+
+    An answer changes when it flips, or when a red one comes to stand for
+    other confirmed hangs (readiness red for slow canaries, then for an
+    engine hang). A red answer names the hangs behind it: those its reason
+    quotes, or, for liveness and startup while a restart is asked for, the
+    restart hangs (startup then answers "restart asked"). Liveness turning
+    red while a restart is wanted is the restart ask.
+    """
+    out: list[Transition] = []
+    for probe in PROBES:
+        answer: ProbeAnswer = getattr(verdict, probe)
+        hangs = _hangs_behind(probe, answer, verdict)
+        if previous is None:
+            flipped = True
+        else:
+            before: ProbeAnswer = getattr(previous, probe)
+            flipped = before.ok != answer.ok
+            if not flipped and _hangs_behind(probe, before, previous) == hangs:
+                continue
+        restart = probe == "liveness" and not answer.ok and verdict.restart_wanted and flipped
+        out.append(Transition(now, probe, answer.ok, answer.reason, hangs, restart))
+    return out
+
+
+def _hangs_behind(probe: str, answer: ProbeAnswer, verdict: Verdict) -> tuple[str, ...]:
+    """The kinds of the confirmed hangs a red answer stands for (none for a green one)."""
+    if answer.ok:
+        return ()
+    behind = [h for h in verdict.hangs if h.reason and h.reason in answer.reason]
+    if not behind and verdict.restart_wanted and probe != "readiness":
+        behind = [h for h in verdict.hangs if h.action is Action.RESTART]
+    return tuple(dict.fromkeys(str(h.kind) for h in behind))
 
 
 def _all_sections(evidence: Evidence) -> dict[str, object]:

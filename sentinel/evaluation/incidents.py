@@ -24,8 +24,8 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from aiohttp import web
@@ -33,6 +33,7 @@ from aiohttp import web
 from sentinel.config.settings import Settings
 from sentinel.diagnostics.bundle import DiagnosticsContext, Trigger, capture
 from sentinel.diagnostics.child import ChildCaptureError, StoredIncident, capture_in_child
+from sentinel.diagnostics.sections import ProbeTransition
 from sentinel.diagnostics.store import (
     IncidentRecord,
     IncidentStore,
@@ -120,6 +121,7 @@ class IncidentRecorder:
         self._last_hang_capture = float("-inf")
         self._queue: asyncio.Queue[OpenIncident] = asyncio.Queue()
         self._events: asyncio.Queue[tuple[EventReason, str]] = asyncio.Queue()
+        self._answers: Callable[[], Sequence[ProbeTransition]] | None = None
 
     @classmethod
     def build(
@@ -154,6 +156,14 @@ class IncidentRecorder:
             context=context,
             capturer=in_child(log_level=settings.log_level),
         )
+
+    def follow_answers(self, history: Callable[[], Sequence[ProbeTransition]]) -> None:
+        """Where each capture reads the answers' flips: the evaluator's own history.
+
+        Read when a capture starts, not when its incident opens, so a
+        confirmed hang's bundle holds the liveness flip of the same evaluation.
+        """
+        self._answers = history
 
     # -- called by the evaluation loop (synchronous, never waits) ------------
     def suspect(self, kind: str, reason: str, *, confirmed: bool = False) -> None:
@@ -214,7 +224,7 @@ class IncidentRecorder:
             assert self.store is not None
             started = self.clock()
             try:
-                stored = await self.capturer(self.context(incident.trigger), self.store)
+                stored = await self.capturer(self._context(incident.trigger), self.store)
             except Exception as exc:  # no bundle, for whatever reason: counted, never fatal
                 self.metrics.diagnostics_finished(self.clock() - started, False)
                 error = redact(f"{type(exc).__name__}: {exc}")
@@ -235,6 +245,12 @@ class IncidentRecorder:
             self._events.put_nowait(
                 (EventReason.DIAGNOSTICS, redact(f"{stored.cause_line} (bundle {record.path})"))
             )
+
+    def _context(self, trigger: Trigger) -> DiagnosticsContext:
+        context = self.context(trigger)
+        if self._answers is None:
+            return context
+        return replace(context, probe_answers=tuple(self._answers()))
 
     async def _event_loop(self) -> None:
         while True:

@@ -15,6 +15,7 @@ from typing import Any
 
 from sentinel import __version__
 from sentinel.canary.result import CanaryResult, Reason
+from sentinel.diagnostics.sections import ProbeTransition
 from sentinel.diagnostics.store import IncidentRecord
 from sentinel.evaluation.incidents import OpenIncident
 from sentinel.evidence.process_model import ProcessInfo, ProcessSnapshot, SchedulingPolicy
@@ -25,16 +26,8 @@ from sentinel.verdict import Evidence, Verdict
 
 RECENT_RESULTS = 10  # canary results shown per kind
 RECENT_INCIDENTS = 5
-
-
-@dataclass(frozen=True, slots=True)
-class Transition:
-    """One flip of a kubelet-facing answer, kept for the document's history."""
-
-    at: float
-    probe: str
-    ok: bool
-    reason: str
+# One change of a kubelet-facing answer, kept for the document's history (and each bundle's).
+Transition = ProbeTransition
 
 
 @dataclass(frozen=True, slots=True)

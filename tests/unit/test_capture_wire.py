@@ -10,6 +10,7 @@ from sentinel.canary.spec import CanaryKind
 from sentinel.diagnostics.bundle import DiagnosticsContext, Trigger
 from sentinel.diagnostics.child import decode_context, encode_context
 from sentinel.diagnostics.procs import ProcessMatch
+from sentinel.diagnostics.sections import ProbeTransition
 
 
 def _everything_set() -> DiagnosticsContext:
@@ -36,6 +37,10 @@ def _everything_set() -> DiagnosticsContext:
         metrics_text=((1.0, "a 1\n"), (2.0, "é 2\n"), (3.0, "c 3\n")),
         metrics_cut=(0, 5, 7),
         canary_history={"text": (result,)},
+        probe_answers=(
+            ProbeTransition(90.0, "startup", True, "every kind passed"),
+            ProbeTransition(99.5, "liveness", False, "engine hang", ("engine", "text"), True),
+        ),
         config={"target": "http://127.0.0.1:8000", "nested": {"list": [1, 2]}},
         version="9.9.9",
         budget_s=3.5,
