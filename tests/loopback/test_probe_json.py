@@ -11,9 +11,11 @@ import json
 import shlex
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import pytest
 
 from sentinel_sim.faults import Fault
@@ -55,8 +57,8 @@ CASES: list[tuple[str, dict[str, Any]]] = [
 ]
 # Faults that end the server's life as a target run last, each on a simulator of its own.
 TERMINAL = (Fault.EXIT.value, Fault.LISTENER_CLOSED.value)
-# Faults that need a simulator of another shape: two API-server processes.
-OWN_SHAPE = (Fault.API_WEDGE.value,)
+# Faults that need a simulator of another shape: two API-server processes, idle auto-sleep.
+OWN_SHAPE = (Fault.API_WEDGE.value, Fault.WAKE_HANG.value)
 PROBE_TIMEOUT_S = 2
 
 
@@ -119,6 +121,28 @@ def test_probe_json_beside_a_wedged_api_server() -> None:
         sim.control.set_fault(Fault.API_WEDGE.value, server=1, duration=30)
         result = probe_piped(sim.base_url)
     assert result.returncode == 0, (result.stdout[-2000:], result.stderr[-2000:])
+    assert json.loads(result.stdout)["targets"][0]["url"] == sim.base_url
+
+
+def _asleep(exposition: str) -> bool:
+    return any(
+        line.startswith("vllm:engine_sleep_state{")
+        and 'sleep_state="weights_offloaded"' in line
+        and line.endswith(" 1.0")
+        for line in exposition.splitlines()
+    )
+
+
+def test_probe_json_on_an_idle_sleeper_whose_wake_never_returns() -> None:
+    with SimProcess(extra_args=["--sleep-idle-ttl", "1"]) as sim:
+        deadline = time.monotonic() + 30
+        while not _asleep(httpx.get(sim.base_url + "/metrics", timeout=5).text):
+            assert time.monotonic() < deadline, "the idle simulator never slept"
+            time.sleep(0.2)  # the polling interval, not a wait for a state
+        sim.control.set_fault(Fault.WAKE_HANG.value)
+        result = probe_piped(sim.base_url)
+    assert result.returncode == 0, (result.stdout[-2000:], result.stderr[-2000:])
+    assert result.stderr.rstrip().endswith("probe-rc=1"), result.stderr[-2000:]
     assert json.loads(result.stdout)["targets"][0]["url"] == sim.base_url
 
 
