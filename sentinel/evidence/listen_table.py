@@ -47,16 +47,35 @@ class TableRow:
     family: str  # "tcp" or "tcp6"
 
 
+def _lines_on(text: str, port: int) -> list[str]:
+    """The table lines that name ``port`` (as a local or a remote address).
+
+    A pod busy with clients has thousands of rows; ``str.find`` skips to the
+    port's in C, so the GIL is not held through a Python loop over all of them
+    (the probe listener's thread waits on it: :mod:`sentinel.serve.probe_thread`).
+    """
+    needle = f":{port:04X} "
+    lines: list[str] = []
+    at = text.find(needle)
+    while at != -1:
+        start = text.rfind("\n", 0, at) + 1
+        end = text.find("\n", at)
+        end = len(text) if end == -1 else end
+        lines.append(text[start:end])
+        at = text.find(needle, end)
+    return lines
+
+
 def _parse(text: str, family: str, port: int) -> list[TableRow]:
     found: list[TableRow] = []
-    for line in text.splitlines()[1:]:
+    for line in _lines_on(text, port):
         fields = line.split()
         # sl local rem st tx:rx tr:tm retrnsmt uid timeout inode ...
         if len(fields) < 10:
             continue
         try:
             if int(fields[1].rpartition(":")[2], 16) != port:
-                continue
+                continue  # the port is the remote end's
             unread = int(fields[4].partition(":")[2], 16)
             found.append(TableRow(port, fields[3], unread, int(fields[7]), int(fields[9]), family))
         except ValueError:
