@@ -173,5 +173,13 @@ bench-hostile: $(STAMP)
 bench-exporter: $(STAMP)
 	$(PY) -m tests.bench.bench_exporter $(ARGS)
 
+# A pool at its admission cap (issue 30): 8 simulated replicas (--max-num-queued-reqs 4), each
+# with its own sentinel (shipped defaults), loaded past the cap for 5 minutes behind the exporter
+# and a real Prometheus with the shipped fleet rules; /readyz and /livez polled every second, the
+# most replicas unready at once. About 6 minutes (ARGS="--duration 60": about 2.5).
+.PHONY: bench-fleet-admission
+bench-fleet-admission: $(STAMP)
+	$(PY) -m tests.bench.bench_fleet_admission $(ARGS)
+
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
