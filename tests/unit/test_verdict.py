@@ -617,6 +617,20 @@ PATH_HANG_CASES = [
     ),
     pytest.param([pair(100, MULTIMODAL, Reason.TIMEOUT)], False, id="multimodal-one-miss"),
     pytest.param(
+        [pair(100, MULTIMODAL, Reason.ADMISSION), pair(110, MULTIMODAL, Reason.ADMISSION)],
+        False,
+        id="multimodal-refused-at-the-admission-cap-beside-admitted-controls",
+    ),
+    pytest.param(
+        [
+            pair(100, STRUCTURED, Reason.TIMEOUT),
+            pair(110, STRUCTURED, Reason.ADMISSION),
+            pair(120, STRUCTURED, Reason.TIMEOUT),
+        ],
+        True,
+        id="structured-misses-either-side-of-an-admission-refusal",
+    ),
+    pytest.param(
         [
             pair(100, MULTIMODAL, Reason.TIMEOUT),
             pair(110, MULTIMODAL, Reason.TIMEOUT, control=Reason.TIMEOUT),
@@ -641,7 +655,8 @@ def test_path_hang_needs_two_consecutive_misses_with_passing_text_controls(
         assert kind.value in hang.reason
         assert hang.reason in verdict.liveness.reason
         assert hang.action is Action.RESTART
-        assert hang.since == pairs[-2][0].started
+        judged = [p for p in pairs if p[0].reason is not Reason.ADMISSION]
+        assert hang.since == judged[-2][0].started
 
 
 @pytest.mark.parametrize(

@@ -57,7 +57,7 @@ def path_missed(result: CanaryResult, control: CanaryResult | None) -> bool:
     a 5xx, a reset, an empty reply) or whose tokens came far slower than the
     control's is a miss.
     """
-    if control is None or not control.ok or result.ok:
+    if control is None or not control.ok or result.ok or result.reason is Reason.ADMISSION:
         return False
     if result.reason is not Reason.TIMEOUT:
         return fast_failure(result)
@@ -94,7 +94,13 @@ def path_hang(
     failure), nor for canaries sent before real traffic on the path last got
     through (``traffic_at``).
     """
-    pairs = [(r, c) for r, c in zip(k.results, k.controls, strict=False) if r.started >= floor]
+    # A canary refused at vLLM's admission cap says nothing of its path: the queue
+    # was full when it came (its control, a moment apart, may have found a slot).
+    pairs = [
+        (r, c)
+        for r, c in zip(k.results, k.controls, strict=False)
+        if r.started >= floor and r.reason is not Reason.ADMISSION
+    ]
     if not any(r.ok for r, _ in pairs) or not pairs:
         return None
     last = pairs[-policy.path_misses :]
