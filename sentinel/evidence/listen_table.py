@@ -17,6 +17,7 @@ nothing else is parsed, and a table is capped in size.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -83,15 +84,19 @@ def _parse(text: str, family: str, port: int) -> list[TableRow]:
     return found
 
 
-def table_rows(port: int, net: Path = Path("/proc/net")) -> tuple[TableRow, ...] | None:
+def table_rows(
+    port: int, net: Path = Path("/proc/net"), families: Sequence[str] = _TABLES
+) -> tuple[TableRow, ...] | None:
     """Every socket on local port ``port`` in the namespace whose tables are under ``net``.
 
     None when no table could be read at all (a process gone, or a kernel
     without them); a missing ``tcp6`` (IPv6 off) is no table, not an error.
+    ``families``: the tables to read (each read walks the kernel's whole
+    connection hash, milliseconds whatever the sockets: :func:`families_of`).
     """
     found: list[TableRow] = []
     read_any = False
-    for family in _TABLES:
+    for family in families:
         try:
             with open(net / family, encoding="ascii", errors="replace") as table:
                 text = table.read(MAX_TABLE_BYTES)
@@ -100,6 +105,16 @@ def table_rows(port: int, net: Path = Path("/proc/net")) -> tuple[TableRow, ...]
         read_any = True
         found.extend(_parse(text, family, port))
     return tuple(found) if read_any else None
+
+
+def families_of(rows: Sequence[TableRow]) -> tuple[str, ...]:
+    """The tables a server listening in ``rows`` can hold connections in: those of its
+    listening sockets (a dual-stack ``[::]`` listener's IPv4 clients are in ``tcp6``);
+    every table where none listens."""
+    listening = tuple(
+        f for f in _TABLES if any(r.family == f and r.state == TCP_LISTEN for r in rows)
+    )
+    return listening or _TABLES
 
 
 def listening(port: int, net: Path = Path("/proc/net")) -> tuple[ListeningSocket, ...] | None:

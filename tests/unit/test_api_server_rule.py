@@ -198,3 +198,23 @@ def test_the_socket_table_is_read_at_a_pace_while_nothing_is_held_at_every_call_
     assert paced.read(1, 8000, net, [1]) == ((), {})
     now[0] = 10.1  # the next paced read finds no table: cannot tell, said at once
     assert paced.read(1, 8000, tmp_path / "missing", [1]) == (None, {})
+
+
+def test_paced_reads_only_the_tables_the_server_listens_in(tmp_path: Path) -> None:
+    """Each table read walks the kernel's whole connection hash: an IPv4 listener's
+    connections are all in ``tcp``, so ``tcp6`` is read again only to relearn."""
+    now = [0.0]
+    paced = PacedHeld(lambda: now[0], every=0.0, relearn=3)
+    net = _table(tmp_path, _row(8000, "0A", 0, 11), tcp6="")
+    assert paced.read(1, 8000, net, [1]) == ((), {})  # learns: the listener is in tcp
+    _table(tmp_path, _row(8000, "0A", 0, 11), tcp6=_row(8000, "01", 9, 17))
+    for _ in range(2):
+        now[0] += 1
+        assert paced.read(1, 8000, net, [1]) == ((), {})  # tcp6 is not read
+    now[0] += 1
+    held, _ = paced.read(1, 8000, net, [1])  # the third read relearns: every table
+    assert [h.inode for h in held or ()] == [17]
+    dual = _table(tmp_path, tcp6=_row(8000, "0A", 0, 21) + _row(8000, "01", 5, 22))
+    now[0] += 1
+    held, _ = paced.read(2, 8000, dual, [2])  # another server: every table at once
+    assert [h.inode for h in held or ()] == [22]
