@@ -9,7 +9,7 @@ read. Pure: no psutil call happens here beyond its status constants.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
@@ -247,6 +247,22 @@ _REASONING_JSON = re.compile(
 )
 
 
+def flag_values(cmdline: Sequence[str], flags: Collection[str]) -> Iterator[tuple[str, str]]:
+    """Each of ``flags`` on a command line with its value, in order, as argparse reads
+    it: ``=`` or a space, dashes or underscores, quotes stripped. A title set with
+    setproctitle is one argument holding the whole command, so arguments are split
+    on whitespace."""
+    tokens = [token for arg in cmdline for token in arg.split()]
+    for i, token in enumerate(tokens):
+        flag, eq, value = token.partition("=")
+        flag = flag.replace("_", "-")
+        if flag not in flags:
+            continue
+        if not eq:
+            value = tokens[i + 1] if i + 1 < len(tokens) else ""
+        yield flag, value.strip().strip("'\"")
+
+
 def reasoning_parser(cmdline: Sequence[str]) -> str | None:
     """The reasoning parser a vLLM command line turns on, or None when it names none.
 
@@ -260,16 +276,8 @@ def reasoning_parser(cmdline: Sequence[str]) -> str | None:
     safer than one judged behind a parser. Not seen: a parser set in a
     ``--config`` file, or one a model turns on by itself (gpt-oss).
     """
-    tokens = [token for arg in cmdline for token in arg.split()]
     found: dict[str, str] = {}
-    for i, token in enumerate(tokens):
-        flag, eq, value = token.partition("=")
-        flag = flag.replace("_", "-")
-        if flag not in _REASONING_FLAGS:
-            continue
-        if not eq:
-            value = tokens[i + 1] if i + 1 < len(tokens) else ""
-        value = value.strip().strip("'\"")
+    for flag, value in flag_values(cmdline, _REASONING_FLAGS):
         found[flag] = "" if value.startswith("-") else value  # a flag: no value given
     named = found.get(_REASONING_FLAGS[0]) or found.get(_REASONING_FLAGS[1])
     if named:

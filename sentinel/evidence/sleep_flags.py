@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from sentinel.evidence.process_model import flag_values
+
 #: The flags that turn idle auto-sleep on, each server's own.
 FLAGS = ("--sleep-idle-ttl", "--sleep-idle-seconds")
 
@@ -24,17 +26,10 @@ def sleep_idle_ttl(cmdline: Sequence[str]) -> tuple[float, str] | None:
     has it; zero or a negative value (llama.cpp's -1) is off, and so is a value
     that is not a number.
     """
-    tokens = [token for arg in cmdline for token in arg.split()]
     found: tuple[float, str] | None = None
-    for i, token in enumerate(tokens):
-        flag, eq, value = token.partition("=")
-        flag = flag.replace("_", "-")
-        if flag not in FLAGS:
-            continue
-        if not eq:
-            value = tokens[i + 1] if i + 1 < len(tokens) else ""
+    for flag, value in flag_values(cmdline, FLAGS):
         try:
-            ttl = float(value.strip().strip("'\""))
+            ttl = float(value)
         except ValueError:
             found = None
             continue
