@@ -55,6 +55,12 @@ Capturer = Callable[[DiagnosticsContext, IncidentStore], Awaitable[StoredInciden
 # A busy server can miss canary deadlines again and again; one bundle per this
 # many seconds is plenty, and the store's retention bounds the rest.
 MIN_CAPTURE_GAP = 30.0
+# Suspicions that keep coming without a hang (a working server whose canaries
+# queue behind its load) are captured ever more rarely: each stored suspicion's
+# bundle doubles the gap before the next, up to this; a confirmed hang, or this
+# long without a suspicion's capture, starts again at MIN_CAPTURE_GAP. A
+# confirmed hang's own capture is never held by it.
+MAX_SUSPICION_GAP = 600.0
 # The GIL switch interval while a bundle is captured in the daemon's own process
 # (sentinel run sets 1 ms otherwise).
 CAPTURE_SWITCH_INTERVAL_S = 0.0002
@@ -119,6 +125,7 @@ class IncidentRecorder:
         self.recent: list[IncidentRecord] = []
         self._last_capture = float("-inf")
         self._last_hang_capture = float("-inf")
+        self._suspicion_gap = MIN_CAPTURE_GAP
         self._queue: asyncio.Queue[OpenIncident] = asyncio.Queue()
         self._events: asyncio.Queue[tuple[EventReason, str]] = asyncio.Queue()
         self._answers: Callable[[], Sequence[ProbeTransition]] | None = None
@@ -183,7 +190,10 @@ class IncidentRecorder:
         self.current = incident
         now = incident.opened
         last = self._last_hang_capture if confirmed else self._last_capture
-        capturing = self.store is not None and now - last >= MIN_CAPTURE_GAP
+        if confirmed or now - self._last_capture >= MAX_SUSPICION_GAP:
+            self._suspicion_gap = MIN_CAPTURE_GAP
+        gap = MIN_CAPTURE_GAP if confirmed else self._suspicion_gap
+        capturing = self.store is not None and now - last >= gap
         log.warning("incident_opened", trigger=kind, reason=reason, capturing=capturing)
         if capturing:
             self._last_capture = now
@@ -231,6 +241,8 @@ class IncidentRecorder:
                 log.error("diagnostics_not_written", error=error)
                 continue
             self.metrics.diagnostics_finished(self.clock() - started, stored.complete)
+            if not incident.confirmed:  # the next suspicion waits twice as long
+                self._suspicion_gap = min(self._suspicion_gap * 2, MAX_SUSPICION_GAP)
             record = stored.record
             incident.record = record
             self.recent = [record, *self.recent][:20]

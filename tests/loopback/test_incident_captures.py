@@ -12,6 +12,7 @@ import asyncio
 import time
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from prometheus_client import CollectorRegistry
@@ -65,3 +66,42 @@ async def test_a_confirmed_hang_is_captured_after_a_start_up_suspicion(tmp_path:
     assert captured == ["missed-deadline", "engine-hang", "engine-hang"]
     assert recorder.current is not None
     assert recorder.current.trigger.reason == "a hang past the gap"
+
+
+async def test_suspicions_without_a_hang_are_captured_ever_more_rarely(tmp_path: Path) -> None:
+    """A working server whose canaries queue behind its load misses deadlines again
+    and again: each stored suspicion's bundle doubles the gap before the next (60 s,
+    then 120, ...; 30 s before); a confirmed hang is never held by that."""
+    now = [0.0]
+    captured: list[float] = []
+
+    async def capturer(context: Any, store: IncidentStore) -> StoredIncident:
+        captured.append(now[0])
+        record = SimpleNamespace(id=f"i{len(captured)}", path=str(tmp_path))
+        stored = SimpleNamespace(
+            complete=True, record=record, cause="-", cause_line="-", duration_s=0.1
+        )
+        return stored  # type: ignore[return-value]
+
+    recorder = IncidentRecorder(
+        IncidentStore(tmp_path / "diag"),
+        SentinelMetrics(CollectorRegistry()),
+        lambda trigger: trigger,  # type: ignore[arg-type,return-value]
+        capturer=capturer,
+        clock=lambda: now[0],
+    )
+    async with asyncio.TaskGroup() as group:
+        loop = group.create_task(recorder.run())
+        for _ in range(8):  # a suspicion every 30 s for 210 s, each cleared
+            recorder.suspect("missed-deadline", "a canary queued behind the load")
+            await _until(
+                lambda: recorder._queue.empty() and len(recorder.recent) == len(captured),
+                "any capture queued taken and stored",
+            )
+            recorder.all_clear()
+            now[0] += MIN_CAPTURE_GAP
+        suspicions = list(captured)
+        recorder.suspect("engine-hang", "canary unanswered for 15s", confirmed=True)
+        await _until(lambda: len(captured) == len(suspicions) + 1, "the hang captured")
+        loop.cancel()
+    assert suspicions == [0.0, 60.0, 180.0]
