@@ -42,7 +42,7 @@ from sentinel.record.observers import Observations
 from sentinel.record.provider import Provider, fragments, gather
 from sentinel.telemetry.events import EventReason
 from sentinel.telemetry.logging import get_logger
-from sentinel.telemetry.metrics import SentinelMetrics
+from sentinel.telemetry.metrics import PROBES, SentinelMetrics
 from sentinel.verdict import (
     Action,
     Evidence,
@@ -56,7 +56,6 @@ from sentinel.verdict import (
 log = get_logger("sentinel.evaluator")
 
 TRANSITIONS_KEPT = 100  # the answers' changes, for /status and each bundle's timeline
-PROBES = ("liveness", "readiness", "startup")
 UNOBSERVED_KEPT = 256  # spans sentinel did not run; older ones no longer overlap any window
 SHUTTING_DOWN = "sentinel is shutting down"
 

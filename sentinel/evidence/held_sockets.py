@@ -35,7 +35,13 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from sentinel.evidence.listen_table import TCP_LISTEN, TableRow, families_of, table_rows
+from sentinel.evidence.listen_table import (
+    TABLES,
+    TCP_LISTEN,
+    TableRow,
+    families_of,
+    table_rows,
+)
 
 # The kernel's TCP states, as the tables print them: a connection still open
 # (ESTABLISHED), or closed by the client and not yet by the server (CLOSE_WAIT:
@@ -56,11 +62,11 @@ class HeldSocket:
 
 
 def unread_connections(
-    port: int, net: Path, families: Sequence[str] | None = None
+    port: int, net: Path
 ) -> tuple[tuple[HeldSocket, ...], frozenset[int]] | None:
     """Server-side connections on ``port`` holding unread bytes, and every held connection's
-    inode (None: no table readable); ``families``: the tables to read (None: all)."""
-    rows = table_rows(port, net) if families is None else table_rows(port, net, families)
+    inode (None: no table readable)."""
+    rows = table_rows(port, net)
     return None if rows is None else held_in(rows)
 
 
@@ -212,7 +218,7 @@ class PacedHeld:
             return last[1]  # nothing was held at the last read
         if last is None or last[0] != api or self._reads % self.relearn == 0:
             self._families = ()
-        rows = table_rows(port, net, self._families) if self._families else table_rows(port, net)
+        rows = table_rows(port, net, self._families or TABLES)
         self._reads += 1
         if rows is None:
             self._last, self._families = None, ()

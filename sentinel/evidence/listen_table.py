@@ -23,7 +23,7 @@ from pathlib import Path
 
 TCP_LISTEN = "0A"  # the kernel's TCP_LISTEN state, as the tables print it
 MAX_TABLE_BYTES = 16 * 1024 * 1024  # a node's worth of sockets; beyond this, the rest is unread
-_TABLES = ("tcp", "tcp6")
+TABLES = ("tcp", "tcp6")
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,7 +85,7 @@ def _parse(text: str, family: str, port: int) -> list[TableRow]:
 
 
 def table_rows(
-    port: int, net: Path = Path("/proc/net"), families: Sequence[str] = _TABLES
+    port: int, net: Path = Path("/proc/net"), families: Sequence[str] = TABLES
 ) -> tuple[TableRow, ...] | None:
     """Every socket on local port ``port`` in the namespace whose tables are under ``net``.
 
@@ -112,9 +112,9 @@ def families_of(rows: Sequence[TableRow]) -> tuple[str, ...]:
     listening sockets (a dual-stack ``[::]`` listener's IPv4 clients are in ``tcp6``);
     every table where none listens."""
     listening = tuple(
-        f for f in _TABLES if any(r.family == f and r.state == TCP_LISTEN for r in rows)
+        f for f in TABLES if any(r.family == f and r.state == TCP_LISTEN for r in rows)
     )
-    return listening or _TABLES
+    return listening or TABLES
 
 
 def listening(port: int, net: Path = Path("/proc/net")) -> tuple[ListeningSocket, ...] | None:
