@@ -139,14 +139,18 @@ class AutoSleepWatch:
         """Whether the newest sample shows real requests waiting or running."""
         return self._section.waiting >= 1.0 and self._ledger.epoch == self._epoch
 
+    def sleep_known(self) -> bool:
+        """Whether anything tells that the server sleeps: a sleep gauge or ``/is_sleeping``."""
+        readings = self._ledger.lifecycle.readings
+        gauges = readings.gauges or {}
+        return readings.is_sleeping is not None or any(k.startswith(SLEEP_PREFIX) for k in gauges)
+
     def section(self, now: float) -> object:
         if self._ledger.epoch != self._epoch:
             return AutoSleepSection()  # the old server's traffic is no evidence
         self.follow(now)
         found = self.ttl()
-        readings = self._ledger.lifecycle.readings
-        gauges = readings.gauges or {}
-        known = readings.is_sleeping is not None or any(k.startswith(SLEEP_PREFIX) for k in gauges)
+        known = self.sleep_known()
         return replace(
             self._section,
             ttl=None if found is None else found[0],
@@ -177,6 +181,9 @@ class AutoSleepWatch:
                 "the wake is judged when real traffic arrives"
                 if held is not None
                 else f"canaries flow: real traffic within the hold ({self.hold:.0f}s)"
+                if section.sleep_known
+                else "canaries flow, never held: nothing tells whether it sleeps or wakes, "
+                "so a held canary could hide a hang"
             ),
             "held_for": None if held is None else round(now - held, 3),
             "real_traffic_ago": None if real is None else round(now - real, 3),

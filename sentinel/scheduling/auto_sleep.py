@@ -71,6 +71,8 @@ class CanaryHold:
     def _should_hold(self, now: float) -> bool:
         if self.watch.ttl() is None or not self.ledger.startup_passed:
             return False
+        if not self.watch.sleep_known():
+            return False  # blind to the sleep and the wake: held canaries would hide a hang
         if self.watch.wake_asked_at is not None:
             return False  # a wake was asked: the canaries judge it too
         if self.watch.real_waiting():

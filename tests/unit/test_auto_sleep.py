@@ -55,7 +55,12 @@ def _traffic(watch: AutoSleepWatch, at: float, waiting: float) -> None:
 
 
 async def _scheduled(
-    configured: float | None, hold: float, until: float, arrive_at: float | None = None
+    configured: float | None,
+    hold: float,
+    until: float,
+    arrive_at: float | None = None,
+    *,
+    sleep_told: bool = True,
 ) -> tuple[FakeVllm, SentinelMetrics, AutoSleepWatch]:
     clock = VirtualClock()
     specs = _specs(
@@ -65,6 +70,8 @@ async def _scheduled(
     )
     ledger = _ledger(specs, clock)
     ledger.startup_passed = True
+    if sleep_told:
+        ledger.observe_lifecycle(clock(), gauges={"sleep_awake": 1.0})
     watch = AutoSleepWatch(ledger, configured, hold=hold)
     fake = FakeVllm(clock)
     metrics = SentinelMetrics(CollectorRegistry())
@@ -117,6 +124,18 @@ async def test_real_requests_end_the_hold_and_canaries_resume_at_once() -> None:
     assert "text" in late  # within one cadence step of the arrival
     assert min(s.at for s in fake.sent if s.at >= T0 + 20) <= T0 + 40
     assert watch.held_since is None
+
+
+async def test_where_nothing_tells_whether_it_sleeps_canaries_are_never_held() -> None:
+    """No sleep gauge, no /is_sleeping: a held canary could hide a hang, so none is held."""
+    fake, metrics, watch = await _scheduled(
+        configured=3.0, hold=12.0, until=T0 + 60, sleep_told=False
+    )
+    assert max(s.at for s in fake.sent) - T0 >= 55.0
+    assert _skipped(metrics) == 0
+    shown = watch.status(watch.section(T0 + 60), T0 + 60)
+    assert shown is not None
+    assert shown["canaries"].startswith("canaries flow, never held")
 
 
 async def test_without_auto_sleep_canaries_keep_flowing() -> None:
