@@ -28,13 +28,13 @@ from typing import Any
 
 from sentinel.canary.kinds import unvalidatable
 from sentinel.canary.protocol import ServerFacts
-from sentinel.canary.result import Reason
 from sentinel.canary.spec import CanaryKind, CanarySpec
 from sentinel.config.settings import Settings
 from sentinel.evaluation.health import HealthSnapshot, HealthState
 from sentinel.evaluation.incidents import IncidentRecorder
 from sentinel.evaluation.kind_events import KindNotices
 from sentinel.evaluation.status import PriorityReport, StatusInputs, Transition, status_document
+from sentinel.evaluation.suspicion import suspicion
 from sentinel.fleet.budget import Wish
 from sentinel.fleet.lease import PoolBudget
 from sentinel.record.ledger import Ledger
@@ -370,21 +370,3 @@ def hang_outcome(hang: Hang, *, enforce: bool, braked: bool, held: bool = False)
         Action.UNREADY: "readiness failing",
         Action.ALERT: "alert only",
     }[hang.action]
-
-
-def suspicion(evidence: Evidence, verdict: Verdict) -> tuple[str, str] | None:
-    """Why a hang is suspected now (a trigger for diagnostics), or None."""
-    if verdict.hangs:
-        hang = verdict.hangs[0]
-        return f"{hang.kind}-hang", hang.reason
-    if evidence.engine_down_since is not None:
-        return "engine-down", evidence.engine_down_detail or "engine process down"
-    if evidence.health_failing_since is not None:
-        return "vllm-health-failing", "vLLM /health is failing"
-    for kind in evidence.kinds.values():
-        if kind.enabled and kind.results and kind.results[-1].reason is Reason.TIMEOUT:
-            # A canary aimed at one data-parallel engine names it: the bundle judges its processes.
-            engine = kind.results[-1].engine
-            aimed = "" if engine is None else f" aimed at engine {engine}"
-            return "missed-deadline", f"a {kind.kind} canary{aimed} missed its deadline"
-    return None

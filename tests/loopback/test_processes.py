@@ -527,3 +527,31 @@ async def test_a_family_change_brings_the_next_recheck_forward(
             assert len(rechecks.at) == seen + 1
         finally:
             os.kill(sim.engine_pid, signal.SIGCONT)
+
+
+@pytest.mark.parametrize("api_servers", [1, 2])
+async def test_the_socket_table_is_read_only_where_api_server_peers_share_the_port(
+    monkeypatch: pytest.MonkeyPatch, api_servers: int
+) -> None:
+    """The held-connection check is for a process its peers cover; alone, no table is walked."""
+    from sentinel.evidence.listen_table import table_rows
+
+    reads: list[int] = []
+
+    def counted(port: int, *args: object) -> object:
+        reads.append(port)
+        return table_rows(port, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr("sentinel.evidence.held_sockets.table_rows", counted)
+    with SimProcess(api_server_count=api_servers) as sim:
+        watcher = ProcessWatcher(clock=time.monotonic, listen_port=sim.port)
+        snap = await eventually(watcher, lambda s: len(s.api_processes) == api_servers - 1)
+        for _ in range(3):
+            snap = await watcher.sample_async()
+        if api_servers == 1:
+            assert reads == []
+            assert snap.held == ()
+        else:
+            assert reads
+            assert set(reads) == {sim.port}
+            assert snap.held is not None

@@ -90,6 +90,16 @@ def test_identical_generations_do_not_depart() -> None:
     assert compare(BASE, BASE) == ()
 
 
+def test_a_remembered_comparison_is_the_same_pair_only() -> None:
+    # Evaluations judge the same kept checks again: the answer is remembered per pair
+    # of objects, so an equal-looking but different check is judged afresh.
+    departed = shifted(BASE, 1)
+    assert [d.sign for d in compare(BASE, departed)] == ["diverged"]
+    assert compare(BASE, departed) is compare(BASE, departed)
+    assert compare(BASE, shifted(BASE, 4)) == ()
+    assert compare(list(BASE), list(departed)) == compare(BASE, departed)  # lists: not kept
+
+
 def test_divergence_after_the_early_tokens_is_tolerated() -> None:
     assert compare(BASE, shifted(BASE, 4)) == ()
 

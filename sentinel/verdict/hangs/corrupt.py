@@ -35,6 +35,7 @@ Pure: reads frozen evidence, returns a :class:`~sentinel.verdict.model.Hang` or 
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -92,8 +93,29 @@ def degenerate(generation: Generation) -> bool:
     return len(ids) >= DEGENERATE and len(set(ids)) == 1
 
 
+# Every evaluation judges the same kept checks against the same fingerprint again,
+# so the comparison of one pair of generation tuples, by identity, is remembered.
+COMPARED_KEPT = 64
+_compared: OrderedDict[tuple[int, int], tuple[object, object, tuple[Departure, ...]]] = (
+    OrderedDict()
+)
+
+
 def compare(base: Sequence[Generation], check: Sequence[Generation]) -> tuple[Departure, ...]:
     """Every way ``check`` left ``base``, prompt by prompt (empty: within the tolerance)."""
+    key = (id(base), id(check))
+    kept = _compared.get(key)
+    if kept is not None and kept[0] is base and kept[1] is check:
+        return kept[2]
+    found = _compare(base, check)
+    if isinstance(base, tuple) and isinstance(check, tuple):  # immutable: safe to remember
+        _compared[key] = (base, check, found)
+        if len(_compared) > COMPARED_KEPT:
+            _compared.popitem(last=False)
+    return found
+
+
+def _compare(base: Sequence[Generation], check: Sequence[Generation]) -> tuple[Departure, ...]:
     if len(base) != len(check):
         return (Departure(0, "shape", f"{len(check)} generations, fingerprint has {len(base)}"),)
     found: list[Departure] = []
