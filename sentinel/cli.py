@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import signal
 import sys
@@ -129,7 +130,9 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
     return load_settings(getattr(args, "config", None), os.environ, run_flags(args))
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(*, only_run: bool = False) -> argparse.ArgumentParser:
+    """Every command's parser; ``only_run``: the daemon's alone, so a sidecar keeps none of
+    the other commands' modules resident."""
     from sentinel.config.loader import env_name
 
     parser = argparse.ArgumentParser(
@@ -144,7 +147,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="the sidecar daemon")
     _add_run_arguments(run)
-
+    if only_run:
+        return parser
     from sentinel.commands.status import add_status_arguments
 
     add_status_arguments(sub.add_parser("status", help="a running sidecar's verdict and why"))
@@ -195,7 +199,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     boot()
     from sentinel.config.loader import ConfigError
 
-    args = build_parser().parse_args(argv)
+    given = sys.argv[1:] if argv is None else list(argv)
+    args = build_parser(only_run=given[:1] == ["run"]).parse_args(given)
     command: str = args.command
     try:
         if command == "run":
@@ -289,17 +294,21 @@ MALLOC_ARENAS = 2
 _M_ARENA_MAX = -8  # glibc's mallopt parameter number
 
 
-def _bound_memory_growth() -> None:
-    """Cap glibc's malloc arenas (a no-op on other C libraries) before any thread starts."""
+def _libc() -> Any:
+    """glibc, for its allocator's knobs (None elsewhere: each knob is then a no-op)."""
     import ctypes
     import ctypes.util
 
-    name = ctypes.util.find_library("c")
     try:
-        libc = ctypes.CDLL(name)
-        libc.mallopt(_M_ARENA_MAX, MALLOC_ARENAS)
-    except (OSError, AttributeError, TypeError):
-        return
+        return ctypes.CDLL(ctypes.util.find_library("c"))
+    except (OSError, TypeError):
+        return None
+
+
+def _bound_memory_growth() -> None:
+    """Cap glibc's malloc arenas (a no-op on other C libraries) before any thread starts."""
+    with contextlib.suppress(AttributeError, TypeError):
+        _libc().mallopt(_M_ARENA_MAX, MALLOC_ARENAS)
 
 
 def _freeze_the_start() -> None:
@@ -311,6 +320,10 @@ def _freeze_the_start() -> None:
 
     gc.collect()
     gc.freeze()
+    # What the start freed (config parsing, the catalog's validation) goes back to the
+    # system instead of staying resident between live objects.
+    with contextlib.suppress(AttributeError, TypeError):
+        _libc().malloc_trim(0)
 
 
 async def _serve(daemon: Any, bind_failure: Callable[[BaseException], str | None]) -> int:

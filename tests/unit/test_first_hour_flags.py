@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -65,3 +67,16 @@ def test_a_bad_generated_flag_is_blamed_by_name() -> None:
         run_settings("--hang-window", "3")
     with pytest.raises(ConfigError, match="flag --canaries: expected a mapping"):
         run_settings("--canaries", "[1, 2]")
+
+
+def test_the_daemon_parses_alike_without_keeping_the_other_commands_resident() -> None:
+    argv = ["run", "--target", "http://127.0.0.1:8000", "--scrape-interval", "3", "--enforce", "no"]
+    assert build_parser(only_run=True).parse_args(argv) == build_parser().parse_args(argv)
+    # A fresh interpreter: `sentinel run` imports none of the other commands' modules.
+    probe = (
+        "import sys; from sentinel.cli import build_parser; build_parser(only_run=True); "
+        "print(sorted(m for m in sys.modules if m.startswith(("
+        "'sentinel.exporter', 'sentinel.commands.', 'sentinel.diagnostics.doctor'))))"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
