@@ -340,7 +340,8 @@ class Daemon:
         await supervised(name, run, self.failures, sleep=self.sleep)
 
     async def _evaluate_step(self) -> None:
-        await self.evaluator.evaluate(self.clock())
+        if self.evaluator.due(self.clock()):
+            await self.evaluator.evaluate(self.clock())
         self.reachability.warn(self.clock())
 
     def _forget_baselines(self) -> None:

@@ -190,6 +190,14 @@ class Settings(Policy, Ranged):
         1.0, "How often the server's processes are sampled.", 0.1, 3600.0
     )
     eval_interval: float = seconds(0.5, "How often the verdict is evaluated.", 0.05, 60.0)
+    eval_quiet_interval: float = seconds(
+        2.0,
+        "How often the verdict is evaluated while nothing is in play (no canary in flight "
+        "or failed, no work shown, no failing evidence, every answer green); at most a "
+        "quarter of hang_window, at least eval_interval.",
+        0.05,
+        60.0,
+    )
     idle_window: float = seconds(
         5.0,
         "The text canary is skipped while real decode completed within this window "
@@ -348,6 +356,11 @@ class Settings(Policy, Ranged):
     def evidence_freshness(self) -> float:
         """How old the last /metrics sample may be and still count as evidence."""
         return self.scrape_interval * 2 + self.scrape_timeout
+
+    @property
+    def quiet_interval(self) -> float:
+        """Seconds between judgements while nothing is in play (sentinel.evaluation.pace)."""
+        return max(self.eval_interval, min(self.eval_quiet_interval, self.hang_window / 4))
 
     def policy(self) -> Policy:
         """The verdict's thresholds as configured: every field of :class:`Policy`."""

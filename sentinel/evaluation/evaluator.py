@@ -33,6 +33,7 @@ from sentinel.config.settings import Settings
 from sentinel.evaluation.health import HealthSnapshot, HealthState
 from sentinel.evaluation.incidents import IncidentRecorder
 from sentinel.evaluation.kind_events import KindNotices
+from sentinel.evaluation.pace import in_play
 from sentinel.evaluation.status import PriorityReport, StatusInputs, Transition, status_document
 from sentinel.evaluation.suspicion import suspicion
 from sentinel.fleet.budget import Wish
@@ -110,6 +111,24 @@ class Evaluator:
         self.shutting_down = False
         self._seen_epoch = ledger.epoch
         self._last_evaluation: float | None = None
+        # What kept the last judgement at the full pace (None: nothing; sentinel.evaluation.pace),
+        # when it was made, and how many canaries had left by then.
+        self.in_play: str | None = "not judged yet"
+        self._judged: tuple[float, int] = (float("-inf"), 0)
+
+    def due(self, now: float) -> bool:
+        """Whether a tick judges: always while anything is in play or a canary left since;
+        otherwise once per ``eval_quiet_interval``. A tick that does not still counts as
+        sentinel's loop running."""
+        at, sent = self._judged
+        if (
+            self.in_play is not None
+            or self.ledger.canaries_sent != sent
+            or now - at >= self.settings.quiet_interval - 1e-9
+        ):
+            return True
+        self._check_own_stall(now)
+        return False
 
     async def evaluate(self, now: float) -> Verdict:
         """Judge the ledger at ``now`` and publish the result."""
@@ -159,6 +178,8 @@ class Evaluator:
             self.incidents.all_clear()
         self._log_transitions(previous, verdict, now)
         self._update_priority()
+        self.in_play = "shutting down" if self.shutting_down else in_play(evidence, verdict)
+        self._judged = (now, ledger.canaries_sent)
         await self.state.publish(self._snapshot(verdict, evidence, now))
         return verdict
 
@@ -307,6 +328,12 @@ class Evaluator:
                     transitions=self.transitions,
                     restart_budget={"mode": "off"} if budget is None else budget.status(),
                     sections=fragments(self.providers, _all_sections(evidence), now),
+                    pace={
+                        "every": self.settings.eval_interval
+                        if self.in_play is not None
+                        else self.settings.quiet_interval,
+                        "in_play": self.in_play,
+                    },
                 )
             ),
         )

@@ -72,6 +72,8 @@ class StatusInputs:
     restart_budget: Mapping[str, Any] | None = None
     # Each evidence provider's fragment (sentinel.record.provider), from the sections judged.
     sections: Mapping[str, Any] | None = None
+    # The verdict's pace (sentinel.evaluation.pace): seconds between judgements, and why.
+    pace: Mapping[str, Any] | None = None
 
 
 def status_document(inputs: StatusInputs) -> dict[str, Any]:
@@ -258,6 +260,7 @@ def _verdict(inputs: StatusInputs) -> dict[str, Any]:
         "brake_engaged": verdict.brake_engaged,
         "would_restart": verdict.would_restart,
         "sentinel_stalls": inputs.stalls,
+        "pace": inputs.pace,
         "hang_episodes_last_hour": len(
             [t for t in inputs.episodes if now - t < inputs.brake_window]
         ),

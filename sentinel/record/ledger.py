@@ -222,6 +222,11 @@ class Ledger:
         if record.outstanding.pop(token, None) is not None or awaited:
             self.progress.canary_finished(token, None, now)
 
+    @property
+    def canaries_sent(self) -> int:
+        """How many canaries left so far (a new one is evidence on its way)."""
+        return self._token
+
     def in_flight(self) -> int:
         """Canaries in the engine right now, all kinds (awaited late ones included)."""
         return sum(
