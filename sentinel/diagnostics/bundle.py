@@ -43,7 +43,7 @@ from typing import Any, TypeVar
 
 from sentinel import __version__
 from sentinel.canary.result import CanaryResult
-from sentinel.diagnostics import access, cgroup, gpu, procs, sections, stacks
+from sentinel.diagnostics import access, cgroup, gpu, procs, sections, stacks, watchdog
 from sentinel.diagnostics.cause import Cause, CauseClass, ProcessObservation, classify
 from sentinel.diagnostics.sections import ProbeTransition
 from sentinel.diagnostics.sizes import json_size
@@ -67,7 +67,8 @@ DEFAULT_CPU_WINDOW_S = 0.5
 DEFAULT_SECTION_MAX_BYTES = 8 * 1024 * 1024
 DEFAULT_BUNDLE_MAX_BYTES = 32 * 1024 * 1024
 # Sections that may be dropped whole, in the order they go when a bundle is too large.
-DROPPABLE_SECTIONS = ("metrics", "stacks", "canary_history", "processes", "cgroup", "gpu")
+_TEXTS = ("metrics", "stacks", "watchdog")  # the long texts: dropped first
+DROPPABLE_SECTIONS = (*_TEXTS, "canary_history", "processes", "cgroup", "gpu")
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,6 +198,7 @@ class _Read:
     dumps: dict[int, stacks.StackDump] | None
     gpus: gpu.GpuSection | None
     cpu: cgroup.CgroupSection | None
+    watchdog: dict[str, Any] | None  # vLLM's own stack dumps (sentinel.diagnostics.watchdog)
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,10 +242,11 @@ async def _read_sections(run: _Run) -> _Read:
     )
     discovered: list[procs.Discovered] = found or []
     # Then everything else at once.
-    snaps, dumps, gpus = await asyncio.gather(
+    snaps, dumps, gpus, vllm_dumps = await asyncio.gather(
         run.section("processes", lambda: _describe(run, discovered)),
         run.section("stacks", lambda: _dump_stacks(run, discovered)),
         run.section("gpu", lambda: _gpu_state(run.context)),
+        run.section("watchdog", lambda: asyncio.to_thread(watchdog.of_discovered, discovered)),
     )
     snapshots: list[procs.ProcessRecord] = snaps or []
     # The CPU quota's check needs each process's threads and affinity, read above.
@@ -255,7 +258,7 @@ async def _read_sections(run: _Run) -> _Read:
         "cgroup",
         lambda: asyncio.to_thread(cgroup.snapshot, threads, root=run.context.cgroup_root),
     )
-    return _Read(discovered, snapshots, dumps, gpus, cpu)
+    return _Read(discovered, snapshots, dumps, gpus, cpu, vllm_dumps)
 
 
 async def _describe(run: _Run, discovered: list[procs.Discovered]) -> list[procs.ProcessRecord]:
@@ -329,6 +332,7 @@ def _assemble(
             for pid, d in (read.dumps or {}).items()
         },
         "gpu": read.gpus.to_json() if read.gpus is not None else None,
+        "watchdog": read.watchdog,
         "cgroup": sections.cgroup_json(read.cpu),
         "metrics": sections.metrics_json(
             context.metrics_text, context.section_max_bytes, context.metrics_cut

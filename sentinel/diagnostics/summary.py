@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sentinel.diagnostics.stuck import stuck_lines
+from sentinel.diagnostics.watchdog import summary_lines as watchdog_lines
 
 
 def iso(epoch: float) -> str:
@@ -81,6 +82,7 @@ def render_summary(bundle: Mapping[str, Any]) -> str:
     scrapes = _listed(bundle.get("metrics"))
     cut = sum(m.get("truncated_bytes", 0) for m in scrapes)
     lines.append(f"metrics   {len(scrapes)} scrape(s) kept" + (f", {cut} bytes cut" if cut else ""))
+    lines += watchdog_lines(bundle.get("watchdog"))
     if bundle.get("section_errors"):
         lines += ["", "sections that failed:"]
         lines += [f"  {name}: {err}" for name, err in bundle["section_errors"].items()]
