@@ -45,6 +45,7 @@ from sentinel.fleet.gate import BudgetGate
 from sentinel.fleet.lease import PoolBudget
 from sentinel.maintenance.endpoint import MaintenanceHook
 from sentinel.record.auto_sleep import AutoSleepWatch
+from sentinel.record.fault_tolerance import FaultToleranceWatch
 from sentinel.record.kv_transfer import KvTransferWatch
 from sentinel.record.ledger import Ledger
 from sentinel.record.observers import LoopFailures, Observers, Step, every, supervised
@@ -110,6 +111,7 @@ class Daemon:
         self.auto_sleep = AutoSleepWatch.listening(
             self.observers, settings.auto_sleep_idle, hold=settings.auto_sleep_hold
         )
+        self.fault_tolerance = FaultToleranceWatch.for_settings(self.ledger, clock, settings)
         self.failures = LoopFailures(clock, self.metrics.loop_failed)
         self.observers.observations.failures = self.failures
         self.incidents = IncidentRecorder.for_settings(
@@ -135,6 +137,7 @@ class Daemon:
                 self.reachability,
                 KvTransferWatch.listening(self.observers, settings.kv_transfer_bound),
                 self.auto_sleep,
+                self.fault_tolerance,
                 *providers,
             ),
             budget=self.budget,
@@ -321,6 +324,7 @@ class Daemon:
         )
         book, key = self.fingerprints, self.api_key
         steps += weights_steps(book, self.settings, client, self.clock, key)
+        steps.append(self.fault_tolerance.observer_step(client, self.settings, key))
         return [*steps, ("evaluate", self.settings.eval_interval, self._evaluate_step)]
 
     async def _every(self, name: str, interval: float, step: Step) -> None:

@@ -36,6 +36,7 @@ from sentinel_sim.api_servers import ApiServers
 from sentinel_sim.config import SimConfig, parse_args
 from sentinel_sim.control_api import build_control_app
 from sentinel_sim.fault_gates import close_listener
+from sentinel_sim.fault_tolerance import FaultTolerance
 from sentinel_sim.openai_api import build_openai_app
 from sentinel_sim.satellite import SERVER_HEADER
 from sentinel_sim.server import EngineDead, SimServer
@@ -84,7 +85,10 @@ async def serve(config: SimConfig) -> int:
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, server.stopping.set)
 
-    control_runner = web.AppRunner(build_control_app(server), access_log=None, shutdown_timeout=1.0)
+    fault_tolerance = FaultTolerance(server)  # --enable-fault-tolerance: routes on both ports
+    control_app = build_control_app(server)
+    fault_tolerance.add_control_routes(control_app)
+    control_runner = web.AppRunner(control_app, access_log=None, shutdown_timeout=1.0)
     await control_runner.setup()
     control_site = web.TCPSite(control_runner, config.control_host, config.control_port)
     await control_site.start()
@@ -94,6 +98,7 @@ async def serve(config: SimConfig) -> int:
         else None
     )
     openai_app = build_openai_app(server)
+    fault_tolerance.add_serving_routes(openai_app)
     if satellites is not None:
         openai_app.on_response_prepare.append(_answered_by_server_0)
     openai_runner = web.AppRunner(

@@ -20,11 +20,13 @@ with vLLM's message, while ``/v1/completions`` works.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from sentinel_sim.expositions import EXPOSITIONS
 from sentinel_sim.faults import Fault, FaultError, FaultSpec
 from sentinel_sim.scheduler import DEFAULT_MAX_NUM_BATCHED_TOKENS
 
@@ -39,6 +41,10 @@ def dev_mode_from_env() -> bool:
         return bool(int(os.environ.get(DEV_MODE_ENV, "0")))
     except ValueError:
         return False
+
+
+#: 0.34's --checkpoint-prepare-on-startup: the engine starts paused, as a prepared checkpoint.
+CHECKPOINT_START = FaultSpec.build(Fault.PAUSE.value, {"mode": "abort", "checkpoint": True})
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,15 +83,31 @@ class SimConfig:
     # A base model whose tokenizer defines no chat template: chat answers vLLM's 400.
     no_chat_template: bool = False
     elastic_scale_seconds: float = 45.0  # how long POST /scale_elastic_ep scales
+    # Whose scaling middleware: "0.33" (the newest form: /health and the status route
+    # exempt, phases, retired ranks) or "0.32" (every path 503); sentinel_sim.elastic_ep.
+    elastic_ep_release: str = "0.33"
     # vLLM's proposed idle auto-sleep (sentinel_sim.auto_sleep); None: off.
     sleep_idle_ttl: float | None = None
     sleep_idle_level: int = 1
     wake_seconds: float = 1.0  # how long a wake on request takes
+    # vLLM's --enable-fault-tolerance, in the release form given (sentinel_sim.fault_tolerance):
+    # "0.33" (requests queue while unhealthy) or "0.34" (503 at once, routes under /v1); None: off.
+    fault_tolerance: str | None = None
+    engine_recovery_timeout: float = 120.0  # --fault-tolerance-config engine_recovery_timeout_sec
+    api_key: str | None = None  # vLLM's --api-key: every /v1 path wants the bearer token
+    # Whose front end answers pauses and engine death (sentinel_sim.refusals): "0.32"
+    # (a pause queues; "EngineCore encountered an issue"), "0.33" (/pause abort|wait
+    # rejects; the new engine-death text) or "0.34" (and /checkpoint/*).
+    release: str = "0.32"
+    # Whose /metrics (sentinel_sim.expositions): "0.10", "0.20", "0.32" (0.33, 0.34)
+    # or "counters" (a relabelling proxy that drops every histogram).
+    exposition: str = "0.32"
     faults: tuple[FaultSpec, ...] = field(default_factory=tuple)
 
     def engine_json(self) -> dict[str, Any]:
         data = asdict(self)
         data.pop("faults")
+        data.pop("api_key")  # the API server's alone: never on an engine's command line
         return data
 
 
@@ -184,6 +206,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="how long POST /scale_elastic_ep scales (every path answers 503 meanwhile)",
     )
     parser.add_argument(
+        "--elastic-ep-release",
+        choices=("0.32", "0.33"),
+        default=d.elastic_ep_release,
+        help="the elastic EP form: 0.33 (/health exempt, phases, retired ranks) or 0.32",
+    )
+    parser.add_argument(
         "--sleep-idle-ttl",
         type=float,
         default=None,
@@ -193,6 +221,37 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--sleep-idle-level", type=int, choices=(1, 2), default=1)
     parser.add_argument(
         "--wake-seconds", type=float, default=d.wake_seconds, help="how long a wake takes"
+    )
+    parser.add_argument("--enable-fault-tolerance", action="store_true")
+    parser.add_argument(
+        "--fault-tolerance-config",
+        default=None,
+        metavar="JSON",
+        help='{"engine_recovery_timeout_sec": 120}; turns fault tolerance on, as in vLLM',
+    )
+    parser.add_argument(
+        "--fault-tolerance-release",
+        choices=("0.33", "0.34"),
+        default="0.33",
+        help="0.33: requests queue while a rank is unhealthy; 0.34: 503 at once, /v1 routes",
+    )
+    parser.add_argument("--api-key", default=None, help="vLLM's --api-key: guards every /v1 path")
+    parser.add_argument(
+        "--release",
+        choices=("0.32", "0.33", "0.34"),
+        default=d.release,
+        help="pauses and engine death as this release answers them (0.34: /checkpoint/* too)",
+    )
+    parser.add_argument(
+        "--checkpoint-prepare-on-startup",
+        action="store_true",
+        help="0.34: start paused (a prepared checkpoint) until POST /checkpoint/restore",
+    )
+    parser.add_argument(
+        "--exposition",
+        choices=EXPOSITIONS,
+        default=d.exposition,
+        help="/metrics as this release line exposes it (counters: histograms dropped)",
     )
     parser.add_argument("--ready-file", default=None, help="write the ready JSON line here too")
     parser.add_argument(
@@ -218,6 +277,13 @@ def parse_args(argv: Sequence[str] | None = None) -> SimConfig:
         parser.error("data-parallel-size, tensor-parallel-size and api-server-count must be >= 1")
     if ns.max_num_batched_tokens < 1 or ns.prefill_tps <= 0 or ns.reasoning_tokens < 0:
         parser.error("max-num-batched-tokens >= 1, prefill-tps > 0 and reasoning-tokens >= 0")
+    recovery = 120.0
+    if ns.fault_tolerance_config is not None:
+        try:
+            recovery = float(json.loads(ns.fault_tolerance_config)["engine_recovery_timeout_sec"])
+        except (ValueError, TypeError, KeyError):
+            parser.error("--fault-tolerance-config: a JSON object with engine_recovery_timeout_sec")
+    fault_tolerant = ns.enable_fault_tolerance or ns.fault_tolerance_config is not None
     for spec in faults:
         try:
             check_fault_fits(spec, ns.kv_cache_tokens)
@@ -253,10 +319,16 @@ def parse_args(argv: Sequence[str] | None = None) -> SimConfig:
         thinking_ignores_template=ns.thinking_ignores_template,
         no_chat_template=ns.no_chat_template,
         elastic_scale_seconds=ns.elastic_scale_seconds,
+        elastic_ep_release=ns.elastic_ep_release,
         sleep_idle_ttl=ns.sleep_idle_ttl,
         sleep_idle_level=ns.sleep_idle_level,
         wake_seconds=ns.wake_seconds,
-        faults=faults,
+        fault_tolerance=ns.fault_tolerance_release if fault_tolerant else None,
+        engine_recovery_timeout=recovery,
+        api_key=ns.api_key,
+        release="0.34" if ns.checkpoint_prepare_on_startup else ns.release,
+        faults=faults + (CHECKPOINT_START,) * ns.checkpoint_prepare_on_startup,
+        exposition=ns.exposition,
     )
 
 

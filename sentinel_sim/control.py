@@ -6,7 +6,8 @@ Fault names are the strings of :class:`sentinel_sim.faults.Fault`:
 ``rate`` 0..1, default 1, and ``status``), ``garbage`` (param ``mode``:
 ``invalid_json`` | ``schema_break``), ``blackhole``, ``exit`` (params
 ``delay``, ``code``), the hang shapes (``stuck_running``, ``waiting_churn``,
-``preemption_churn``, ``prefill_no_decode``, ``stall_after_first``), the
+``preemption_churn``, ``prefill_no_decode``, ``stall_after_first``,
+``decode_dead``), the
 broken shapes (``reset_all``, ``empty_200``, ``listener_closed``,
 ``metrics_lapse``, ``metrics_401``) and the legitimate stalls
 (``long_prefill``, ``sleep``, ``pause``, ``weight_update``, ``compile_step``,

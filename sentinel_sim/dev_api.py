@@ -13,8 +13,11 @@ left the other way. Answers, as vLLM's:
 - ``POST /wake_up`` (optional ``tags``) -> ``{"status": "awake", "tags": ...}``;
   it resumes the scheduler too, ending a ``/pause`` as vLLM's wake-up does
 - ``GET /is_sleeping`` -> ``{"is_sleeping": bool}``: true while asleep *or paused*
-- ``POST /pause?mode=abort|wait|keep`` (default abort) -> ``{"status": "paused"}``
-- ``POST /resume`` -> ``{"status": "resumed"}``
+- ``POST /pause?mode=abort|wait|keep`` (default abort) -> ``{"status": "paused"}``;
+  under ``--release 0.33`` and later ``abort`` and ``wait`` reject new requests
+  (:mod:`sentinel_sim.refusals`), ``keep`` queues them
+- ``POST /resume`` -> ``{"status": "resumed"}`` (500 while a 0.34 checkpoint is
+  prepared, as ``/wake_up``: only ``POST /checkpoint/restore`` ends it)
 - ``GET /is_paused`` -> ``{"is_paused": bool}``
 - ``POST /start_weight_update``, ``POST /update_weights`` (body
   ``{"update_info": {...}}``; the simulator reads ``update_info.seconds``, how
@@ -39,6 +42,7 @@ from aiohttp import web
 
 from sentinel_sim.faults import PAUSE_MODES, Fault, FaultSpec
 from sentinel_sim.openai_request import error_response
+from sentinel_sim.refusals import checkpointed
 from sentinel_sim.server import EngineDead, SimServer
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -114,6 +118,8 @@ def add_dev_routes(app: web.Application, server: SimServer) -> None:
 
     async def wake_up(request: web.Request) -> web.StreamResponse:
         tags = request.query.getall("tags", []) or None
+        if checkpointed(server):
+            return error_response(500, "Cannot wake up while the checkpoint state is prepared")
         server.clear_fault(Fault.SLEEP)
         server.clear_fault(Fault.PAUSE)  # vLLM's wake_up resumes the scheduler
         await server.engine_query("is_sleeping")
@@ -130,6 +136,8 @@ def add_dev_routes(app: web.Application, server: SimServer) -> None:
         return web.json_response({"status": "paused"})
 
     async def resume(request: web.Request) -> web.StreamResponse:
+        if checkpointed(server):  # 0.34: only /checkpoint/restore ends a checkpoint's pause
+            return error_response(500, "Cannot resume while the checkpoint state is prepared")
         server.clear_fault(Fault.PAUSE)
         await server.engine_query("is_paused")
         return web.json_response({"status": "resumed"})

@@ -30,7 +30,8 @@ its clients' requests stuck), take one step so they are running with a token
 each, then block like ``engine_hang``; while blocked, ``waiting_churn`` keeps
 publishing a changing waiting gauge and ``preemption_churn`` a growing
 preemption counter, and nothing else. ``stall_after_first`` seeds the same
-stuck requests and lets every request have exactly one token. ``engine_hang``
+stuck requests and lets every request have exactly one token; ``decode_dead``
+lets every request have one token too, seeds none and keeps stepping on CPU. ``engine_hang``
 with ``spin`` keeps the loop burning CPU while hung.
 
 The legitimate stalls (see :mod:`sentinel_sim.faults`): ``long_prefill``
@@ -93,6 +94,7 @@ def engine_title(index: int, data_parallel_size: int) -> str:
 # A long forward pass uses this share of a core, a slice at a time (Engine._work).
 WORK_SLICE_S = 0.25
 WORK_DUTY = 0.08
+DECODE_DEAD_DUTY = 0.25  # the share of each step a dead decode loop still burns
 
 
 def _spin_until(deadline: float) -> None:
@@ -467,7 +469,9 @@ class Engine:
     def _stall_after(self) -> int | None:
         stall = self.faults.get(Fault.STREAM_STALL)
         after = None if stall is None else int(stall.params["after"])
-        if self.faults.get(Fault.STALL_AFTER_FIRST) is not None:
+        if any(
+            self.faults.get(f) is not None for f in (Fault.STALL_AFTER_FIRST, Fault.DECODE_DEAD)
+        ):
             after = 1 if after is None else min(after, 1)
         return after
 
@@ -514,6 +518,9 @@ class Engine:
             admit_below=self._starve_below(),
             remote_kv=remote_kv_of(self.faults.get(Fault.REMOTE_KV)),
         )
+        if self.faults.get(Fault.DECODE_DEAD) is not None:
+            # The dead decode still runs its step (GPU kernels, synchronisation): CPU used.
+            _spin_until(time.monotonic() + self._period() * DECODE_DEAD_DUTY)
         rate = self._long_prefill_param("prefill_tps")
         period = self._period()
         seconds = self.scheduler.step_seconds(plan, period, rate if rate > 0 else None)

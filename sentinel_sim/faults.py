@@ -42,6 +42,19 @@ request waits; a health checker must not call them hangs):
     clients get ``finish_reason`` ``abort``). No step runs (under ``wait``, once
     the running ones are done), the gauges describe the last finished step,
     ``/is_paused`` and ``/is_sleeping`` both say true, the sleep gauge says awake.
+    Under ``--release 0.33`` and later, ``wait`` and ``abort`` reject each new
+    request instead (vLLM's engine core): 503 "Generation is paused. Please
+    retry after it resumes.", or a streamed request's HTTP 200 then an error
+    event with code 503. ``checkpoint`` (0.34's ``/checkpoint/prepare`` and
+    ``--checkpoint-prepare-on-startup``) rejects so in every release form, and
+    ``/resume`` refuses to end it: only ``POST /checkpoint/restore`` does.
+``refuse`` (``message``, ``status`` 503, ``stream`` event|body, default event)
+    Every generation request is refused at once with ``status`` and an error
+    body carrying ``message`` (default: words no vLLM release sends, a state
+    sentinel does not know); a streamed request gets HTTP 200, then the error
+    as an SSE event with its ``code``, then ``[DONE]`` (``stream=body``: the
+    plain answer). With vLLM's admission text it is the streamed admission
+    refusal a proxy or an engine-side check gives.
 ``weight_update`` (``operation`` start|update|finish|..., default update;
 ``version``)
     The engine is inside a weight-transfer RPC: its loop runs no step (as a
@@ -65,13 +78,31 @@ request waits; a health checker must not call them hangs):
     Each image request spends ``seconds`` in the API process's single-worker
     preprocessing queue, behind earlier image requests, then completes
     normally; text requests are unaffected.
+``decode_dead``
+    vLLM #45094 (TP 2, PP 2): the decode loop died while prefill lives. Every
+    request is prefilled at once and gets its first token (prompt, first-token
+    and iteration counters keep moving, one-token requests complete), and
+    never a second: it stays in ``running`` until its client gives up. The
+    engine keeps stepping and using CPU, ``/health`` and ``/v1/models`` answer
+    200. Unlike ``stall_after_first`` it seeds no stuck request: the canaries
+    (and whatever clients arrive) are all the traffic there is. A broken
+    state, not a legitimate stall; its working twins are one-token traffic at
+    saturation, ``slow_decode`` and ``long_prefill``.
 ``metrics_401``
     ``/metrics`` answers 401 with ``WWW-Authenticate``; serving goes on.
-``elastic_scale``
+``elastic_scale`` (``commit`` ok|fail, ``retire`` false, ``size`` 2)
     An elastic expert-parallel scale, as ``POST /scale_elastic_ep`` runs one:
-    vLLM's scaling middleware answers every path of the OpenAI port 503 with
-    "The model is currently scaling. Please try again later." for the fault's
-    duration (none: a scale that never ends); the engine is untouched.
+    vLLM's scaling middleware answers the OpenAI port 503 with "The model is
+    currently scaling. Please try again later." for the fault's duration
+    (none: a scale that never ends; every path in ``--elastic-ep-release
+    0.32``, all but ``/health`` and ``POST /is_scaling_elastic_ep`` in 0.33,
+    whose status walks ``preparing``, ``committing``, then ``completed``). A
+    ``size`` above the current one is a scale-up: every counter restarts at 0.
+    ``commit=fail`` ends it in phase ``failed`` with the gate left up for good;
+    ``retire=true`` (0.33) retires this rank from the commit on: every path
+    but those two answers 503 "This data-parallel rank has been retired and
+    is awaiting shutdown.", ``/health`` 200 whatever its engine does.
+    ``sentinel_sim.elastic_ep``; the engine is untouched.
 ``remote_kv`` (``seconds`` 2, ``land`` after|never, ``connector`` nixl|mooncake)
     A disaggregated decode node (vLLM's NIXL or Mooncake KV connector): a
     request whose body carries ``kv_transfer_params`` with
@@ -120,6 +151,9 @@ class Fault(StrEnum):
     PREEMPTION_CHURN = "preemption_churn"  # engine hung; num_preemptions_total keeps growing
     PREFILL_NO_DECODE = "prefill_no_decode"  # prompts are prefilled; no token is ever decoded
     STALL_AFTER_FIRST = "stall_after_first"  # every stream stops after its first token
+    # vLLM #45094: the decode loop died after the first token, prefill alive (no seeded
+    # requests; the engine keeps stepping and burning CPU); see the module docstring.
+    DECODE_DEAD = "decode_dead"
     # Only requests with priority below `below` are admitted: a leaked KV cache
     # or a scheduler bug starves real traffic while the priority canary passes.
     STARVE = "starve"
@@ -156,6 +190,8 @@ class Fault(StrEnum):
     REMOTE_KV = "remote_kv"
     # Idle auto-sleep's broken twin (--sleep-idle-ttl): a request's wake never completes.
     WAKE_HANG = "wake_hang"
+    # A deliberate refusal in any words: `status` with `message`, streamed as an error event.
+    REFUSE = "refuse"
 
 
 #: Faults during which the engine takes no step at all (its loop is blocked).
@@ -181,6 +217,7 @@ ENGINE_FAULTS = HUNG_FAULTS | {
     Fault.SLOW_DECODE,
     Fault.PREFILL_NO_DECODE,
     Fault.STALL_AFTER_FIRST,
+    Fault.DECODE_DEAD,
     Fault.STARVE,
     Fault.LONG_PREFILL,
     Fault.SLEEP,
@@ -193,6 +230,8 @@ ENGINE_FAULTS = HUNG_FAULTS | {
 PAUSING_FAULTS = frozenset({Fault.PAUSE, Fault.SLEEP})
 
 GARBAGE_MODES = ("invalid_json", "schema_break")
+#: The ``refuse`` fault's default words: no vLLM release sends them.
+UNKNOWN_REFUSAL = "Maintenance in progress: this replica is draining. Retry elsewhere."
 #: vLLM's ``PauseMode``: what a pause (or a sleep) does with the requests in flight.
 PAUSE_MODES = ("abort", "wait", "keep")
 #: How the simulator answers generation requests while asleep (``sleep`` fault, ``mode``).
@@ -317,6 +356,7 @@ _PARAMS: dict[Fault, dict[str, tuple[Callable[[Any], Any], Any]]] = {
     Fault.PREEMPTION_CHURN: {"requests": (_count, 1), "period": (_positive("period"), 0.5)},
     Fault.PREFILL_NO_DECODE: {},
     Fault.STALL_AFTER_FIRST: {"requests": (_count, 1)},
+    Fault.DECODE_DEAD: {},
     Fault.STARVE: {"below": (int, 0)},
     Fault.CACHE_FRONT: {},
     Fault.API_WEDGE: {"server": (_at_least_one("server"), 1), "spin": (_bool, False)},
@@ -340,7 +380,15 @@ _PARAMS: dict[Fault, dict[str, tuple[Callable[[Any], Any], Any]]] = {
         "mode": (_choice("mode", SLEEP_ANSWERS), "queue"),
         "pause": (_choice("pause", PAUSE_MODES), "abort"),
     },
-    Fault.PAUSE: {"mode": (_choice("mode", PAUSE_MODES), "keep")},
+    Fault.PAUSE: {
+        "mode": (_choice("mode", PAUSE_MODES), "keep"),
+        "checkpoint": (_bool, False),  # 0.34's checkpoint pause: only a restore ends it
+    },
+    Fault.REFUSE: {
+        "message": (str, UNKNOWN_REFUSAL),
+        "status": (_status, 503),
+        "stream": (_choice("stream", ("event", "body")), "event"),
+    },
     # version: the weight version /weight_info reports once the update is over.
     Fault.WEIGHT_UPDATE: {
         "operation": (_choice("operation", WEIGHT_OPERATIONS), "update"),
@@ -355,7 +403,13 @@ _PARAMS: dict[Fault, dict[str, tuple[Callable[[Any], Any], Any]]] = {
         "gap_s": (_non_negative("gap_s"), 0.2),
     },
     Fault.SLOW_IMAGE: {"seconds": (_non_negative("seconds"), 2.0)},
-    Fault.ELASTIC_SCALE: {},
+    # commit: how the scale ends; retire: this rank is scaled away (0.33 external LB);
+    # size: the data-parallel size asked for (above the current one: a scale-up).
+    Fault.ELASTIC_SCALE: {
+        "commit": (_choice("commit", ("ok", "fail")), "ok"),
+        "retire": (_bool, False),
+        "size": (_at_least_one("size"), 2),
+    },
     Fault.WEIGHTS_LOST: {},
     Fault.WEIGHTS_UPDATED: {"version": (str, "v2")},
     Fault.NO_LOGPROBS: {},

@@ -34,6 +34,7 @@ from collections.abc import Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from sentinel_sim.expositions import DEFAULT_EXPOSITION, reshape
 from sentinel_sim.scheduler import EngineStats
 
 LABELS = ("model_name", "engine")
@@ -383,5 +384,7 @@ class VllmMetrics:
         in_flight.labels(operation).dec()
         duration.labels(operation).observe(seconds)
 
-    def exposition(self) -> bytes:
-        return generate_latest(self.registry)
+    def exposition(self, form: str = DEFAULT_EXPOSITION) -> bytes:
+        """The registry as the release line ``form`` exposes it (:data:`EXPOSITIONS`)."""
+        text = generate_latest(self.registry)
+        return text if form == DEFAULT_EXPOSITION else reshape(text, form)

@@ -58,6 +58,13 @@ from sentinel_sim.openai_request import (
     int_field,
     remote_prefill,
 )
+from sentinel_sim.refusals import (
+    Refusal,
+    add_checkpoint_routes,
+    engine_dead_text,
+    refusal_of,
+    refuse,
+)
 from sentinel_sim.server import EngineDead, Pending, SimServer
 from sentinel_sim.structured import ConstraintError, constraint_of
 
@@ -76,6 +83,15 @@ def _preprocess_images(urls: list[str], gate: threading.Event, delay: float) -> 
     return sum(image_tokens(url) for url in urls)
 
 
+class Refused(Exception):
+    """A generation request refused on purpose (:mod:`sentinel_sim.refusals`)."""
+
+    def __init__(self, refusal: Refusal, *, stream: bool) -> None:
+        super().__init__(refusal.message)
+        self.refusal = refusal
+        self.stream = stream
+
+
 class OpenAIApi:
     """The handlers; one instance per server."""
 
@@ -83,6 +99,7 @@ class OpenAIApi:
         self.server = server
         self.config = server.config
         self.created = int(time.time())
+        self.dead_text = engine_dead_text(server.config.release)
 
     # -- plain routes ----------------------------------------------------------
 
@@ -91,7 +108,8 @@ class OpenAIApi:
 
     async def metrics(self, request: web.Request) -> web.Response:
         return web.Response(
-            body=self.server.metrics.exposition(), headers={"Content-Type": CONTENT_TYPE_LATEST}
+            body=self.server.metrics.exposition(self.config.exposition),
+            headers={"Content-Type": CONTENT_TYPE_LATEST},
         )
 
     async def models(self, request: web.Request) -> web.Response:
@@ -142,6 +160,8 @@ class OpenAIApi:
                 param=exc.param,
                 err_type="Bad Request" if isinstance(exc, ValidationFailure) else None,
             )
+        except Refused as exc:  # after the HTTP 200 of a stream, as the engine core's rejection
+            return await refuse(request, exc.refusal, stream=exc.stream)
         try:
             if prepared.stream:
                 return await self._stream(request, pending, prepared, chat=chat)
@@ -172,8 +192,8 @@ class OpenAIApi:
                 engine=prepared.engine,
                 remote=prepared.remote,
             )
-        except EngineDead as exc:
-            raise RequestError(500, str(exc)) from None
+        except EngineDead:
+            raise RequestError(500, self.dead_text) from None
 
     async def _prepare(
         self, request: web.Request, *, chat: bool, body: Mapping[str, Any] | None = None
@@ -192,9 +212,12 @@ class OpenAIApi:
         if status is not None:
             raise RequestError(status, "Injected server error (error_5xx fault).")
         if self.server.dead:
-            raise RequestError(500, "EngineCore encountered an issue.")
+            raise RequestError(500, self.dead_text)
         if self.server.sleep_refuses():
             raise RequestError(503, "The model is sleeping. Wake it up with POST /wake_up.")
+        refusal = refusal_of(self.server, chat=chat)
+        if refusal is not None:
+            raise Refused(refusal, stream=body.get("stream") is True)
         if chat:
             text, prompt_tokens, images = chat_prompt(body)
         else:
@@ -312,8 +335,8 @@ class OpenAIApi:
         try:
             while not pending.done:
                 await pending.wait_update()
-        except EngineDead as exc:
-            return error_response(500, str(exc))
+        except EngineDead:
+            return error_response(500, self.dead_text)
         text = pending.reply.text(0, pending.generated)
         reasoning, content = self._message_parts(pending, 0)
         if self.server.garbage_mode() == "invalid_json":
@@ -438,8 +461,8 @@ class OpenAIApi:
                     if pending.finish is not None:
                         break
                 await pending.wait_update()
-        except EngineDead as exc:
-            error = {"error": {"message": str(exc), "type": "InternalServerError",
+        except EngineDead:
+            error = {"error": {"message": self.dead_text, "type": "InternalServerError",
                                "param": None, "code": 500}}  # fmt: skip
             await response.write(b"data: " + json.dumps(error).encode() + b"\n\n")
         else:
@@ -463,6 +486,8 @@ def build_openai_app(server: SimServer) -> web.Application:
     app.router.add_get("/health", api.health)
     app.router.add_get("/metrics", api.metrics)
     add_elastic_ep_routes(app, server)
+    if server.config.release == "0.34":
+        add_checkpoint_routes(app, server)
     if server.config.dev_mode:
         add_dev_routes(app, server)
     return app

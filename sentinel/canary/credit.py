@@ -2,9 +2,11 @@
 
 Pure bookkeeping for :mod:`sentinel.progress.tracker`. A credit holds, per work
 counter, how much a canary may explain in all (``allowed``: while in flight
-its prefill and first token, once done the usage its reply reported) and how
+the most it can cause, once done the usage its reply reported) and how
 much has been charged to it, once in the server's total and once on each
-data-parallel engine's own counters.
+data-parallel engine's own counters. What a credit charged beyond its
+canary's usage is given back (:func:`refund`), so what sentinel's canaries
+explain is exactly what they caused wherever their replies report usage.
 
 Per engine a canary aimed at one (``X-data-parallel-rank``) is charged on
 that engine alone: its work can show nowhere else. An unaimed one may have
@@ -16,7 +18,7 @@ canary is recent) is bounded and short.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 
@@ -30,6 +32,10 @@ class Credit:
     used: dict[str, float] = field(default_factory=dict)  # charged in the total
     used_on: dict[str, dict[str, float]] = field(default_factory=dict)  # charged per engine
     finished: float | None = None
+    requests: float = 1.0  # the engine requests it makes (a prompt list: one per prompt)
+    # A side request it may make (the multimodal baseline), part of ``allowed``
+    # while in flight: the most that request can cause, per counter.
+    side: dict[str, float] = field(default_factory=dict)
 
     def cap(self, key: str, most: float) -> None:
         """Explain at most ``most`` of ``key`` in all (what was charged already counts)."""
@@ -54,8 +60,28 @@ class Credit:
         used[key] = used.get(key, 0.0) + amount
 
 
+def refund(credits: Sequence[Credit], key: str, engine: str | None = None) -> float:
+    """Return what credits charged beyond their canary's reported usage; the real part of it.
+
+    A canary in flight may explain the most it can cause (its whole reply):
+    only its usage, once it answered, says what it did cause. What a credit
+    had charged beyond that usage is uncharged and offered to the other
+    credits first (sentinel's other canaries' work, charged to the older
+    credit as deltas are charged oldest first); what none of them can
+    explain was real work, counted late rather than never.
+    """
+    excess = 0.0
+    for credit in credits:
+        used = credit.used if engine is None else credit.used_on.get(engine, {})
+        over = used.get(key, 0.0) - credit.allowed.get(key, 0.0)
+        if over > 0:
+            used[key] -= over
+            excess += over
+    return excess - discount(credits, key, excess, engine) if excess > 0 else 0.0
+
+
 def discount(credits: Iterable[Credit], key: str, delta: float, engine: str | None = None) -> float:
-    """Charge ``delta`` of ``key`` to ``credits`` in turn; how much of it they explain."""
+    """Charge ``delta`` of ``key`` to ``credits`` in turn (oldest first); how much they explain."""
     discounted = 0.0
     for credit in credits:
         take = min(credit.left(key, engine), delta - discounted)

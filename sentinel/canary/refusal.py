@@ -14,6 +14,7 @@ Pure: bytes and strings in, a member of the closed :class:`Refusal` out.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import StrEnum
 
 
@@ -73,12 +74,13 @@ def refusal_of(status: int | None, message: str) -> Refusal | None:
 
     ``status`` is the HTTP status, or a streamed error event's ``code``. A known
     body names its state whatever the status it came with (vLLM has moved some
-    between releases); an unknown body is a refusal only with a refusal status.
+    between releases); an unknown body is a refusal only with a refusal status
+    and some words (an empty 503 says nothing on purpose: it stays an HTTP failure).
     """
     known = known_refusal(message)
     if known is not None:
         return known
-    if status in REFUSAL_STATUSES:
+    if status in REFUSAL_STATUSES and message.strip():
         return Refusal.UNKNOWN
     return None
 
@@ -86,3 +88,27 @@ def refusal_of(status: int | None, message: str) -> Refusal | None:
 def engine_dead(message: str) -> bool:
     """Whether an error's message is vLLM's EngineDeadError, in any release's words."""
     return message.lstrip().startswith(ENGINE_DEAD_MESSAGES)
+
+
+@dataclass(frozen=True, slots=True)
+class RefusalSeen:
+    """The latest run of one deliberate refusal, as the evidence carries it per state.
+
+    ``since`` is when the run began: the send of the first canary refused so
+    after the last one that succeeded (a success ends every run; another
+    failure does not). ``at`` is when the latest one was answered, ``count``
+    how many in the run, ``message`` the latest body's message (capped and
+    scrubbed of the API key, as every canary detail), ``status`` its HTTP
+    status or streamed ``code``, ``source`` where it was seen (a canary kind's
+    name, or a path such as ``/metrics``), ``engine`` the data-parallel engine
+    the canary was aimed at (None: unaimed).
+    """
+
+    refusal: Refusal
+    since: float
+    at: float
+    count: int = 1
+    status: int | None = None
+    message: str = ""
+    source: str = ""
+    engine: int | None = None

@@ -16,6 +16,7 @@ from typing import Any
 import httpx_sse
 
 from sentinel.canary.protocol import CanaryKindProbe, Reply
+from sentinel.canary.refusal import Refusal, known_refusal, refusal_of
 from sentinel.canary.result import Generation, Reason
 from sentinel.transport import TransportFailure, classify_transport
 
@@ -23,11 +24,28 @@ from sentinel.transport import TransportFailure, classify_transport
 class CanaryFailure(Exception):
     """A failed exchange with its closed reason; raised inside the runner, never out of ``run``."""
 
-    def __init__(self, reason: Reason, detail: str, *, http_status: int | None = None) -> None:
+    def __init__(
+        self,
+        reason: Reason,
+        detail: str,
+        *,
+        http_status: int | None = None,
+        refusal: Refusal | None = None,
+    ) -> None:
         super().__init__(detail)
         self.reason = reason
         self.detail = detail
         self.http_status = http_status
+        self.refusal = refusal
+
+    def prefixed(self, where: str) -> CanaryFailure:
+        """The same failure (reason, status, refusal state) with ``where`` before its detail."""
+        return CanaryFailure(
+            self.reason,
+            f"{where}: {self.detail}",
+            http_status=self.http_status,
+            refusal=self.refusal,
+        )
 
 
 # The canary vocabulary for each transport failure. Only a refusal or an
@@ -94,18 +112,38 @@ def error_of(payload: Any) -> tuple[int | None, str]:
     return (code if isinstance(code, int) and not isinstance(code, bool) else None), message
 
 
-# vLLM's admission control refusals (vllm/exceptions.py QueueOverflowError and
-# MaxQueuedTokensError, 0.32): HTTP 503 with these words, before the engine; a
-# streamed request gets them as an error event after its 200.
-ADMISSION_REFUSALS = (
-    "The engine is currently busy and cannot accept new requests",
-    "The engine has reached its prefill token backlog limit",
-)
-
-
 def admission_refusal(message: str) -> bool:
     """Whether an error's message is vLLM's admission refusal (as a body or a stream event)."""
-    return message.startswith(ADMISSION_REFUSALS)
+    return known_refusal(message) is Refusal.ADMISSION
+
+
+def refusal_failure(status: int | None, message: str, where: str) -> CanaryFailure | None:
+    """The failure a deliberate refusal is (None: the error is not one).
+
+    ``status`` is the HTTP status or a streamed error event's ``code`` (never
+    its ``type``: vLLM's chat stream says InternalServerError for a paused
+    503). Admission keeps its own reason (load shedding, read by the metrics
+    and the engine rule); every other refusal is REFUSED with its state.
+    """
+    refusal = refusal_of(status, message)
+    if refusal is None:
+        return None
+    reason = Reason.ADMISSION if refusal is Refusal.ADMISSION else Reason.REFUSED
+    return CanaryFailure(reason, f"{where}: {message}", http_status=status, refusal=refusal)
+
+
+def stream_failure(chunk: Mapping[str, Any]) -> CanaryFailure:
+    """The failure an error event in a stream is (vLLM sends it after its HTTP 200).
+
+    Its ``code`` stands for the status: a refusal is read as one (the paused and
+    admission 503s come this way to a streamed request), anything else is an
+    HTTP failure with that code.
+    """
+    status, message = error_of(chunk)
+    refused = refusal_failure(status, message, "error in stream")
+    if refused is not None:
+        return refused
+    return CanaryFailure(Reason.HTTP_STATUS, f"error in stream: {message}", http_status=status)
 
 
 def status_failure(status: int, raw: bytes, probe: CanaryKindProbe | None) -> CanaryFailure:
@@ -116,8 +154,9 @@ def status_failure(status: int, raw: bytes, probe: CanaryKindProbe | None) -> Ca
     _, message = error_of(payload)
     if not message:
         message = raw[:120].decode("utf-8", "replace")
-    if status == 503 and admission_refusal(message):
-        return CanaryFailure(Reason.ADMISSION, f"HTTP {status}: {message}", http_status=status)
+    refused = refusal_failure(status, message, f"HTTP {status}")
+    if refused is not None:
+        return refused
     if probe is not None:
         special = probe.rejection(status, message)
         if special is not None:

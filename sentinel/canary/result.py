@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import NamedTuple
 
+from sentinel.canary.refusal import Refusal
 from sentinel.canary.spec import CanaryKind
 
 
@@ -33,6 +34,12 @@ class Reason(StrEnum):
     # HTTP 503 before the engine, whatever the priority. Load shedding, not a failure
     # of the server; no answer either (the engine rule counts it unanswered).
     ADMISSION = "admission"
+    # Any other deliberate refusal: a fast 503 with a body (or a streamed error
+    # event with code 503) that says the server is there and declining on purpose
+    # (paused, faulted, scaling, retired, or a body nobody taught sentinel).
+    # ``CanaryResult.refusal`` says which; never unanswered, never a fast failure:
+    # the lifecycle, the refusal rule and the rules of each state judge it.
+    REFUSED = "refused"
     PROTOCOL = "protocol"  # any other transport error
 
 
@@ -97,6 +104,15 @@ class CanaryResult:
     # A correctness check's generations, one per prompt in the order sent
     # (empty for every other kind): judged against the fingerprint by the verdict.
     generations: tuple[Generation, ...] = ()
+    # The deliberate refusal this answer was (None: not one): set for reasons
+    # ADMISSION (always :attr:`Refusal.ADMISSION`) and REFUSED (every other
+    # member), from a 503 body or a streamed error event's ``code`` and message.
+    refusal: Refusal | None = None
+    # A side request the canary made on the way (the multimodal baseline, sent
+    # once per server and cached): (prompt_tokens, completion_tokens), either
+    # None when its reply did not say; None: no side request this run. Its work
+    # is sentinel's own, discounted from progress like the canary's.
+    side_usage: tuple[int | None, int | None] | None = None
 
     @property
     def ok(self) -> bool:

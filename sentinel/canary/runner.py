@@ -38,17 +38,17 @@ from httpx_sse._decoders import SSEDecoder, SSELineDecoder
 from sentinel.canary.kinds import KINDS
 from sentinel.canary.late import Adopter, outlive
 from sentinel.canary.protocol import CHAT_ENDPOINT, CanaryKindProbe, CanaryRequest, Reply
+from sentinel.canary.refusal import Refusal
 from sentinel.canary.replies import (
     CanaryFailure,
-    admission_refusal,
     choice_reasoning,
     choice_text,
     classify,
     decode_json,
-    error_of,
     int_or_none,
     parse_reply,
     status_failure,
+    stream_failure,
 )
 from sentinel.canary.result import CanaryResult, Reason
 from sentinel.canary.spec import CanarySpec
@@ -93,6 +93,8 @@ class _Progress:
     ttft: float | None = None
     tokens: int = 0  # streamed pieces of generated text received so far
     reply: Reply | None = None  # the whole reply, once it arrived
+    refusal: Refusal | None = None  # the deliberate refusal it was answered with
+    side_usage: tuple[int | None, int | None] | None = None  # a baseline sent: ours too
 
 
 def new_nonce() -> str:
@@ -202,7 +204,7 @@ class CanaryRunner:
                 reply = await self._exchange(spec, probe, sent.body, progress, started, headers)
                 progress.reply = reply
                 duration = self._clock() - started
-                baseline = await self._baseline(sent, model)
+                baseline = await self._baseline(sent, model, progress)
             judgement = probe.judge(sent, reply, baseline_prompt_tokens=baseline)
             reason, detail = judgement.reason, judgement.detail
         except Exception as exc:
@@ -210,8 +212,9 @@ class CanaryRunner:
             reason, detail = classify(exc, responded=progress.responded)
             if isinstance(exc, TimeoutError) and late_wait:
                 detail = f"no answer within late_wait ({late_wait:g} s past the send)"
-            if isinstance(exc, CanaryFailure) and exc.http_status is not None:
-                progress.http_status = exc.http_status
+            if isinstance(exc, CanaryFailure):
+                progress.http_status = exc.http_status or progress.http_status
+                progress.refusal = exc.refusal
             if reason is Reason.PROTOCOL and classify_transport(exc) is None:
                 log.warning("canary_unexpected_error", canary=spec.name, error=detail)
         return self._result(spec, progress, duration, reason, detail)
@@ -240,23 +243,24 @@ class CanaryRunner:
             tokens_received=progress.tokens if spec.stream else None,
             engine=progress.engine,
             generations=reply.generations if reply else (),
+            refusal=progress.refusal,
+            side_usage=progress.side_usage,
         )
 
-    async def _baseline(self, sent: CanaryRequest, model: str) -> int | None:
+    async def _baseline(self, sent: CanaryRequest, model: str, owner: _Progress) -> int | None:
         if sent.baseline_body is None:
             return None
         key = (model, json.dumps(sent.baseline_body, sort_keys=True))
         cached = self._baselines.get(key)
         if cached is not None:
             return cached
-        progress = _Progress(self._clock(), None)
+        progress, owner.side_usage = _Progress(self._clock(), None), (None, None)  # usage unknown
         try:
             payload = await self._post_json(CHAT_ENDPOINT, sent.baseline_body, progress)
             reply = parse_reply(payload, chat=True)
-        except CanaryFailure as exc:
-            raise CanaryFailure(
-                exc.reason, f"baseline (no image): {exc.detail}", http_status=exc.http_status
-            ) from None
+            owner.side_usage = (reply.prompt_tokens, reply.completion_tokens)
+        except CanaryFailure as exc:  # a refused baseline keeps its state (and its run)
+            raise exc.prefixed("baseline (no image)") from None
         if reply.prompt_tokens is None:
             raise CanaryFailure(Reason.BAD_BODY, "baseline (no image) has no usage.prompt_tokens")
         self._baselines[key] = reply.prompt_tokens
@@ -310,9 +314,7 @@ class CanaryRunner:
             if not isinstance(chunk, dict):
                 raise CanaryFailure(Reason.BAD_BODY, "stream chunk is not a JSON object")
             if "error" in chunk:
-                status, message = error_of(chunk)
-                reason = Reason.ADMISSION if admission_refusal(message) else Reason.HTTP_STATUS
-                raise CanaryFailure(reason, f"error in stream: {message}", http_status=status)
+                raise stream_failure(chunk)
             if isinstance(chunk.get("usage"), dict):
                 usage = chunk["usage"]
             for choice in chunk.get("choices") or []:

@@ -34,6 +34,7 @@ from sentinel.evaluation.health import HealthSnapshot, HealthState
 from sentinel.evaluation.incidents import IncidentRecorder
 from sentinel.evaluation.kind_events import KindNotices
 from sentinel.evaluation.pace import in_play
+from sentinel.evaluation.refusal_events import RefusalNotices
 from sentinel.evaluation.status import PriorityReport, StatusInputs, Transition, status_document
 from sentinel.evaluation.suspicion import suspicion
 from sentinel.fleet.budget import Wish
@@ -41,7 +42,6 @@ from sentinel.fleet.lease import PoolBudget
 from sentinel.record.ledger import Ledger
 from sentinel.record.observers import Observations
 from sentinel.record.provider import Provider, fragments, gather
-from sentinel.telemetry.events import EventReason
 from sentinel.telemetry.logging import get_logger
 from sentinel.telemetry.metrics import PROBES, SentinelMetrics
 from sentinel.verdict import (
@@ -98,6 +98,7 @@ class Evaluator:
         self.budget = budget if budget is not None and budget.enabled else None
         self._disabled_said: set[tuple[CanaryKind, str]] = set()
         self.kind_notices = KindNotices()  # the kinds set aside, announced once per epoch
+        self.refusal_notices = RefusalNotices()  # unknown refusals, announced once per run
         self.verdict_state = VerdictState()
         self.verdict: Verdict | None = None
         self.priority = PriorityReport()
@@ -152,8 +153,8 @@ class Evaluator:
             unobserved=tuple(self.unobserved),
             sections=gather(self.providers, now),
         )
-        for notice in self.kind_notices.new(evidence):
-            self.incidents.announce(EventReason.CANARY_KIND_SET_ASIDE, notice.message)
+        for notice in (*self.kind_notices.new(evidence), *self.refusal_notices.new(evidence)):
+            self.incidents.announce(notice.reason, notice.message)
         previous = self.verdict
         self.verdict_state, verdict = evaluate(self.verdict_state, evidence, self.policy, now)
         self.verdict = verdict

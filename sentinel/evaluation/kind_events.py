@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sentinel.canary.spec import CanaryKind
+from sentinel.telemetry.events import EventReason
 from sentinel.verdict import Evidence
 
 SET_ASIDE_PREFIX = "set aside for this server: "
@@ -33,6 +34,7 @@ class KindNotice:
     kind: CanaryKind
     why: str
     epoch: int
+    reason: EventReason = EventReason.CANARY_KIND_SET_ASIDE
 
     @property
     def message(self) -> str:

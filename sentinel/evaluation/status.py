@@ -87,6 +87,8 @@ def status_document(inputs: StatusInputs) -> dict[str, Any]:
         # Asleep, paused (or a weight update, or a maintenance window): since
         # when, who said so, and when the server last resumed.
         "lifecycle": _lifecycle(inputs),
+        # The latest run of each deliberate refusal (a 503 with a body), its body quoted.
+        "refusals": _refusals(inputs),
         "priority": _priority(inputs.priority),
         "evidence": _evidence(inputs),
         "canaries": _canaries(inputs),
@@ -143,6 +145,22 @@ def _lifecycle(inputs: StatusInputs) -> dict[str, Any]:
         # A lifecycle source that stopped answering (its last word kept a while: record.lifecycle).
         "cannot_tell": lifecycle.cannot_tell or None,
         "cannot_tell_for": _age(now, lifecycle.cannot_tell_since),
+    }
+
+
+def _refusals(inputs: StatusInputs) -> dict[str, Any]:
+    now = inputs.now
+    return {
+        refusal.value: {
+            "for": round(max(0.0, seen.at - seen.since), 3),
+            "last_ago": _age(now, seen.at),
+            "count": seen.count,
+            "status": seen.status,
+            "message": seen.message,
+            "source": seen.source,
+            "engine": seen.engine,
+        }
+        for refusal, seen in sorted(inputs.evidence.refusals.items())
     }
 
 
@@ -321,4 +339,6 @@ def result_json(result: CanaryResult, now: float) -> dict[str, Any]:
         out["detail"] = result.detail
     if result.reason is not Reason.OK and result.http_status is not None:
         out["http_status"] = result.http_status
+    if result.refusal is not None:
+        out["refusal"] = result.refusal.value
     return out

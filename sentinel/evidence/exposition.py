@@ -26,11 +26,16 @@ class ScrapeError(Exception):
     connection means the server restarted or is gone).
     """
 
-    def __init__(self, reason: EvidenceFailure, detail: str, status: int | None = None) -> None:
+    def __init__(
+        self, reason: EvidenceFailure, detail: str, status: int | None = None, body: str = ""
+    ) -> None:
         super().__init__(f"{reason}: {detail}")
         self.reason = reason
         self.detail = detail
         self.status = status
+        # The head of a non-2xx answer's body (capped): a 503 with a body is a server
+        # refusing on purpose (vLLM's elastic EP scaling middleware gates /metrics).
+        self.body = body
 
 
 @dataclass(frozen=True, slots=True)

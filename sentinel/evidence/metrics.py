@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
 import httpx
@@ -109,6 +109,8 @@ class MetricsSample:
     engines: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
     # The gauges again per ``engine`` label (a long prefill on one engine).
     engine_gauges: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+    # When the scrape began (None: ``at``): the server read its gauges in between.
+    read_from: float | None = None
 
 
 _WANTED = (
@@ -248,6 +250,7 @@ class MetricsScraper:
 
     async def scrape(self) -> MetricsSample:
         """Fetch and parse one exposition; raise :class:`ScrapeError` on failure."""
+        started = self._clock()
         try:
             async with asyncio.timeout(self._timeout):
                 kept, text, status = await self._read()
@@ -271,8 +274,10 @@ class MetricsScraper:
         source = kept if kept.strip() or len(text) >= self._limits.keep_bytes else text
         try:
             if source.count("\n") > self._limits.inline_parse_lines:
-                return await asyncio.to_thread(parse_vllm_metrics, source, at)
-            return parse_vllm_metrics(source, at)
+                sample = await asyncio.to_thread(parse_vllm_metrics, source, at)
+            else:
+                sample = parse_vllm_metrics(source, at)
+            return replace(sample, read_from=started)
         except (ValueError, IndexError, KeyError) as exc:
             # The parser reports malformed lines as ValueError; the others guard
             # against its edge cases so garbage never escapes as a crash.
@@ -289,9 +294,33 @@ class MetricsScraper:
                     EvidenceFailure.HTTP_STATUS,
                     f"GET {self._url} answered {response.status_code}",
                     status=response.status_code,
+                    body=await _head(response),
                 )
             reader = ExpositionReader(self._limits, _WANTED)
             async for chunk in iter_capped(response, self._limits.max_bytes):
                 reader.feed(chunk)
             kept, text = reader.finish()
             return kept, text, response.status_code
+
+
+ERROR_HEAD_BYTES = 1024  # of a non-2xx answer's body: enough for any JSON error vLLM sends
+ERROR_HEAD_SECONDS = 1.0  # to read it in
+
+
+async def _head(response: httpx.Response) -> str:
+    """The first :data:`ERROR_HEAD_BYTES` of an error answer's body ("" if unreadable).
+
+    Read within the scrape's deadline and inflated a slice at a time
+    (:func:`~sentinel.transport.iter_capped`); a body that trickles, is endless
+    or breaks off leaves what arrived, since only its first sentence is ever read.
+    """
+    head = bytearray()
+    try:
+        async with asyncio.timeout(ERROR_HEAD_SECONDS):  # the status still counts if it trickles
+            async for chunk in iter_capped(response, 64 * ERROR_HEAD_BYTES):
+                head.extend(chunk)
+                if len(head) >= ERROR_HEAD_BYTES:
+                    break
+    except (TimeoutError, httpx.HTTPError, BodyTooLarge, BodyDecodingError):
+        pass
+    return bytes(head[:ERROR_HEAD_BYTES]).decode("utf-8", "replace")

@@ -16,13 +16,16 @@ are compared.
 
 Sentinel's own canaries are discounted at all times, not only on an idle
 server: each canary in flight (and each for a short while after it finished,
-since ``/metrics`` lags the reply) holds a *credit* per counter (the work it
-can explain: its prompt, its first token, and the same tokens as processed
-by engine steps), and
-every counter delta is first charged against those credits. A hung engine usually
-has stuck real requests in ``running``; the prefill or first token of a
+since ``/metrics`` lags the reply) holds a *credit* per counter (the most
+work it can cause: its prompt, its whole reply, the tokens its steps
+process, its completion, and any side request it made), and every counter
+delta is first charged against those credits. A hung engine usually has
+stuck real requests in ``running``; the prefill, first token or decode of a
 canary sent to it is charged to the canary and cannot keep it alive. Once a
-canary finished, its credit becomes the work its usage reports.
+canary finished, its credit becomes the work its usage reports, and what it
+had charged beyond that is given back (:func:`~sentinel.canary.credit.refund`):
+real work counted a sample late, never sentinel's own counted as real. With
+no client at all, real progress is exactly zero.
 
 Decode is the progress new arrivals cannot fake: where the server counts
 first tokens (vLLM's ``vllm:time_to_first_token_seconds`` count) the tracker
@@ -39,24 +42,32 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from sentinel.canary.credit import Credit, discount
+from sentinel.canary.credit import Credit, discount, refund
 from sentinel.canary.result import CanaryResult
 from sentinel.evidence.metrics import MetricsSample
+from sentinel.progress.own import canary_budget as canary_budget
+from sentinel.progress.own import in_flight, settle
 from sentinel.progress.prefill import PrefillWatch
 from sentinel.progress.work import (
-    DECODE_COMPLETIONS,
     DECODE_TOKENS,
     RAW_COUNTERS,
     decode_moved,
     work_counters,
 )
 
+DECODE_TOLD = (
+    "told apart: generated tokens beyond each request's first token, less sentinel's own, "
+    "vouch for the engine; first tokens and one-token completions do not"
+)
+DECODE_UNTOLD = (
+    "cannot tell decode from first tokens (no first-token count in the exposition): any "
+    "work beyond sentinel's own vouches, and the hang window judges the canaries"
+)
+
 STEP_COUNTER = "engine_tokens"  # tokens processed by engine steps: their steps visible
 
 RECENT = 5.0
 """Seconds a finished canary keeps its credit: ``/metrics`` may show its work a sample late."""
-
-IN_FLIGHT_TOKENS = 1.0  # a canary in flight explains its first token, no more
 
 
 @dataclass(slots=True)
@@ -93,7 +104,10 @@ class EngineTrack:
         work = work_counters(counters)
         deltas = {k: max(work[k] - self.counters[k], 0.0) for k in work if k in self.counters}
         self.counters, self.last_delta = work, deltas
-        self.last_own = {k: discount(credits, k, d, engine) for k, d in deltas.items()}
+        self.last_own = {
+            k: discount(credits, k, d, engine) - refund(credits, k, engine)
+            for k, d in deltas.items()
+        }
         for key, delta in deltas.items():
             self.totals[key] = self.totals.get(key, 0.0) + delta
         real = {k for k, d in deltas.items() if d - self.last_own[k] > 0}
@@ -123,26 +137,6 @@ class ProgressUpdate:
     signals: Mapping[str, SignalReport] = field(default_factory=dict)
 
 
-def canary_budget(
-    *, reply_tokens: float, prompt_tokens: float, completes: bool = True, requests: int = 1
-) -> dict[str, float]:
-    """The most work one canary can cause, per work counter.
-
-    ``requests``: the engine requests it makes (a completions prompt list is
-    one per prompt); the token figures are their sums.
-    """
-    done = float(requests) if completes else 0.0
-    return {
-        "generation_tokens": reply_tokens,
-        DECODE_TOKENS: max(reply_tokens - requests, 0.0),
-        "prompt_tokens": prompt_tokens,
-        # An engine step processes a canary's prompt (prefill) and each token it decodes.
-        "engine_tokens": reply_tokens + prompt_tokens,
-        "completions": done,
-        DECODE_COMPLETIONS: done if reply_tokens > requests else 0.0,
-    }
-
-
 class ProgressTracker:
     """Follows the work counters across samples, minus sentinel's own canaries."""
 
@@ -154,7 +148,10 @@ class ProgressTracker:
         self.last_real_completion_at: float | None = None
         self.last_sample_at: float | None = None
         self.last_evidence_at: float | None = None  # last sample that carried a work counter
-        self.last_step_at: float | None = None  # any counter moved, own work too (verdict.still)
+        # A counter moved beyond sentinel's own work (verdict.still, frozen): a
+        # step that only served a canary of sentinel's proves nothing for it.
+        self.last_step_at: float | None = None
+        self.last_beat_at: float | None = None  # any counter moved, own work too: a heartbeat
         self.signals: tuple[str, ...] = ()
         self.last_update = ProgressUpdate()
         self.totals: dict[str, SignalReport] = {}  # summed over the epoch
@@ -175,6 +172,7 @@ class ProgressTracker:
         self.last_sample_at = None
         self.last_evidence_at = None
         self.last_step_at = None
+        self.last_beat_at = None
         self.signals = ()
         self.last_update = ProgressUpdate()
         self.totals = {}
@@ -199,30 +197,43 @@ class ProgressTracker:
     def canary_sent(
         self, token: int, now: float, budget: Mapping[str, float], engine: int | None = None
     ) -> None:
-        """A canary left: while in flight it explains its prefill and its first token.
+        """A canary left: while in flight it explains the most it can cause (``budget``).
 
-        Only the first token, not its whole reply: tokens past the first are
-        the engine decoding, which a hung engine cannot do, and crediting a
-        canary's full ``max_tokens`` on every retry would absorb a slow, busy
-        server's real work. So it explains no decoded token while in flight (its
-        first token adds to the first-token count as much as to the generated
-        ones). Once it is done its usage sets the credit exactly. ``engine``: the
-        data-parallel engine it is aimed at, the only one whose work it explains
-        (None: unaimed, any one engine's).
+        Its whole reply, decoded tokens included: a canary's tokens past its
+        first, seen in a sample while it still runs, are sentinel's decode, not
+        the engine vouching for real requests (left uncredited, a no-client
+        server showed "real" decode whenever a scrape fell inside a canary).
+        What that hides of a busy server's real work (at most one canary's
+        reply) is given back once its usage says what it did cause
+        (:func:`~sentinel.canary.credit.refund`), so it is late, not lost; a
+        hung engine's real requests never decode, so nothing is hidden there.
+        ``engine``: the data-parallel engine it is aimed at, the only one whose
+        work it explains (None: unaimed, any one engine's).
         """
-        requests = max(float(budget.get("completions", 0.0)), 1.0)
-        reply = min(float(budget.get("generation_tokens", 0.0)), IN_FLIGHT_TOKENS * requests)
-        prompt = float(budget.get("prompt_tokens", 0.0))
-        allowed = {
-            "generation_tokens": reply,
-            DECODE_TOKENS: 0.0,
-            "prompt_tokens": prompt,
-            "engine_tokens": min(float(budget.get("engine_tokens", 0.0)), reply + prompt),
-            "completions": float(budget.get("completions", 0.0)),
-            DECODE_COMPLETIONS: float(budget.get(DECODE_COMPLETIONS, 0.0)),
-        }
+        allowed, side = in_flight(budget)
         label = None if engine is None else str(engine)
-        self._credits[token] = Credit(sent=now, allowed=allowed, engine=label)
+        self._credits[token] = Credit(
+            sent=now,
+            allowed=allowed,
+            engine=label,
+            requests=max(float(budget.get("completions", 0.0)), 1.0),
+            side=side,
+        )
+
+    def own_requests(self, sample: MetricsSample) -> float:
+        """sentinel's requests the gauges of ``sample`` may show.
+
+        Per canary its engine requests (a correctness canary's prompt list is
+        three) and, while it runs, its side request: counted as canaries, one
+        correctness canary read as two real requests running. One that ended
+        while the scrape was under way counts: its gauges may be older.
+        """
+        begun = sample.at if sample.read_from is None else sample.read_from
+        return sum(
+            c.requests + (c.side.get("completions", 0.0) if c.finished is None else 0.0)
+            for c in self._credits.values()
+            if c.sent <= sample.at and (c.finished is None or c.finished >= begun)
+        )
 
     def canary_finished(self, token: int, result: CanaryResult | None, now: float) -> None:
         """A canary ended: its credit shrinks to what its usage reports, then expires.
@@ -236,18 +247,7 @@ class ProgressTracker:
         credit.finished = now
         if result is None:
             return
-        if not result.ok:
-            credit.cap("completions", 0.0)  # an aborted or failed request is no success
-        if result.completion_tokens is not None:
-            requests = float(max(len(result.generations), 1))
-            decoded = result.completion_tokens > requests
-            credit.set(DECODE_COMPLETIONS, requests if decoded else 0.0)
-            credit.set("generation_tokens", float(result.completion_tokens))
-            credit.set(DECODE_TOKENS, max(float(result.completion_tokens) - requests, 0.0))
-        if result.prompt_tokens is not None:
-            credit.set("prompt_tokens", float(result.prompt_tokens))
-        if result.completion_tokens is not None and result.prompt_tokens is not None:
-            credit.set("engine_tokens", float(result.completion_tokens + result.prompt_tokens))
+        settle(credit, result)
 
     def observe(self, sample: MetricsSample) -> ProgressUpdate:
         """Compare ``sample`` with the previous one; what remains after credits is progress."""
@@ -271,6 +271,7 @@ class ProgressTracker:
             self.last_decode_at = None
             self.last_real_completion_at = None
             self.last_step_at = None
+            self.last_beat_at = None
             self.totals = {}
             self.engines = {}
             self._follow_engines(sample, ())
@@ -285,10 +286,13 @@ class ProgressTracker:
         reports: dict[str, SignalReport] = {}
         for key in common:
             delta = max(present[key] - before[key], 0.0)  # one counter reset alone: no work
-            discounted = discount(credits, key, delta)
+            # Charged now, less what finished canaries had charged beyond their usage.
+            discounted = discount(credits, key, delta) - refund(credits, key)
             reports[key] = SignalReport(delta, discounted, delta - discounted)
         if any(reports[k].delta > 0 for k in exposed):
-            self.last_step_at = sample.at
+            self.last_beat_at = sample.at
+        if any(reports[k].real > 0 for k in exposed):
+            self.last_step_at = sample.at  # a step beyond sentinel's own canaries
         self._expire(sample.at)
         changed = tuple(sorted(k for k, r in reports.items() if r.real > 0))
         real_completions = reports["completions"].real if "completions" in reports else 0.0
@@ -354,6 +358,7 @@ class ProgressTracker:
             # Whether decode is told apart, and since when it has been flat:
             # the engine-hang rule asks for decode progress where it can.
             "decode_evidence": self.decode_available,
+            "decode": DECODE_TOLD if self.decode_available else DECODE_UNTOLD,
             "decode_age": _age(now, self.last_decode_at),
             "last_interval": {
                 k: {"delta": r.delta, "own": r.discounted, "progress": r.real}

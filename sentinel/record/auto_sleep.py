@@ -79,7 +79,8 @@ class AutoSleepWatch:
         before = self._section
         gauges = sample.gauges
         shown = [gauges[k] for k in ("waiting", "running") if k in gauges]
-        real = max(sum(shown) - self._ledger.in_flight(), 0.0) if shown else 0.0
+        own = max(self._ledger.progress.own_requests(sample), float(self._ledger.in_flight()))
+        real = max(sum(shown) - own, 0.0) if shown else 0.0
         since = before.waiting_since
         real_at = before.real_at
         if real >= 1.0:

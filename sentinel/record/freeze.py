@@ -21,6 +21,7 @@ from sentinel.evidence.engine_cpu import EngineCpuWatch
 from sentinel.progress.path_traffic import PathTraffic
 from sentinel.progress.tracker import STEP_COUNTER, ProgressTracker
 from sentinel.record.lifecycle import LifecycleTracker
+from sentinel.record.refusals import Refusals
 from sentinel.verdict import Action, EngineProgress, Evidence, KindEvidence, RestartGate
 
 
@@ -87,6 +88,8 @@ class LedgerView(Protocol):
     @property
     def refused_since(self) -> float | None: ...
     @property
+    def refusals(self) -> Refusals: ...
+    @property
     def waiting_since(self) -> float | None: ...
     @property
     def waiting_real(self) -> float: ...
@@ -139,6 +142,7 @@ def freeze(
         last_prefill_at=ledger.progress.last_prefill_at if fresh else None,
         steps_available=fresh and STEP_COUNTER in ledger.progress.signals,
         last_step_at=ledger.progress.last_step_at,
+        steps_seen=ledger.progress.last_beat_at is not None,
         sampled_at=sample_at,
         queue_empty=_queue_empty(ledger),
         last_evidence_at=ledger.progress.last_evidence_at,
@@ -151,6 +155,7 @@ def freeze(
         down_ranks=ledger.down_ranks,
         engines=_engine_progress(ledger) if fresh else (),
         refused_since=ledger.refused_since,
+        refusals=ledger.refusals.frozen(),
         api_alive=ledger.api_alive(),
         lifecycle=ledger.lifecycle.current,
         waiting_since=ledger.waiting_since if fresh else None,

@@ -32,8 +32,10 @@ from sentinel.evidence.process_model import ProcessInfo, ProcessSnapshot, Proces
 from sentinel.progress.path_traffic import PathTraffic
 from sentinel.progress.tracker import ProgressTracker
 from sentinel.record.departures import Departures
+from sentinel.record.elastic_ep import gate_of_canary, observe_gate
 from sentinel.record.freeze import freeze
 from sentinel.record.lifecycle import LifecycleTracker
+from sentinel.record.refusals import Refusals
 from sentinel.verdict import Action, Evidence
 
 _DOWN = (ProcessState.STOPPED, ProcessState.ZOMBIE, ProcessState.GONE)
@@ -116,6 +118,7 @@ class Ledger:
         self.engine_cpu = EngineCpuWatch()  # the engine's processes standing still
         # Each API-server process of --api-server-count: stopped, or not reading.
         self.api = ApiWatch()
+        self.refusals = Refusals()  # the latest run of each deliberate refusal
 
     # -- epochs -------------------------------------------------------------
     def new_epoch(self, reason: str, now: float) -> None:
@@ -139,6 +142,7 @@ class Ledger:
         self.traffic.reset()
         self.waiting_since, self.waiting_real = None, 0.0
         self.api.reset()
+        self.refusals.reset()
 
     def observe_traffic(self, sample: MetricsSample) -> None:
         """Real path traffic and real requests waiting, from one sample."""
@@ -146,7 +150,8 @@ class Ledger:
         # Real requests waiting: for room where the reason is told, less
         # sentinel's own canaries (any of them may be among the waiting).
         waiting = sample.gauges.get("waiting_capacity", sample.gauges.get("waiting"))
-        real = 0.0 if waiting is None else waiting - self.in_flight()
+        own = max(self.progress.own_requests(sample), float(self.in_flight()))
+        real = 0.0 if waiting is None else waiting - own
         self.waiting_real = max(real, 0.0)
         if real < 1.0:
             self.waiting_since = None
@@ -258,6 +263,7 @@ class Ledger:
             self.progress.canary_finished(token, result, now)
         if epoch != self.epoch:
             return
+        self._refused(result, now)
         record.make_room(len(self.progress.engines))
         record.results.append(result)
         record.controls.append(control)
@@ -279,6 +285,7 @@ class Ledger:
         self.progress.canary_finished(token, result, now)
         if epoch != self.epoch:
             return
+        self._refused(result, now)
         for index in range(len(record.results) - 1, -1, -1):
             entry = record.results[index]
             if (
@@ -289,6 +296,16 @@ class Ledger:
             ):
                 record.results[index] = result
                 return
+
+    def _refused(self, result: CanaryResult, now: float) -> None:
+        """A finished canary into the refusal runs; its paused refusal is a lifecycle word."""
+        runs, before = self.refusals, (self.refusals.paused, self.refusals.paused_at)
+        runs.saw(result, self.progress.last_progress_at)  # real progress ended older runs
+        if (runs.paused, runs.paused_at) != before:  # a new word, or the same one refreshed
+            self.observe_lifecycle(
+                now, paused_refusal=runs.paused, paused_refusal_at=runs.paused_at
+            )
+        observe_gate(self, gate_of_canary(result), result.started, now)  # elastic EP's gate
 
     def disable(self, kind: CanaryKind, reason: str) -> None:
         record = self.records[kind]
@@ -371,6 +388,8 @@ class Ledger:
         sections: Mapping[str, object] | None = None,
     ) -> Evidence:
         """Freeze what the verdict needs (:func:`sentinel.record.freeze.freeze`)."""
+        self.refusals.progressed(self.progress.last_progress_at)  # it serves again: runs end
+        self.lifecycle.follow(now)  # a paused refusal's word lasts KEEP_WORD unless refreshed
         return freeze(self, now, freshness, unobserved, sections)
 
 

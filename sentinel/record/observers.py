@@ -24,12 +24,14 @@ import httpx
 
 from sentinel.config.settings import Settings
 from sentinel.diagnostics.stacks import find_py_spy
+from sentinel.evidence.elastic_ep import ElasticEpPoller
 from sentinel.evidence.failure import EvidenceFailure
 from sentinel.evidence.lifecycle_poll import LifecyclePoller
 from sentinel.evidence.metrics import MetricsSample, MetricsScraper, ScrapeError, ScrapeLimits
 from sentinel.evidence.process_model import ProcessSnapshot
 from sentinel.evidence.processes import ProcessWatcher
 from sentinel.evidence.vllm_health import VllmHealthPoller
+from sentinel.record.elastic_ep import gate_of_scrape, observe_gate, status_step
 from sentinel.record.ledger import Ledger
 from sentinel.record.lifecycle import heard, keeps_word
 from sentinel.telemetry.logging import get_logger
@@ -220,10 +222,13 @@ class Observers:
         )
         health = VllmHealthPoller(client, target, clock, timeout=timeout)
         lifecycle = LifecyclePoller(client, target, clock, timeout=timeout)
+        scale = ElasticEpPoller(client, target, clock, timeout=timeout)
         steps: list[tuple[str, float, Step]] = [
             ("scrape", settings.scrape_interval, self.scrape_step(scraper)),
             ("vllm-health", settings.health_interval, self.health_step(health)),
             ("lifecycle", settings.lifecycle_interval, self.lifecycle_step(lifecycle)),
+            # Asks nothing unless a scale shows (record.elastic_ep): no idle footprint.
+            ("elastic-ep", settings.lifecycle_interval, status_step(self.ledger, scale, clock)),
         ]
         if settings.watch_processes:
             watcher = ProcessWatcher(
@@ -240,6 +245,7 @@ class Observers:
         ledger, seen = self.ledger, self.observations
 
         async def step() -> None:
+            started = self.clock()  # a scrape sent before the gate went up is no word on it
             try:
                 sample = await scraper.scrape()
             except ScrapeError as exc:
@@ -248,9 +254,12 @@ class Observers:
                     self.scrape_failed(exc.reason)
                 if exc.reason is EvidenceFailure.CONNECT:
                     ledger.saw_refusal(self.clock())
+                now = self.clock()
+                observe_gate(ledger, gate_of_scrape(exc.status, exc.body), now, now)
                 return
             seen.last_scrape_error = ""
             ledger.saw_answer()
+            observe_gate(ledger, gate_of_scrape(200, ""), started, self.clock())
             if scraper.last_text is not None:
                 seen.metrics_texts.append((self.wall_clock(), scraper.last_text))
             update = ledger.progress.observe(sample)
@@ -258,7 +267,11 @@ class Observers:
             ledger.observe_traffic(sample)
             for listener in self.sample_listeners:
                 listener(sample)
-            if update.restarted:
+            if update.restarted and ledger.lifecycle.counters_reset_by_scale(self.clock()):
+                # An elastic EP scale-up re-creates vLLM's stat loggers: every counter
+                # restarts at 0 on the same server (the tracker rebased on this sample).
+                log.info("counters_reset_by_scale", epoch=ledger.epoch)
+            elif update.restarted:
                 ledger.new_epoch("a vLLM counter went down", self.clock())
 
         return step

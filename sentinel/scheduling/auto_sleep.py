@@ -75,6 +75,8 @@ class CanaryHold:
             return False  # blind to the sleep and the wake: held canaries would hide a hang
         if self.watch.wake_asked_at is not None:
             return False  # a wake was asked: the canaries judge it too
+        if self.ledger.lifecycle.refused(now):
+            return False  # paused by the canaries' word: only a canary sees the pause end
         if self.watch.real_waiting():
             return False  # real requests: the wake is judged, by the canaries too
         seen = [self._quiet_from, self.watch.real_at(), self.watch.woke_at]

@@ -4,8 +4,9 @@ One loop per enabled canary spec, each with at most one canary in flight per
 engine, so canaries never pile up. What each kind gets is the kind
 registry's word (:mod:`sentinel.canary.kinds`); no code here names a kind. An
 idle-gated kind (text) is skipped while real traffic has recently proven the
-engine alive (once startup has passed); every other kind runs on its own
-cadence, ungated. A paired kind (every path kind, and correctness) goes out
+engine alive (once startup has passed, unless the lifecycle waits on it: a
+pause read from refusals, a resume it has not passed since); every other
+kind runs on its own cadence, ungated. A paired kind (every path kind, and correctness) goes out
 with a control canary (text) sent at the same moment and priority, so a path
 hang can be told from an engine hang; an unpaired kind goes out alone. A
 canary that missed its deadline is retried at once instead of waiting a full
@@ -285,21 +286,34 @@ class Scheduler:
         An idle-gated kind goes to every engine real traffic has not recently
         proven alive, at once, so each gets the single-engine cadence whatever
         the engine count. Any other kind's canary (with its control) goes to
-        one engine, the next in turn.
+        one engine, the next in turn. Real traffic holds no idle-gated canary
+        back while the lifecycle waits on one (:meth:`_lifecycle_waits`).
         """
         ledger = self.ledger
         gated = kinds.is_idle_gated(spec.kind) and not suspected
+        # Real traffic vouches for the engines once startup passed, unless the lifecycle waits.
+        vouch = ledger.startup_passed and not (gated and self._lifecycle_waits(spec.kind, now))
         engines = self.aim.engines()
         if not engines:
-            if gated and ledger.startup_passed and ledger.busy(now, self.idle_window):
+            if gated and vouch and ledger.busy(now, self.idle_window):
                 return ()
             return (None,)
         if not gated:
             engines = (self.aim.in_turn(spec.name, engines),)
-        elif ledger.startup_passed:
+        elif vouch:
             # Only where real traffic has not recently proven the engine alive.
             engines = tuple(e for e in engines if not self._proven(e, now))
         return self.aim.targets(engines)
+
+    def _lifecycle_waits(self, kind: CanaryKind, now: float) -> bool:
+        """Whether the lifecycle needs this kind's canary whatever the traffic: the phase
+        is a paused refusal's word (only a canary sees the pause end), or the kind has not
+        passed since the last resume (readiness waits on it)."""
+        life = self.ledger.lifecycle
+        resumed = life.current.resumed_at
+        results = self.ledger.records[kind].results
+        unproven = resumed is not None and not any(r.ok and r.started >= resumed for r in results)
+        return life.refused(now) or unproven
 
     def _proven(self, engine: int, now: float) -> bool:
         """Whether the engine's own work vouched for it within the idle window.
@@ -353,19 +367,24 @@ class Scheduler:
         """The most work one canary of ``spec`` can cause, per work counter.
 
         Progress discounts it while the canary is in flight, whatever else the
-        server is doing. Taken from recent successes of the same canary (its
-        reply length and prompt); before any, from ``max_tokens`` and a
-        generous prompt estimate.
+        server is doing: its whole ``max_tokens`` (a reply longer than the
+        recent ones is still its own; what it did not cause is given back once
+        its usage is known), and its prompt from recent successes of the same
+        canary, before any a generous estimate.
         """
         listed = spec.request.get("prompt")
         requests = len(listed) if isinstance(listed, list) and listed else 1  # one per prompt
         max_tokens = float(spec.request.get("max_tokens") or DEFAULT_MAX_TOKENS) * requests
         mine = [r for r in self.ledger.records[spec.kind].results if r.ok and r.name == spec.name]
-        replies = [r.completion_tokens for r in mine[-5:] if r.completion_tokens]
         prompts = [r.prompt_tokens for r in mine[-5:] if r.prompt_tokens]
-        reply = min(float(max(replies)), max_tokens) if replies else max_tokens
+        reply = max_tokens
         prompt = float(max(prompts)) if prompts else DEFAULT_PROMPT_ESTIMATE * requests
-        return canary_budget(reply_tokens=reply, prompt_tokens=prompt, requests=requests)
+        # The multimodal canary's baseline (its prompt without the image, sent
+        # once per server) is a side request of sentinel's too.
+        side = 1 if spec.image is not None else 0
+        return canary_budget(
+            reply_tokens=reply, prompt_tokens=prompt, requests=requests, side_requests=side
+        )
 
     def _observe(self, result: CanaryResult) -> None:
         # Only a refusal says nothing listens; any other outcome (a reset,

@@ -44,7 +44,7 @@ class Suspicion:
         """After the ledger took ``sample``: does it begin a standstill with work inside?"""
         progress = self.ledger.progress
         compared = bool(progress.last_update.signals)  # a previous sample to compare with
-        moved = sample.at in (progress.last_step_at, progress.last_progress_at)
+        moved = sample.at in (progress.last_beat_at, progress.last_progress_at)  # own work too
         running = progress.gauges.get("running", 0.0)
         if not compared or moved or running <= 0 or not self.ledger.startup_passed:
             self._standstill = False

@@ -71,6 +71,8 @@ class EventReason(StrEnum):
     # A canary kind this server cannot be judged on, set aside (or disabled as
     # unsupported) for its epoch: startup and readiness go on without it.
     CANARY_KIND_SET_ASIDE = "CanaryKindSetAside"
+    # Canaries refused with a body sentinel does not know: "cannot tell", unready.
+    UNKNOWN_REFUSAL = "SentinelUnknownRefusal"
 
 
 @dataclass(frozen=True, slots=True)

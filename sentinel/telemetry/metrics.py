@@ -21,6 +21,7 @@ from prometheus_client.registry import Collector
 
 from sentinel.canary.kinds import names as canary_kinds
 from sentinel.canary.kinds import path_kinds
+from sentinel.canary.refusal import Refusal
 from sentinel.canary.result import CanaryResult, Reason
 from sentinel.evaluation.health import HealthState
 from sentinel.evidence.failure import EvidenceFailure
@@ -86,6 +87,14 @@ class SentinelMetrics:
             "Time to the first generated token of streaming canaries.",
             ["kind"],
             buckets=CANARY_BUCKETS,
+            registry=registry,
+        )
+        self.canary_refusals = Counter(
+            "sentinel_canary_refusals_total",
+            "Canaries the server refused on purpose (a 503 with a body, or a streamed error "
+            "with code 503), by kind and refusal (admission, paused, faulted, scaling, retired; "
+            "unknown: a body sentinel does not know, readiness red).",
+            ["kind", "refusal"],
             registry=registry,
         )
         self.canary_late_answers = Counter(
@@ -167,6 +176,8 @@ class SentinelMetrics:
                     self.canary_total.labels(kind.value, FAILURE, reason.value)
             self.canary_duration.labels(kind.value)
             self.canary_ttft.labels(kind.value)
+            for refusal in Refusal:
+                self.canary_refusals.labels(kind.value, refusal.value)
             for reason in (Reason.OK, Reason.TIMEOUT):
                 self.canary_late_answers.labels(kind.value, reason.value)
         for hang in hang_kinds():
@@ -194,6 +205,8 @@ class SentinelMetrics:
         outcome = SUCCESS if result.ok else FAILURE
         self.canary_total.labels(kind, outcome, result.reason.value).inc()
         self.canary_duration.labels(kind).observe(result.duration)
+        if result.refusal is not None:
+            self.canary_refusals.labels(kind, result.refusal.value).inc()
         if result.ttft is not None:
             self.canary_ttft.labels(kind).observe(result.ttft)
 

@@ -5,8 +5,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
+from sentinel.canary.refusal import Refusal
 from sentinel.canary.result import CanaryResult, Reason
 from sentinel.verdict.clock import observed
+from sentinel.verdict.hangs.refused import server_paused, unknown_refusal
 from sentinel.verdict.hangs.wake import SECTION as AUTO_SLEEP
 from sentinel.verdict.hangs.wake import AutoSleepSection
 from sentinel.verdict.hangs.weight_update import updating_since
@@ -30,6 +32,7 @@ from sentinel.verdict.registry import confirmed_hangs
 # proves nothing, and a refusal at vLLM's admission cap (load shedding: a replica
 # at its cap stays in the endpoints, or a pool at peak loses every replica at once).
 NOT_JUDGED = frozenset({Reason.UNSUPPORTED, Reason.INCONCLUSIVE, Reason.ADMISSION})
+PAUSED_START = "startup is earned once it resumes; ready after every canary kind succeeded"
 RESTART_ASKED = "a restart was asked for; the restarted server earns its startup afresh"
 
 
@@ -112,6 +115,15 @@ def _startup(state: VerdictState, evidence: Evidence) -> tuple[bool, ProbeAnswer
         key=lambda k: k.kind.value,
     )
     passed = state.startup_passed or (bool(evidence.enabled) and not unstarted)
+    if not passed and evidence.lifecycle.phase is Phase.PAUSED and server_paused(evidence):
+        # Started paused (vLLM 0.34 --checkpoint-prepare-on-startup) until its
+        # orchestrator restores: the model loaded and the server is there, so the
+        # kubelet's startup budget is not spent waiting; readiness stays red. Only
+        # the server's own word: a maintenance window or the weight-update gauge
+        # says nothing of a load that may hang (the kubelet never asks again).
+        return False, ProbeAnswer(
+            True, f"started paused ({evidence.lifecycle.why}): {PAUSED_START}"
+        )
     if not passed:
         missing = ", ".join(_why_not_started(k, evidence.epoch_started) for k in unstarted)
         # Why nothing answers at all, where that is so (sentinel.record.reachability's section).
@@ -207,6 +219,8 @@ def _readiness(
         if resumed is not None and not any(r.ok and r.started >= resumed for r in k.results)
     )
     gate = evidence.restart_gate
+    if not startup_passed and life.phase is Phase.PAUSED:
+        return ProbeAnswer(False, f"started paused: {life.why}")
     if not startup_passed:
         return ProbeAnswer(False, "startup has not passed")
     if life.phase is Phase.SCALING:
@@ -235,6 +249,9 @@ def _readiness(
         return ProbeAnswer(False, f"{gate.reason}: {_describe(restart.hangs)}")
     if unready_hangs:
         return ProbeAnswer(False, _describe(unready_hangs))
+    cannot_tell = unknown_refusal(evidence, policy.refusal_bound, now)
+    if cannot_tell is not None:  # refusing in words nobody taught sentinel: red at once
+        return ProbeAnswer(False, cannot_tell)
     woke_idle = isinstance(auto_sleep, AutoSleepSection) and auto_sleep.woke_idle
     if unproven and not woke_idle:  # woken by a request from an idle sleep: it served
         return ProbeAnswer(False, "resumed; waiting for canary kinds: " + ", ".join(unproven))
@@ -255,6 +272,7 @@ def _hysteresis(
             if r.finished > state.judged_until
             and r.started >= epoch_started
             and r.reason not in NOT_JUDGED
+            and r.refusal is not Refusal.PAUSED  # the pause's word: the phase's, not degradation
         ),
         key=lambda item: item[0],
     )

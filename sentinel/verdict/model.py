@@ -13,6 +13,7 @@ from enum import StrEnum
 from typing import ClassVar
 
 from sentinel.canary.correctness import CorrectnessEvidence
+from sentinel.canary.refusal import Refusal, RefusalSeen
 from sentinel.canary.result import CanaryResult
 from sentinel.canary.spec import CanaryKind, OpenName
 
@@ -43,6 +44,8 @@ class HangKind(OpenName):
     WEIGHT_UPDATE: ClassVar[HangKind]
     KV_TRANSFER: ClassVar[HangKind]
     WAKE: ClassVar[HangKind]
+    FAULT_TOLERANCE: ClassVar[HangKind]
+    REFUSED: ClassVar[HangKind]
 
 
 HangKind.ENGINE = HangKind("engine")
@@ -64,6 +67,10 @@ HangKind.WEIGHT_UPDATE = HangKind("weight_update")
 # Requests deferred for their remote KV past a bound on a disaggregated decode node.
 HangKind.KV_TRANSFER = HangKind("kv_transfer")
 HangKind.WAKE = HangKind("wake")
+# A fault-tolerance rank dead, or waiting for its retry past engine_recovery_timeout_sec.
+HangKind.FAULT_TOLERANCE = HangKind("fault_tolerance")
+# Refusing in words nobody taught sentinel past refusal_bound (verdict.hangs.refused).
+HangKind.REFUSED = HangKind("refused")
 
 
 class Phase(StrEnum):
@@ -73,6 +80,10 @@ class Phase(StrEnum):
     ASLEEP = "asleep"  # sleep mode: weights offloaded or discarded
     PAUSED = "paused"  # scheduler paused, weights updating, or a maintenance window
     SCALING = "scaling"  # elastic expert-parallel scaling: vLLM answers every path 503
+    RECOVERING = "recovering"  # fault tolerance: a rank waits for its retry (vLLM FT)
+    # Elastic EP (0.33+, external LB): a rank scaled away, refusing all but /health until
+    # its orchestrator ends it; unready, never restarted (its scale-down owns it).
+    RETIRED = "retired"
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,10 +209,14 @@ class Evidence:
     # ran and none was admitted (:mod:`sentinel.progress.prefill`): work that moves no counter.
     last_prefill_at: float | None = None
     # Tokens processed by engine steps in a fresh sample: the engine loop's
-    # heartbeat. ``last_step_at``: the last sample in which any work counter
-    # moved at all (sentinel's canaries included); ``sampled_at``: the newest
-    # sample, the moment up to which the heartbeat is known.
+    # heartbeat. ``steps_seen``: a work counter moved at all in this epoch
+    # (sentinel's canaries included: the heartbeat beats); ``last_step_at``:
+    # the last sample in which one moved beyond what sentinel's canaries
+    # explain (a step that served only a canary of sentinel's, its prefill or
+    # first token, excuses no canary); ``sampled_at``: the newest sample, the
+    # moment up to which the heartbeat is known.
     steps_available: bool = False
+    steps_seen: bool = False
     last_step_at: float | None = None
     sampled_at: float | None = None
     # The running and waiting gauges of that sample are both 0: the engine does
@@ -259,6 +274,9 @@ class Evidence:
     # Every other evidence provider's frozen section, by its name
     # (sentinel.record.provider): a rule of its own reads it.
     sections: Mapping[str, object] = field(default_factory=dict)
+    # The latest run of each deliberate refusal the server answered in this
+    # epoch, by state (sentinel.record.refusals): a success ends every run.
+    refusals: Mapping[Refusal, RefusalSeen] = field(default_factory=dict)
 
     @property
     def enabled(self) -> tuple[KindEvidence, ...]:

@@ -16,10 +16,12 @@ from sentinel.verdict.hangs.corrupt import CorruptKnobs
 from sentinel.verdict.hangs.dead import DeadKnobs
 from sentinel.verdict.hangs.degenerate import DegenerateKnobs
 from sentinel.verdict.hangs.engine import EngineKnobs
+from sentinel.verdict.hangs.fault_tolerance import FaultToleranceKnobs
 from sentinel.verdict.hangs.kv_transfer import KvTransferKnobs
 from sentinel.verdict.hangs.listener_down import ListenerKnobs
 from sentinel.verdict.hangs.partial import PartialKnobs
 from sentinel.verdict.hangs.path import PathKnobs
+from sentinel.verdict.hangs.refused import RefusedKnobs
 from sentinel.verdict.hangs.scaling import ScalingKnobs
 from sentinel.verdict.hangs.stalled import StalledKnobs
 from sentinel.verdict.hangs.starved import StarvedKnobs
@@ -77,6 +79,8 @@ class Policy(
     ScalingKnobs,
     KvTransferKnobs,
     WakeKnobs,
+    FaultToleranceKnobs,
+    RefusedKnobs,
     VerdictKnobs,
 ):
     """Thresholds of the verdict (the README's defaults table), each knob declared once."""

@@ -24,10 +24,12 @@ from sentinel.verdict.hangs import (
     dead,
     degenerate,
     engine,
+    fault_tolerance,
     kv_transfer,
     listener_down,
     partial,
     path,
+    refused,
     scaling,
     stalled,
     starved,
@@ -35,7 +37,7 @@ from sentinel.verdict.hangs import (
     weight_update,
 )
 from sentinel.verdict.knobs import Knobs
-from sentinel.verdict.model import Evidence, Hang, HangKind
+from sentinel.verdict.model import Evidence, Hang, HangKind, Phase
 from sentinel.verdict.policy import Policy
 from sentinel.verdict.rule import Gate, HangRule
 from sentinel.verdict.stall import compiling
@@ -68,6 +70,8 @@ def gates(evidence: Evidence, policy: Policy, now: float, *, startup_passed: boo
     found: set[Gate] = set()
     if evidence.lifecycle.stalled:
         found.add(Gate.STALLED)
+    if evidence.lifecycle.phase is Phase.RETIRED or scaling.retiring(evidence.lifecycle):
+        found.add(Gate.RETIRED)
     if compiling(evidence, policy.compile_grace, now, policy.compile_linger):
         found.add(Gate.COMPILING)
     if evidence.api_stuck_since is not None:
@@ -126,5 +130,7 @@ for _module in (
     scaling,
     kv_transfer,
     wake,
+    fault_tolerance,
+    refused,
 ):
     register(_module.RULE)

@@ -30,6 +30,7 @@ class Gate(StrEnum):
     COMPILING = "compiling"
     API_STUCK = "an API-server process stuck"
     BEFORE_STARTUP = "before startup"
+    RETIRED = "a retired elastic EP rank"  # its scale-down ends it; nothing restarts it
 
 
 @dataclass(frozen=True, slots=True)

@@ -138,7 +138,10 @@ SHAPES: list[tuple[str, CanarySpec, Handler, Reason]] = [
     ("tokens but no text", TEXT, lambda r: httpx.Response(200, json=chat_reply("")), Reason.OK),
     ("not json", TEXT, lambda r: httpx.Response(200, content=b"<html>"), Reason.BAD_BODY),
     ("no choices", TEXT, lambda r: httpx.Response(200, json={"choices": []}), Reason.BAD_BODY),
-    ("5xx", TEXT, server_error(503, "engine dead"), Reason.HTTP_STATUS),
+    ("5xx", TEXT, server_error(500, "engine dead"), Reason.HTTP_STATUS),
+    # A fast 503 with a body nobody taught sentinel: a deliberate refusal, never a failure.
+    ("unknown 503", TEXT, server_error(503, "engine dead"), Reason.REFUSED),
+    ("paused 503", TEXT, server_error(503, "Generation is paused. Retry."), Reason.REFUSED),
     ("plain 4xx", MULTIMODAL, server_error(400, "max_tokens too large"), Reason.HTTP_STATUS),
     (
         "not multimodal",
@@ -209,6 +212,8 @@ async def test_multimodal_baseline_is_fetched_once_and_compared() -> None:
     assert [r.prompt_tokens for r in results] == [26] * 3
     with_image = [isinstance(b["messages"][-1]["content"], list) for b in rec.bodies()]
     assert with_image == [True, False, True, True]  # one baseline, cached after
+    # The baseline is sentinel's own work: its usage rides on the run that sent it.
+    assert [r.side_usage for r in results] == [(10, 2), None, None]
 
 
 async def test_multimodal_image_dropped_is_reported() -> None:

@@ -426,9 +426,14 @@ async def test_two_servers_on_one_host_stopping_one_engine_spares_the_other() ->
             _sidecar(first.base_url) as watching_first,
             _sidecar(second.base_url) as watching_second,
         ):
-            status = await watching_second.json("/status")
-            processes = status["evidence"]["processes"]
-            assert processes is not None
+
+            async def attributed() -> bool:
+                status = await watching_second.json("/status")
+                return status["evidence"]["processes"] is not None
+
+            # The first process sample may come after the first /status under load.
+            await eventually(attributed, GREEN_WITHIN, "the processes attributed")
+            processes = (await watching_second.json("/status"))["evidence"]["processes"]
             assert processes["api"]["pid"] == second.api_pid
             assert [p["pid"] for p in processes["engines"]] == [second.engine_pid]
             os.kill(first.engine_pid, signal.SIGSTOP)

@@ -37,6 +37,7 @@ CASES: list[tuple[str, dict[str, Any]]] = [
     (Fault.PREEMPTION_CHURN.value, {}),
     (Fault.PREFILL_NO_DECODE.value, {}),
     (Fault.STALL_AFTER_FIRST.value, {}),
+    (Fault.DECODE_DEAD.value, {}),
     (Fault.RESET_ALL.value, {}),
     (Fault.EMPTY_200.value, {}),
     (Fault.METRICS_LAPSE.value, {}),
@@ -54,6 +55,8 @@ CASES: list[tuple[str, dict[str, Any]]] = [
     (Fault.NO_LOGPROBS.value, {}),
     (Fault.NEAR_TIES.value, {"flip": "third"}),
     (Fault.REMOTE_KV.value, {"land": "never"}),
+    (Fault.REFUSE.value, {}),
+    (Fault.REFUSE.value, {"stream": "body"}),
 ]
 # Faults that end the server's life as a target run last, each on a simulator of its own.
 TERMINAL = (Fault.EXIT.value, Fault.LISTENER_CLOSED.value)

@@ -12,6 +12,7 @@ import json
 
 import pytest
 
+from sentinel.canary.refusal import Refusal
 from sentinel.canary.replies import admission_refusal, status_failure
 from sentinel.canary.result import CanaryResult, Reason
 from sentinel.canary.spec import CanaryKind
@@ -42,9 +43,16 @@ def test_vllms_admission_refusals_are_their_own_reason(message: str) -> None:
     assert fast_failure(result)
 
 
-def test_another_503_is_an_http_failure() -> None:
+def test_another_refusal_is_refused_with_its_state() -> None:
     failure = status_failure(503, body("The model is currently scaling."), None)
+    assert failure.reason is Reason.REFUSED
+    assert failure.refusal is Refusal.SCALING
+
+
+def test_a_5xx_that_is_no_refusal_is_an_http_failure() -> None:
+    failure = status_failure(500, body("Internal server error"), None)
     assert failure.reason is Reason.HTTP_STATUS
+    assert failure.refusal is None
 
 
 def test_refusals_at_the_cap_keep_a_started_server_ready() -> None:

@@ -275,3 +275,17 @@ def test_is_sleeping_unanswered_in_an_idle_sleep_is_a_wake_asked() -> None:
     assert watch.woke_idle
     assert watch.woke_at == T0 + 22
     assert watch.wake_asked_at is None
+
+
+def test_a_pause_read_from_refusals_holds_no_canary() -> None:
+    """Paused by the canaries' word, only a canary sees the pause end: none is held then."""
+    clock = VirtualClock()
+    ledger = _ledger(_specs(text={"interval": 5.0, "jitter": 0.0}), clock)
+    ledger.startup_passed = True
+    ledger.observe_lifecycle(clock(), gauges={"sleep_awake": 1.0})
+    hold = CanaryHold(AutoSleepWatch(ledger, 3.0, hold=12.0), ledger, clock=clock)
+    assert hold.held(T0 + 20)
+    said = "Generation is paused."
+    ledger.observe_lifecycle(T0 + 20, paused_refusal=said, paused_refusal_at=T0 + 20)
+    assert not hold.held(T0 + 25)
+    assert hold.held(T0 + 31)  # its word lapsed 10 s after the last paused refusal

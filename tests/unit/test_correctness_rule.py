@@ -201,9 +201,18 @@ def test_a_5xx_on_the_check_beside_a_passing_control_is_corruption_at_once() -> 
     assert hang(evidence(check(1), failed, controls=dead)) is None  # the engine rules' case
 
 
-def test_vllm_engine_dead_500_beside_a_control_that_passed_just_before_is_no_corruption() -> None:
+@pytest.mark.parametrize(
+    "message",
+    [
+        "EngineCore encountered an issue. See stack trace (above) for the cause.",  # 0.10-0.32
+        "The server had an error while processing your request.",  # 0.33+
+    ],
+)
+def test_vllm_engine_dead_500_beside_a_control_that_passed_just_before_is_no_corruption(
+    message: str,
+) -> None:
     # A server shutting down (or crashing): the control was answered, then the engine went.
-    detail = "HTTP 500: EngineCore encountered an issue. See stack trace (above) for the cause."
+    detail = f"HTTP 500: {message}"
     gone = check(11, (), reason=Reason.HTTP_STATUS, http_status=500, detail=detail)
     assert hang(evidence(check(1), gone, controls=(None, control(11)))) is None
 

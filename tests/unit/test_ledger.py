@@ -135,9 +135,13 @@ def test_the_credit_of_a_canary_follows_it_from_send_to_done() -> None:
     ).progressed
     ledger.canary_abandoned(TEXT, token, 3.0)
     assert ledger.records[TEXT].outstanding == {}
-    # Abandoned: its first token stays explained, decoding past it is work.
-    assert ledger.progress.observe(
+    # Abandoned without a result: what it may have caused (its whole reply of
+    # 2) stays explained; work beyond that is progress.
+    assert not ledger.progress.observe(
         MetricsSample(4.0, counters={"generation_tokens": 12.0})
+    ).progressed
+    assert ledger.progress.observe(
+        MetricsSample(5.0, counters={"generation_tokens": 13.0})
     ).progressed
 
 

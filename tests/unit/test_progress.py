@@ -138,23 +138,38 @@ def test_every_retry_is_discounted_again() -> None:
 def test_work_beyond_the_credit_is_progress() -> None:
     t = ProgressTracker()
     t.observe(sample(1.0, **WORK))
-    t.canary_sent(1, 1.5, BUDGET)
-    update = t.observe(sample(3.0, generation_tokens=13, prompt_tokens=50, engine_tokens=20))
+    t.canary_sent(1, 1.5, BUDGET)  # explains its whole reply (2) while in flight
+    update = t.observe(sample(3.0, generation_tokens=15, prompt_tokens=50, engine_tokens=20))
     assert update.progressed
-    assert update.signals["generation_tokens"].real == 2
+    assert update.signals["generation_tokens"].real == 3
 
 
-def test_real_streams_on_a_slow_server_are_not_absorbed_by_retried_canaries() -> None:
-    """2 s per token, two real streams, canaries timing out and retried: tokens still count."""
+def test_real_streams_on_a_slow_server_are_counted_once_each_canary_ends() -> None:
+    """2 s per token, two real streams, canaries cut off and retried: no real token is lost.
+
+    A canary in flight explains its whole reply (32), so real tokens may wait
+    while it runs; cut off with one token received, it gives back what it
+    charged beyond that: every real token counts by the sample after it ended,
+    but the one per canary that it may have caused unseen.
+    """
     t = ProgressTracker()
     t.observe(sample(0.0, **WORK))
-    tokens = 10.0
+    tokens, real = 10.0, 0.0
     big = canary_budget(reply_tokens=32.0, prompt_tokens=8.0)
-    for n in range(1, 6):
-        t.canary_sent(n, 2.0 * n - 1, big)
-        tokens += 1 + 1  # two real streams at 0.5 token/s, plus the canary's first token
-        update = t.observe(sample(2.0 * n, **{**WORK, "generation_tokens": tokens}))
-        assert update.progressed, f"interval {n}"
+    for n in range(5):
+        sent = 10.0 * n + 0.5
+        t.canary_sent(n, sent, big)
+        for step in (2.0, 4.0, 6.0, 8.0):
+            tokens += 2 + (1 if step == 2.0 else 0)  # two real streams, the canary's first token
+            real += 2
+            t.observe(sample(10.0 * n + step, **{**WORK, "generation_tokens": tokens}))
+        cut = CanaryResult("text", CanaryKind.TEXT, Reason.TIMEOUT, sent, 8.0, tokens_received=1)
+        t.canary_finished(n, cut, sent + 8.0)
+        tokens, real = tokens + 2, real + 2
+        update = t.observe(sample(10.0 * n + 10.0, **{**WORK, "generation_tokens": tokens}))
+        assert update.progressed, f"canary {n}"
+        # Each cut-off canary keeps the one token that may have been on its way.
+        assert t.totals["generation_tokens"].real == real - (n + 1), f"canary {n}"
 
 
 def test_credit_expires_after_recent_window() -> None:
@@ -232,4 +247,4 @@ def test_report_names_what_moved_and_what_was_sentinels_own() -> None:
     assert report["moved"] == ["generation_tokens"]
     interval = report["last_interval"]
     assert isinstance(interval, dict)
-    assert interval["generation_tokens"] == {"delta": 5.0, "own": 1.0, "progress": 4.0}
+    assert interval["generation_tokens"] == {"delta": 5.0, "own": 2.0, "progress": 3.0}

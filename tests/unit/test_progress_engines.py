@@ -69,6 +69,13 @@ def answered(engine: int | None) -> CanaryResult:
     )  # fmt: skip
 
 
+def cut_off(engine: int | None) -> CanaryResult:
+    """A streamed canary timed out with its first token received."""
+    return CanaryResult(
+        "text", CanaryKind.TEXT, Reason.TIMEOUT, 1.0, 0.2, tokens_received=1, engine=engine
+    )
+
+
 @dataclass(frozen=True)
 class Case:
     """Engine 1's (and 0's) work in the samples at 2 and 4, and the canaries sent at 1."""
@@ -140,8 +147,14 @@ CASES = {
     ),
     # A slow engine decodes one token of a real request per sample: it vouches.
     "slow-decode": (Case({"1": DECODE}, {"1": DECODE}), (4.0, 4.0, 4.0)),
+    # A canary in flight explains its whole reply: decode it could be waits for its end ...
     "slow-decode-beside-a-canary-in-flight": (
         Case({"1": plus(PREFILL, FIRST, DECODE)}, {"1": DECODE}, canaries=((1, None),)),
+        NEVER,
+    ),
+    # ... and once cut off with its first token (one more may be on its way), the rest vouches.
+    "slow-decode-beside-a-canary-cut-off": (
+        Case({"1": plus(PREFILL, FIRST, DECODE)}, {"1": DECODE}, canaries=((1, cut_off(1)),)),
         (4.0, 4.0, 4.0),
     ),
     # An idle engine's own answered canary never proves it alive.

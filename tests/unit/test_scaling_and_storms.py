@@ -134,10 +134,10 @@ def test_a_45s_scale_keeps_liveness_and_names_itself_on_readiness() -> None:
 
 def test_a_scale_that_never_ends_is_a_restart_at_its_bound() -> None:
     seen = run(400.0, scale(20.0, None), Policy())
-    assert first_red(seen) == 200.0  # the 180 s bound, counted from the scale's start
+    assert first_red(seen) == 260.0  # the 240 s bound, counted from the scale's start
     reason = next(why for t, live, _, why, _ in seen if not live)
-    assert "scaling (elastic EP) for 180s: the scale did not end" in reason
-    _, verdict = evaluate(VerdictState(), scale(20.0, None)(250.0), Policy(), 250.0)
+    assert "scaling (elastic EP) for 240s: the scale did not end" in reason
+    _, verdict = evaluate(VerdictState(), scale(20.0, None)(270.0), Policy(), 270.0)
     assert [h.kind for h in verdict.hangs] == [HangKind.SCALING]
     bounded = run(120.0, scale(20.0, None), Policy(scale_bound=60.0, scaling_policy=Action.ALERT))
     assert first_red(bounded) is None  # an alert only, where chosen

@@ -408,3 +408,38 @@ async def test_a_waiting_text_canary_makes_scrapes_come_sooner() -> None:
         assert suspicion.scrape_interval(2.0) == SUSPECT_SCRAPE_S
         await h.clock.run_until(T0 + 3.5)
         assert suspicion.scrape_interval(2.0) == 2.0  # answered
+
+
+PAUSED_BODY = {"error": {"message": "Generation is paused.", "type": "x", "code": 503}}
+
+
+async def test_a_pause_read_from_refusals_keeps_the_text_canary_going_under_real_traffic() -> None:
+    """Paused by the canaries' word, then /resume and real traffic: idle gating does not
+    hold the text canary back until it has seen the pause end and passed since."""
+
+    @dataclass
+    class Paused(FakeVllm):
+        until: float = T0 + 12
+
+        async def handle(self, request: httpx.Request) -> httpx.Response:
+            if self.clock() < self.until:
+                self.sent.append(Sent(self.clock(), "text", None))
+                return httpx.Response(503, json=PAUSED_BODY)
+            return await super().handle(request)
+
+    def started(ledger: Ledger) -> None:
+        ledger.startup_passed = True
+
+    specs = _specs(text={"interval": 5.0, "jitter": 0.0})
+    async with scheduling(specs, server=lambda c: Paused(c), prepare=started) as h:
+        await h.clock.run_until(T0 + 11)
+        assert h.ledger.evidence(h.clock(), 5.0).lifecycle.phase.value == "paused"
+        for i, t in enumerate(range(12, 60, 2)):  # /resume at 12: real traffic from then on
+            await h.clock.run_until(T0 + t)
+            sample = MetricsSample(T0 + t, counters={"completions": 100.0 + 3 * i})
+            h.ledger.progress.observe(sample)
+        life = h.ledger.evidence(h.clock(), 5.0).lifecycle
+    assert h.times("text")[:4] == [0.0, 5.0, 10.0, 15.0]  # 15: busy, yet sent
+    assert life.phase.value == "awake"
+    assert [r.reason for r in h.results][3] is Reason.OK
+    assert h.skipped("busy") >= 6  # once it passed after the resume, gated as before

@@ -693,7 +693,7 @@ def test_hang_kinds_are_engine_partial_each_path_kind_dead_broken_and_listener()
         HangKind(STRUCTURED),
         HangKind(MULTIMODAL),
     )
-    assert hang_kinds()[-12:] == (
+    assert hang_kinds()[-14:] == (
         HangKind.CORRUPT,
         HangKind.DEGENERATE,
         HangKind.DEAD,
@@ -706,6 +706,8 @@ def test_hang_kinds_are_engine_partial_each_path_kind_dead_broken_and_listener()
         HangKind.SCALING,
         HangKind.KV_TRANSFER,
         HangKind.WAKE,
+        HangKind.FAULT_TOLERANCE,
+        HangKind.REFUSED,
     )
     assert HangKind(TEXT) not in hang_kinds()
 

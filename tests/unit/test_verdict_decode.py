@@ -289,16 +289,23 @@ def test_the_saturated_case_does_make_canaries_miss() -> None:
     assert not any(r.canary is not None for r in server.done)
 
 
-def test_a_canary_decoding_on_a_slow_idle_server_is_its_progress() -> None:
-    # Alone on a server at 2 s per token, the canary's second token is the
-    # only decode there is, and it counts while the canary is in flight.
+def test_a_canarys_own_decode_in_flight_is_never_real_decode() -> None:
+    # Alone on a server at 2 s per token, the canary's second token is
+    # sentinel's own decode, in flight or not: its answer vouches, not its
+    # tokens (counted as real, a server with no client "decoded" and a dead
+    # decode loop behind a canary's second token stayed excused).
     tracker = ProgressTracker()
     tracker.observe(MetricsSample(0.0, {"generation_tokens": 0, "first_tokens": 0}))
     tracker.canary_sent(1, 0.5, canary_budget(reply_tokens=2, prompt_tokens=8))
     tracker.observe(MetricsSample(2.0, {"generation_tokens": 1, "first_tokens": 1}))
     assert tracker.last_decode_at is None  # its first token is no decode
     tracker.observe(MetricsSample(4.0, {"generation_tokens": 2, "first_tokens": 1}))
-    assert tracker.last_decode_at == 4.0
+    assert tracker.last_decode_at is None  # nor its second
+    done = CanaryResult("text", TEXT, Reason.OK, 0.5, 4.0, prompt_tokens=8, completion_tokens=2)
+    tracker.canary_finished(1, done, 4.5)
+    tracker.observe(MetricsSample(6.0, {"generation_tokens": 2, "first_tokens": 1}))
+    assert tracker.last_decode_at is None  # nothing given back: it was all its own
+    assert tracker.totals["decode_tokens"].real == 0
 
 
 def test_a_finished_canarys_decoded_tokens_are_discounted() -> None:

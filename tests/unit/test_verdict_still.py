@@ -41,6 +41,7 @@ def evidence(
     kind: CanaryKind = TEXT,
     steps: bool = True,
     last_step_at: float | None = 90.0,
+    seen: bool = True,
     sampled_at: float | None = None,
     now: float,
     unobserved: tuple[tuple[float, float], ...] = (),
@@ -54,6 +55,7 @@ def evidence(
         progress_available=True,
         last_progress_at=last_step_at,
         steps_available=steps,
+        steps_seen=seen,
         last_step_at=last_step_at,
         sampled_at=now if sampled_at is None else sampled_at,
         queue_empty=empty_queue,
@@ -91,13 +93,12 @@ def test_a_timed_out_text_canary_counts_as_waiting() -> None:
 @pytest.mark.parametrize(
     ("case", "ev"),
     [
-        # The canary's own prefill moved a counter after it was sent: the engine
-        # stepped (a hung decode with stuck requests is the whole window's job).
+        # Work beyond sentinel's own moved a counter after the send: the engine stepped.
         ("a step after the send", evidence(last_step_at=SENT + 0.5, now=SENT + 12.0)),
         # Tokens processed by engine steps not exposed: no heartbeat to read.
         ("no step signal", evidence(steps=False, now=SENT + 12.0)),
         # Never seen moving in this epoch: a counter that may never move.
-        ("never seen beating", evidence(last_step_at=None, now=SENT + 12.0)),
+        ("never seen beating", evidence(last_step_at=None, seen=False, now=SENT + 12.0)),
         # The engine's gauges show requests (the canary, or one long prompt
         # prefilled in chunks, which moves no counter until its first token).
         ("requests in the queue gauges", evidence(empty_queue=False, now=SENT + 12.0)),
@@ -141,20 +142,24 @@ def sample(at: float, **counters: float) -> MetricsSample:
     return MetricsSample(at=at, counters=counters)
 
 
-def test_the_tracker_beats_on_any_counter_moving_own_work_included() -> None:
-    """A canary's own prefill is no progress but is a step; flat counters are neither."""
+def test_a_step_that_served_only_sentinel_is_a_heartbeat_and_no_step() -> None:
+    """A canary's own prefill shows the counter beats, but excuses no canary; real work does."""
     tracker = ProgressTracker()
     base = {"prompt_tokens": 10.0, "generation_tokens": 5.0, "engine_tokens": 15.0}
     tracker.observe(sample(0.0, **base))
     assert STEP_COUNTER in tracker.signals
     assert tracker.last_step_at is None
     tracker.canary_sent(1, 1.0, canary_budget(reply_tokens=2, prompt_tokens=12))
-    own = {**base, "prompt_tokens": 22.0, "engine_tokens": 27.0}
+    own = {**base, "prompt_tokens": 22.0, "generation_tokens": 6.0, "engine_tokens": 28.0}
     tracker.observe(sample(2.0, **own))
-    assert tracker.last_step_at == 2.0  # the engine stepped ...
-    assert tracker.last_progress_at is None  # ... for sentinel's canary alone
-    tracker.observe(sample(4.0, **own))
-    assert tracker.last_step_at == 2.0  # flat: no step
+    assert tracker.last_beat_at == 2.0  # the counter beats ...
+    assert tracker.last_step_at is None  # ... but that step was sentinel's canary alone
+    assert tracker.last_progress_at is None
+    real = {**own, "prompt_tokens": 52.0, "engine_tokens": 58.0}
+    tracker.observe(sample(4.0, **real))
+    assert tracker.last_step_at == 4.0  # a real prompt prefilled: the engine stepped
+    tracker.observe(sample(5.0, **real))
+    assert tracker.last_step_at == 4.0  # flat: no step
     tracker.observe(sample(6.0, prompt_tokens=22.0, generation_tokens=5.0))
     assert STEP_COUNTER not in tracker.signals  # the step counter is gone from the exposition
 

@@ -40,6 +40,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from sentinel.canary.correctness import CORRECTNESS
+from sentinel.canary.refusal import engine_dead
 from sentinel.canary.result import CanaryResult, Generation, Reason
 from sentinel.knob import setting
 from sentinel.verdict.knobs import Knobs
@@ -58,9 +59,9 @@ REPEATS = 2  # departing checks in a row that confirm corruption
 # vLLM 0.32 answers a reply whose log-probabilities are NaN with this 400
 # (Python's JSON encoder refusing the value); older releases with a 500.
 NAN_ANSWER = "Out of range float values are not JSON compliant"
-# vLLM's EngineDeadError: the engine is gone (a crash, or a server shutting down), which
-# the dead rule judges; a check answered with it says nothing about the weights.
-ENGINE_DEAD_ANSWER = "EngineCore encountered an issue"
+# vLLM's EngineDeadError (in every release's words: sentinel.canary.refusal.engine_dead):
+# the engine is gone (a crash, or a server shutting down), which the dead rule judges;
+# a check answered with it says nothing about the weights.
 SHOWN = 3  # departures named in a reason
 
 
@@ -221,7 +222,7 @@ def judge_check(
     if result.reason is Reason.HTTP_STATUS and NAN_ANSWER in result.detail:
         return (Departure(0, "nan", "the reply's log-probabilities are NaN", immediate=True),)
     if result.reason is Reason.HTTP_STATUS and (result.http_status or 500) >= 500:
-        if ENGINE_DEAD_ANSWER in result.detail:
+        if engine_dead(result.detail.partition(": ")[2]):
             return None
         if control is not None and control.ok:
             return (

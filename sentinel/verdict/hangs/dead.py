@@ -12,7 +12,7 @@ from sentinel.knob import seconds, setting
 from sentinel.verdict.clock import held_for
 from sentinel.verdict.knobs import Knobs
 from sentinel.verdict.model import Action, Evidence, Hang, HangKind
-from sentinel.verdict.rule import HangRule
+from sentinel.verdict.rule import Gate, HangRule
 
 
 class DeadKnobs(Knobs):
@@ -60,4 +60,8 @@ RULE = HangRule(
     action="dead_policy",
     windows=("dead_grace", "stopped_grace"),
     evidence="vLLM /health 5xx, or an engine process stopped, a zombie or gone",
+    # vLLM 0.33+ keeps a retired rank's API server alive past its engine's end
+    # (launcher.should_keep_api_server_alive) until its orchestrator ends it, and its
+    # engine shuts down inside the commit that retires it (hangs.scaling.retiring).
+    off_when=frozenset({Gate.RETIRED}),
 )

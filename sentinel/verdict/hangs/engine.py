@@ -36,9 +36,9 @@ class EngineKnobs(HangWindow):
 
     step_window: float = seconds(
         8.0,
-        "A text canary unanswered this long while the engine took not a single step (no work "
-        "counter moved at all, sentinel's own work included) is an engine hang without waiting "
-        "for the whole hang window.",
+        "A text canary unanswered this long while the engine took not a single step beyond "
+        "sentinel's own canaries (no work counter moved but what they explain) is an engine "
+        "hang without waiting for the whole hang window.",
         1.0,
         DAY,
     )
@@ -76,6 +76,17 @@ def engine_hang(evidence: Evidence, policy: EngineKnobs, now: float) -> Hang | N
     enabled = evidence.enabled
     results = epoch_results(evidence, enabled)
     last_success = max((r.finished for r in results if r.ok), default=float("-inf"))
+    # A deliberate refusal (not admission: a hung engine fills its queue to the
+    # cap) is the server there and answering on purpose: its state's own rule
+    # owns it (sentinel.verdict.hangs.refused), so it ends an unanswered run as
+    # an answer would. Only unaimed ones: an aimed one speaks for its engine.
+    last_success = max(
+        last_success,
+        max(
+            (r.finished for r in results if r.reason is Reason.REFUSED and r.engine is None),
+            default=float("-inf"),
+        ),
+    )
     # Without fresh evidence, old progress no longer vouches for canaries
     # still unanswered; the lapse itself starts their clock instead.
     if not evidence.progress_available:
@@ -124,14 +135,16 @@ def still_engine(
     """A text canary that waited the step window while the engine took not one step.
 
     Where tokens processed by engine steps are exposed and were seen moving in
-    this epoch, every engine step that yields a token moves a work counter, a
-    canary's own first token included: a healthy engine serving a short
-    request yields one within a fraction of a second, a slow one too (2 s per
-    token is a token every 2 s), and a busy one's running requests keep its
-    counters moving whatever the canary's place in the queue. So a canary
-    that waited this long with no counter moving at all, sentinel's own work
-    included, has a stopped engine loop behind it, and the whole hang window
-    need not pass.
+    this epoch, every engine step that yields a token moves a work counter: a
+    healthy engine serving a short request yields one within a fraction of a
+    second, a slow one too (2 s per token is a token every 2 s), and a busy
+    one's running requests keep its counters moving whatever the canary's
+    place in the queue. So a canary that waited this long with no counter
+    moving beyond what sentinel's canaries explain has a stopped engine loop
+    behind it, and the whole hang window need not pass. A step that served
+    only sentinel's own canary (its prefill and first token) excuses nothing:
+    a decode loop that died after the first token gives every canary exactly
+    that step, then drops it when it times out.
 
     Only while the engine's running and waiting gauges are both 0, so it does
     not even show the canary it was sent: vLLM records no counter for a step
@@ -149,12 +162,12 @@ def still_engine(
     """
     if not evidence.steps_available or not evidence.queue_empty:
         return None
-    if evidence.last_step_at is None or evidence.sampled_at is None:
+    if not evidence.steps_seen or evidence.sampled_at is None:
         return None  # never seen beating: a heartbeat that may not be one
     resumed = evidence.lifecycle.resumed_at
     floor = max(
         last_success,
-        evidence.last_step_at,
+        or_never(evidence.last_step_at),
         evidence.epoch_started,
         float("-inf") if resumed is None else resumed,
     )
@@ -189,7 +202,7 @@ def frozen_engine(
     """A text canary that waited the frozen window while the engine stood still.
 
     The strongest evidence of no step: since the canary was sent no work
-    counter moved at all (sentinel's own work included), no prompt was
+    counter moved beyond sentinel's own work, no prompt was
     prefilled, and the engine's processes used no CPU and none ran
     (:mod:`sentinel.evidence.engine_cpu`), while ``/metrics`` kept answering
     (the API server is alive and the counters were read). A working engine
