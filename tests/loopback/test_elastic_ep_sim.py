@@ -206,6 +206,13 @@ async def test_the_simulator_answers_as_0_33_and_0_32_do() -> None:
         await eventually(lifted, 10.0, "the gate lifted")
         served = await client.get(sim.base_url + "/metrics")
         assert completions(served) == 0.0  # the scale-up re-created the stat loggers
+
+        async def old_done() -> bool:
+            answer = await client.post(old.base_url + "/is_scaling_elastic_ep")
+            return answer.status_code == 200
+
+        # The 0.32 scale was asked for after the 0.33 one: it may end a moment later.
+        await eventually(old_done, 10.0, "the 0.32 scale over")
         assert await status(old.base_url) == {"is_scaling_elastic_ep": False}
         # A commit that fails: phase failed with its error, the gate left up for good.
         await asyncio.to_thread(sim.control.set_fault, "elastic_scale", duration=1.0, commit="fail")
