@@ -16,11 +16,13 @@ vocabulary (the canary :class:`~sentinel.canary.result.Reason`, the evidence
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import socket
 import ssl
 import zlib
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Mapping
+from dataclasses import dataclass
 from enum import StrEnum
 
 import httpx
@@ -28,10 +30,12 @@ import httpx
 __all__ = [
     "BodyDecodingError",
     "BodyTooLarge",
+    "SmallAnswer",
     "TransportFailure",
     "classify_transport",
     "iter_capped",
     "read_capped",
+    "small_exchange",
 ]
 
 
@@ -202,3 +206,46 @@ def _inflate(inflater: zlib._Decompress, raw: bytes, encoding: str) -> Iterator[
 async def read_capped(response: httpx.Response, limit: int) -> bytes:
     """The whole decoded body of ``response``; :class:`BodyTooLarge` past ``limit`` bytes."""
     return b"".join([chunk async for chunk in iter_capped(response, limit)])
+
+
+@dataclass(frozen=True, slots=True)
+class SmallAnswer:
+    """One small exchange with the server: its status and body, or what went wrong."""
+
+    status: int | None = None
+    body: bytes = b""
+    problem: str = ""  # "" when an answer came whole; else "GET /path: what happened"
+
+
+async def small_exchange(
+    client: httpx.AsyncClient,
+    method: str,
+    url: str,
+    *,
+    what: str,
+    limit: int,
+    deadline: float,
+    headers: Mapping[str, str] | None = None,
+    body_only_on_ok: bool = False,
+) -> SmallAnswer:
+    """A lifecycle or status endpoint asked once, under a total deadline and a byte cap.
+
+    Never raises for a failed exchange: a timeout, a transport error, a body
+    past ``limit`` or one that does not decode becomes :attr:`SmallAnswer.problem`,
+    prefixed with ``what`` (``"GET /is_paused"``); ``deadline`` bounds it all.
+    ``body_only_on_ok``: a non-200 answer's body is not read (its status is all
+    the caller uses).
+    """
+    try:
+        async with asyncio.timeout(deadline):
+            async with client.stream(
+                method, url, headers=headers, timeout=deadline, follow_redirects=False
+            ) as response:
+                status = response.status_code
+                if body_only_on_ok and status != 200:
+                    return SmallAnswer(status)
+                return SmallAnswer(status, await read_capped(response, limit))
+    except (TimeoutError, httpx.TimeoutException):
+        return SmallAnswer(problem=f"{what}: no answer within {deadline:g} s")
+    except (httpx.HTTPError, BodyTooLarge, BodyDecodingError) as exc:
+        return SmallAnswer(problem=f"{what}: {type(exc).__name__}")

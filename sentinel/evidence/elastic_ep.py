@@ -22,7 +22,6 @@ from the target is hostile. Never raises for a failed poll.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -30,7 +29,7 @@ from typing import Any
 
 import httpx
 
-from sentinel.transport import BodyDecodingError, BodyTooLarge, iter_capped
+from sentinel.transport import small_exchange
 
 PATH = "/is_scaling_elastic_ep"
 MAX_BODY_BYTES = 4 * 1024
@@ -143,31 +142,28 @@ class ElasticEpPoller:
         now = self._clock()
         if now < self._absent_until:
             return ScalePoll()
-        status: int | None = None
-        body = bytearray()
-        try:
-            async with asyncio.timeout(self._timeout):
-                async with self._client.stream(
-                    "POST", self._url, timeout=self._timeout, follow_redirects=False
-                ) as response:
-                    status = response.status_code
-                    async for chunk in iter_capped(response, MAX_BODY_BYTES):
-                        body.extend(chunk)
-        except (TimeoutError, httpx.TimeoutException):
-            return ScalePoll(problem=f"POST {PATH}: no answer within {self._timeout:g} s")
-        except (httpx.HTTPError, BodyTooLarge, BodyDecodingError) as exc:
-            return ScalePoll(problem=f"POST {PATH}: {type(exc).__name__}")
+        answer = await small_exchange(
+            self._client,
+            "POST",
+            self._url,
+            what=f"POST {PATH}",
+            limit=MAX_BODY_BYTES,
+            deadline=self._timeout,
+        )
+        if answer.problem:
+            return ScalePoll(problem=answer.problem)
+        status, body = answer.status, answer.body
         if status in (404, 405):
             self._absent_until = now + ABSENT_RETRY
             return ScalePoll()
         if status != 200:
-            message = _message(bytes(body))
+            message = _message(body)
             if status == 503 and message.startswith(SCALING_MARK):
                 return ScalePoll(ScaleStatus(scaling=True))  # 0.32: the middleware gates it
             said = f": {message}" if message else ""
             return ScalePoll(problem=f"POST {PATH}: HTTP {status}{said}")
         try:
-            value = json.loads(bytes(body))
+            value = json.loads(body)
         except ValueError:
             return ScalePoll(problem=f"POST {PATH}: not JSON")
         except RecursionError:  # hostile: nested past the recursion limit

@@ -29,14 +29,13 @@ reason. sentinel only reads: it never sends ``apply``.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import httpx
 
 from sentinel.evidence.ft_status import FtEngine, parse_status
-from sentinel.transport import BodyDecodingError, BodyTooLarge, iter_capped
+from sentinel.transport import small_exchange
 
 # The 0.34 path first: a server that has it answers at once, a 0.33 one 404s it once.
 PATHS = ("/v1/fault_tolerance/status", "/fault_tolerance/status")
@@ -131,22 +130,14 @@ class FaultTolerancePoller:
 
     async def _get(self, path: str) -> tuple[int | None, bytes, str]:
         """(HTTP status, body, what went wrong: "" when an answer came whole)."""
-        body = bytearray()
-        try:
-            async with asyncio.timeout(self._timeout):
-                async with self._client.stream(
-                    "GET",
-                    self._base + path,
-                    headers=self._headers,
-                    timeout=self._timeout,
-                    follow_redirects=False,
-                ) as response:
-                    status = response.status_code
-                    if status == 200:
-                        async for chunk in iter_capped(response, MAX_BODY_BYTES):
-                            body.extend(chunk)
-        except (TimeoutError, httpx.TimeoutException):
-            return None, b"", f"GET {path}: no answer within {self._timeout:g} s"
-        except (httpx.HTTPError, BodyTooLarge, BodyDecodingError) as exc:
-            return None, b"", f"GET {path}: {type(exc).__name__}"
-        return status, bytes(body), ""
+        answer = await small_exchange(
+            self._client,
+            "GET",
+            self._base + path,
+            what=f"GET {path}",
+            limit=MAX_BODY_BYTES,
+            deadline=self._timeout,
+            headers=self._headers,
+            body_only_on_ok=True,
+        )
+        return answer.status, answer.body, answer.problem

@@ -13,14 +13,13 @@ Never raises for a failed poll.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import httpx
 
-from sentinel.transport import BodyDecodingError, BodyTooLarge, iter_capped
+from sentinel.transport import small_exchange
 
 MAX_BODY_BYTES = 4 * 1024
 ABSENT_RETRY = 300.0  # seconds before an endpoint that answered "not here" is asked again
@@ -64,28 +63,25 @@ class LifecyclePoller:
         now = self._clock()
         if now < self._absent_until.get(path, float("-inf")):
             return None, ""
-        status: int | None = None
-        body = bytearray()
-        try:
-            async with asyncio.timeout(self._timeout):
-                async with self._client.stream(
-                    "GET", self._base + path, timeout=self._timeout, follow_redirects=False
-                ) as response:
-                    status = response.status_code
-                    async for chunk in iter_capped(response, MAX_BODY_BYTES):
-                        body.extend(chunk)
-        except (TimeoutError, httpx.TimeoutException):
-            return None, f"GET {path}: no answer within {self._timeout:g} s"
-        except (httpx.HTTPError, BodyTooLarge, BodyDecodingError) as exc:
-            return None, f"GET {path}: {type(exc).__name__}"
+        reply = await small_exchange(
+            self._client,
+            "GET",
+            self._base + path,
+            what=f"GET {path}",
+            limit=MAX_BODY_BYTES,
+            deadline=self._timeout,
+        )
+        if reply.problem:
+            return None, reply.problem
+        status, body = reply.status, reply.body
         if status != 200:
             if status is not None and 400 <= status < 500:
                 self._absent_until[path] = now + ABSENT_RETRY
                 return None, ""
             return None, f"GET {path}: HTTP {status}"
         try:
-            value = json.loads(bytes(body))
-        except ValueError:
+            value = json.loads(body)
+        except (ValueError, RecursionError):  # RecursionError: nested past the limit
             return None, f"GET {path}: not JSON"
         answer = value.get(key) if isinstance(value, dict) else None
         if not isinstance(answer, bool):

@@ -123,6 +123,8 @@ def _poller(handler: httpx.MockTransport) -> LifecyclePoller:
         ("timeout", "GET /is_paused: no answer within 0.5 s"),
         (500, "GET /is_paused: HTTP 500"),
         ("garbage", "GET /is_paused: not JSON"),
+        ("nested", "GET /is_paused: not JSON"),  # past the recursion limit: hostile, no crash
+        ("huge", "GET /is_paused: BodyTooLarge"),
     ],
 )
 def test_the_poller_names_an_endpoint_that_is_there_but_silent(
@@ -135,6 +137,10 @@ def test_the_poller_names_an_endpoint_that_is_there_but_silent(
             raise httpx.ReadTimeout("slow", request=request)
         if answer == "garbage":
             return httpx.Response(200, content=b"<html>")
+        if answer == "nested":
+            return httpx.Response(200, content=b"[" * 4_000)
+        if answer == "huge":
+            return httpx.Response(200, content=b" " * 10_000)
         return httpx.Response(int(str(answer)))
 
     poll = asyncio.run(_poller(httpx.MockTransport(handle)).poll())
