@@ -3,12 +3,17 @@
 #
 #   docker build -t sentinel:0.1.0 .
 #
+# tests/package/test_image_recipe.py runs the builder stage's steps as written
+# here (with the index replaced by a local wheelhouse) where no daemon answers;
+# tests/loopback/test_image.py builds the image where one does.
+#
 # Dependencies are pinned by constraints.txt (every runtime dependency, == a
 # version the test suite ran with). The builder turns them into wheels; the
 # final stage gets only the installed virtual environment, no compiler and no
 # build tools. The image carries only what the sidecar runs: the build context
-# holds sentinel/ alone, so neither the chaos harness nor the simulated vLLM
-# (sentinel_sim, which `sentinel demo` starts) is built into its wheel.
+# holds sentinel/ and the files its wheel needs (LICENSE among them), so neither
+# the chaos harness nor the simulated vLLM (sentinel_sim, which `sentinel demo`
+# starts) is built into its wheel.
 
 ARG PYTHON_IMAGE=python:3.11.7-slim-bookworm
 
@@ -17,7 +22,7 @@ ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
 COPY constraints.txt ./
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md LICENSE ./
 COPY sentinel ./sentinel
 # Every dependency ships a binary wheel for this platform; nothing is compiled.
 RUN pip wheel --wheel-dir /wheels --constraint constraints.txt . \

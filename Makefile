@@ -16,8 +16,32 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# The release's files: the sdist and the wheel, built as pip builds them (an isolated
+# build with setuptools from the index) into dist/ (git-ignored), then checked as the
+# package index checks them (twine check --strict). Part of `make test`; tests/package
+# builds them from a clone and installs them into fresh virtual environments;
+# .github/workflows/release.yml builds and publishes them from a tag.
+.PHONY: dist
+dist: $(STAMP)
+	rm -rf dist
+	$(PY) -m build --quiet --outdir dist .
+	$(VENV)/bin/twine check --strict dist/*
+
+# tests/package alone (also in the loopback tier): `pip install .` from a clone and the
+# built wheel into fresh virtual environments, the Dockerfile's build steps without a
+# daemon, the workflows. About 30 s on two cores.
+.PHONY: package
+package: $(STAMP)
+	$(PY) -m pytest -q -n 2 --dist loadfile -p no:cacheprovider tests/package
+
 demo: $(STAMP)
 	$(VENV)/bin/sentinel demo
+
+# The README's incident figure, from a real run of the demo's machinery on the simulator
+# (40 s of light load, the engine_hang fault, the confirmed hang's bundle): about a minute.
+.PHONY: readme-figure
+readme-figure: $(STAMP)
+	$(PY) -m tools.readme_figure docs/images/incident-timeline.png
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
@@ -54,6 +78,7 @@ nonroot: $(STAMP)
 test: $(STAMP)
 	$(MAKE) engine-env-bg
 	$(MAKE) check
+	$(MAKE) dist
 	$(MAKE) prometheus-tools
 	$(PY) -m pytest -q -rs -n 2 --dist loadfile -m "not slow and not engine" \
 		-p no:cacheprovider --ignore=tests/unit tests
@@ -100,9 +125,9 @@ bench-sim: $(STAMP)
 chaos: engine-env
 	$(PY) -m chaos run chaos/scenarios/*.yaml --docs docs/chaos
 
-# The simulator-only set: a few minutes, no real vLLM.
+# The simulator-only set: a few minutes, no real vLLM; its table in docs/chaos/sim-report.md.
 chaos-sim: $(STAMP)
-	$(PY) -m chaos run chaos/scenarios/sim-*.yaml
+	$(PY) -m chaos run chaos/scenarios/sim-*.yaml --docs docs/chaos --docs-name sim-report
 
 # The restart loop: the faults under the harness's kubelet, which really restarts the
 # server, once per checker its liveness follows (docs/chaos/supervised.md). The

@@ -85,6 +85,7 @@ def _run(args: argparse.Namespace) -> int:
         out_dir,
         latest=Path(args.out) / "latest",
         docs=Path(args.docs) if args.docs else None,
+        docs_name=args.docs_name,
     )
     print(paths["markdown"].read_text(encoding="utf-8"))
     console.log(f"report: {paths['json']}, {paths['markdown']}, {paths['png']}")
@@ -176,6 +177,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("files", nargs="+", help="scenario YAML files")
     run.add_argument("--out", default=str(DEFAULT_OUT), help="report root (default %(default)s)")
     run.add_argument("--docs", default=None, help="also copy report.md and timeline.png here")
+    run.add_argument(
+        "--docs-name",
+        default="report",
+        help="the name under --docs: NAME.md and NAME.png (report: report.md, timeline.png)",
+    )
     supervise = commands.add_parser("supervise", help="run scenarios under the harness's kubelet")
     supervise.add_argument("files", nargs="+", help="scenario YAML files")
     supervise.add_argument(

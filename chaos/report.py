@@ -323,8 +323,15 @@ def write(
     out_dir: Path,
     latest: Path | None = None,
     docs: Path | None = None,
+    docs_name: str = "report",
 ) -> dict[str, Path]:
-    """Write report.json, report.md, timeline.png and one PNG per scenario; mirror them."""
+    """Write report.json, report.md, timeline.png and one PNG per scenario; mirror them.
+
+    ``docs``: the table and plot also go there, as ``report.md`` and
+    ``timeline.png``, or as ``NAME.md`` and ``NAME.png`` for another
+    ``docs_name`` (``make chaos-sim``: ``sim-report``), written by the run
+    itself, never copied by hand.
+    """
     out_dir.mkdir(parents=True, exist_ok=True)
     summaries = [summary for summary, _ in runs]
     document = {
@@ -384,6 +391,7 @@ def write(
         shutil.copytree(out_dir, latest, ignore=shutil.ignore_patterns("servers", "diagnostics"))
     if docs is not None:
         docs.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(paths["markdown"], docs / "report.md")
-        shutil.copy2(paths["png"], docs / "timeline.png")
+        shutil.copy2(paths["markdown"], docs / f"{docs_name}.md")
+        png = "timeline.png" if docs_name == "report" else f"{docs_name}.png"
+        shutil.copy2(paths["png"], docs / png)
     return paths

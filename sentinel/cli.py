@@ -104,7 +104,7 @@ def _add_setting_flags(group: argparse._ArgumentGroup) -> None:
         span = span_of(Settings, name)
         default = field.get_default(call_default_factory=True)
         shown = getattr(default, "value", default)
-        words = [help_of(Settings, name).replace("%", "%%")]
+        words = [_in_help(help_of(Settings, name), field.annotation).replace("%", "%%")]
         if span is not None:
             words.append(f"({span})")
         if name not in STRUCTURED and shown is not None:
@@ -116,6 +116,23 @@ def _add_setting_flags(group: argparse._ArgumentGroup) -> None:
             metavar="YAML" if name in STRUCTURED else name.split("_")[-1].upper(),
             help=" ".join(words),
         )
+
+
+def _in_help(text: str, annotation: Any) -> str:
+    """A nested section's help names its keys: docs/configuration.md's "see below" is not here."""
+    import typing
+
+    from pydantic import BaseModel
+
+    models = [
+        kind
+        for kind in (annotation, *typing.get_args(annotation))
+        if isinstance(kind, type) and issubclass(kind, BaseModel)
+    ]
+    if not models:
+        return text
+    keys = ", ".join(models[0].model_fields)
+    return text.replace("see below", f"keys: {keys}; docs/configuration.md")
 
 
 def run_flags(args: argparse.Namespace) -> dict[str, Any]:
@@ -133,9 +150,10 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
 def build_parser(*, only_run: bool = False) -> argparse.ArgumentParser:
     """Every command's parser; ``only_run``: the daemon's alone, so a sidecar keeps none of
     the other commands' modules resident."""
+    from sentinel.cli_flags import OneLineParser
     from sentinel.config.loader import env_name
 
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="sentinel",
         description="Health-checking sidecar for LLM inference servers: "
         "is this server still producing tokens?",
@@ -192,6 +210,13 @@ def build_parser(*, only_run: bool = False) -> argparse.ArgumentParser:
     add_exporter_arguments(
         sub.add_parser("exporter", help="probe many endpoints on demand (/probe?target=&module=)")
     )
+    from sentinel.inject.arguments import add_inject_arguments
+
+    add_inject_arguments(
+        sub.add_parser(
+            "inject", help="add sentinel to every vLLM pod of a YAML stream (or --check)"
+        )
+    )
     return parser
 
 
@@ -241,6 +266,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from sentinel.exporter.server import exporter_main
 
             return exporter_main(args)
+        if command == "inject":
+            from sentinel.inject.command import inject_main
+
+            return inject_main(args)
     except ConfigError as exc:
         # One line: a kubelet's "last state" and most log viewers show only the last line.
         problem = "; ".join(line.strip() for line in str(exc).splitlines() if line.strip())

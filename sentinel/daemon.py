@@ -117,6 +117,7 @@ class Daemon:
         self.incidents = IncidentRecorder.for_settings(
             settings, self.metrics, self._diagnostics_context
         )
+        self.observers.sample_listeners.append(self.incidents.samples.observe)
         self.budget = budget or PoolBudget.in_pod(settings.restart_budget)
         seen, target = self.observers.observations, redact_url(settings.target)
         self.reachability = Reachability(self.ledger, seen, target)  # warns once a minute
@@ -371,6 +372,7 @@ class Daemon:
             canary_history={
                 str(kind): tuple(record.results) for kind, record in self.ledger.records.items()
             },
+            outstanding={str(k): [*r.outstanding.values()] for k, r in self.ledger.records.items()},
             config=self.config_json,
             section_max_bytes=self.settings.diagnostics_section_max_bytes,
             bundle_max_bytes=self.settings.diagnostics_bundle_max_bytes,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ssl
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -25,3 +26,23 @@ def target_port(target: str) -> int | None:
     """
     url = httpx.URL(target)
     return url.port or {"http": 80, "https": 443}.get(url.scheme)
+
+
+def http_url_error(url: str) -> str | None:
+    """Why ``url`` is no usable http(s) URL (scheme, host, port), or None when it is.
+
+    Checked where a URL comes in (a flag, a setting), so a malformed one is a
+    one-line usage error there rather than an exception deep in a client.
+    """
+    try:
+        parts = urlsplit(url)
+        port = parts.port  # parsed on access: a bad or out-of-range port raises here
+    except ValueError as exc:
+        return f"not a URL ({exc})"
+    if parts.scheme not in ("http", "https"):
+        return "must be an http:// or https:// URL"
+    if not parts.hostname:
+        return "names no host"
+    if port == 0:
+        return "port 0 is no port"
+    return None

@@ -67,6 +67,9 @@ class SimConfig:
     max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS  # token budget per step
     scheduling_policy: str = "fcfs"
     text_only: bool = False
+    image_refusal: str = "vllm"  # whose words refuse an image (sentinel_sim.foreign)
+    image_refusal_status: int = 400
+    completions: bool = True  # False: no /v1/completions route (a chat-only server)
     reply_tokens: int = 16  # natural length of an unconstrained reply, before end-of-sequence
     startup_delay: float = 0.0  # simulated model loading before the OpenAI port opens
     dead_exit_delay: float = 1.0  # how long /health answers 503 after the engine died
@@ -112,9 +115,13 @@ class SimConfig:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from sentinel_sim.fault_help import epilog
+
     parser = argparse.ArgumentParser(
         prog="python -m sentinel_sim",
         description="Simulated vLLM: OpenAI-compatible API + EngineCore child, fault injection.",
+        epilog=epilog(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     d = SimConfig()
     parser.add_argument("--host", default=d.host)
@@ -152,7 +159,24 @@ def build_parser() -> argparse.ArgumentParser:
         "--scheduling-policy", choices=("fcfs", "priority"), default=d.scheduling_policy
     )
     parser.add_argument(
-        "--text-only", action="store_true", help="refuse image input with vLLM's 400"
+        "--text-only",
+        nargs="?",
+        const="vllm",
+        default=None,
+        choices=("vllm", "llama.cpp"),
+        metavar="WORDS",
+        help="refuse image input in vLLM's words (default) or llama.cpp's",
+    )
+    parser.add_argument(
+        "--image-refusal-status",
+        type=int,
+        default=d.image_refusal_status,
+        help="the status a text-only image refusal answers with (llama.cpp's own: 500)",
+    )
+    parser.add_argument(
+        "--no-completions",
+        action="store_true",
+        help="no /v1/completions route: a chat-only server that is not vLLM",
     )
     parser.add_argument("--reply-tokens", type=int, default=d.reply_tokens)
     parser.add_argument("--startup-delay", type=float, default=d.startup_delay)
@@ -275,6 +299,8 @@ def parse_args(argv: Sequence[str] | None = None) -> SimConfig:
         parser.error("max-num-seqs >= 1, kv-cache-tokens >= block-size and decode-tps > 0")
     if ns.data_parallel_size < 1 or ns.tensor_parallel_size < 1 or ns.api_server_count < 1:
         parser.error("data-parallel-size, tensor-parallel-size and api-server-count must be >= 1")
+    if not 400 <= ns.image_refusal_status < 600:
+        parser.error("--image-refusal-status: a 4xx or 5xx status")
     if ns.max_num_batched_tokens < 1 or ns.prefill_tps <= 0 or ns.reasoning_tokens < 0:
         parser.error("max-num-batched-tokens >= 1, prefill-tps > 0 and reasoning-tokens >= 0")
     recovery = 120.0
@@ -304,7 +330,10 @@ def parse_args(argv: Sequence[str] | None = None) -> SimConfig:
         prefill_tps=ns.prefill_tps,
         max_num_batched_tokens=ns.max_num_batched_tokens,
         scheduling_policy=ns.scheduling_policy,
-        text_only=ns.text_only,
+        text_only=ns.text_only is not None,
+        image_refusal=ns.text_only or "vllm",
+        image_refusal_status=ns.image_refusal_status,
+        completions=not ns.no_completions,
         reply_tokens=ns.reply_tokens,
         startup_delay=ns.startup_delay,
         dead_exit_delay=ns.dead_exit_delay,

@@ -35,6 +35,7 @@ from sentinel_sim.dev_api import add_dev_routes
 from sentinel_sim.elastic_ep import add_elastic_ep_routes, scaling_middleware
 from sentinel_sim.fault_gates import fault_middleware
 from sentinel_sim.faults import Fault
+from sentinel_sim.foreign import image_refused
 from sentinel_sim.logprobs import logprob_options, logprobs_json, merged, served, several_prompts
 from sentinel_sim.metrics import QUEUE_FULL
 from sentinel_sim.model import (
@@ -224,8 +225,7 @@ class OpenAIApi:
             (text, prompt_tokens), images = completion_prompt(body), []
         if images:
             if self.config.text_only:
-                # vLLM 0.32's words (vllm/multimodal/registry.py), served model name first.
-                raise RequestError(400, f"{self.config.model} is not a multimodal model")
+                raise image_refused(self.config)  # in vLLM's words, or another server's
             loop = asyncio.get_running_loop()
             try:
                 prompt_tokens += await loop.run_in_executor(
@@ -481,7 +481,8 @@ def build_openai_app(server: SimServer) -> web.Application:
     middlewares = [scaling_middleware(server), fault_middleware(server)]
     app = web.Application(middlewares=middlewares, client_max_size=64 * 1024 * 1024)
     app.router.add_post("/v1/chat/completions", api.chat)
-    app.router.add_post("/v1/completions", api.completions)
+    if server.config.completions:
+        app.router.add_post("/v1/completions", api.completions)
     app.router.add_get("/v1/models", api.models)
     app.router.add_get("/health", api.health)
     app.router.add_get("/metrics", api.metrics)

@@ -14,6 +14,7 @@ import base64
 import copy
 import hashlib
 import io
+import re
 from collections.abc import Mapping
 from importlib.resources.abc import Traversable
 from pathlib import PurePosixPath
@@ -21,6 +22,7 @@ from typing import Any
 
 from PIL import Image, UnidentifiedImageError
 
+from sentinel.canary.capability import missing_endpoint, refuses_capability
 from sentinel.canary.protocol import (
     NONCE_FIELD,
     OK,
@@ -36,11 +38,18 @@ from sentinel.canary.protocol import (
 from sentinel.canary.result import Reason
 from sentinel.canary.spec import CHAT_ENDPOINT, MULTIMODAL, CanarySpec, SpecFieldError
 
+# A text-only server refuses the image in its own words; any 4xx naming the
+# input and saying it is not supported is read so (replies.refuses_capability).
 # vLLM 0.32, vllm/multimodal/registry.py, MultiModalRegistry.create_processor:
 #   raise ValueError(f"{model_name} is not a multimodal model")
 # answered as 400 {"error": {"message": "<model> is not a multimodal model",
 # "type": "BadRequestError", "param": null, "code": 400}}.
-UNSUPPORTED_MARKERS = ("is not a multimodal model",)
+IMAGE_SUBJECT = re.compile(r"image|vision|multi-?modal|\bmedia\b", re.IGNORECASE)
+# llama.cpp's llama-server without --mmproj (tools/server, oaicompat_chat_params_parse)
+# throws "image input is not supported - hint: if this is unexpected, you may need
+# to provide the mmproj", which it answers as a 500 of type server_error. The one
+# 5xx read as a refusal of the kind, and only in these exact words.
+SERVER_ERROR_REFUSALS = ("image input is not supported",)
 
 MAX_IMAGE_BYTES = 1 << 20
 NONCE_PIXELS = 4  # pixels of the top row rewritten per run: enough to defeat the cache
@@ -96,7 +105,7 @@ class MultimodalCanary:
     path = True
     paired = True
     idle_gated = False
-    unsupported_skipped = True  # "is not a multimodal model": a text-only model, not a fault
+    unsupported_skipped = True  # images refused as unsupported: a text-only model, not a fault
     traffic_counter: str | None = "mm_queries"  # images preprocessed: vllm:mm_cache_queries
     defaults = KindDefaults(deadline=10.0, interval=10.0)
     spec_fields = frozenset({"image"})
@@ -151,7 +160,13 @@ class MultimodalCanary:
         return OK
 
     def rejection(self, status: int, message: str) -> Reason | None:
-        if status == 400 and any(marker in message for marker in UNSUPPORTED_MARKERS):
+        """UNSUPPORTED: images refused in so many words, or no chat endpoint at all."""
+        said = message.lstrip().lower()
+        if (
+            refuses_capability(status, message, IMAGE_SUBJECT)
+            or missing_endpoint(status, message)
+            or (status == 500 and said.startswith(SERVER_ERROR_REFUSALS))
+        ):
             return Reason.UNSUPPORTED
         return None
 

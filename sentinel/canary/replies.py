@@ -15,6 +15,7 @@ from typing import Any
 
 import httpx_sse
 
+from sentinel.canary.capability import missing_endpoint
 from sentinel.canary.protocol import CanaryKindProbe, Reply
 from sentinel.canary.refusal import Refusal, known_refusal, refusal_of
 from sentinel.canary.result import Generation, Reason
@@ -157,6 +158,8 @@ def status_failure(status: int, raw: bytes, probe: CanaryKindProbe | None) -> Ca
     refused = refusal_failure(status, message, f"HTTP {status}")
     if refused is not None:
         return refused
+    if missing_endpoint(status, message):
+        message = f"no such endpoint on this server ({message.strip() or 'empty body'})"
     if probe is not None:
         special = probe.rejection(status, message)
         if special is not None:

@@ -19,6 +19,7 @@ grammar was never exercised.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from importlib.resources.abc import Traversable
 from typing import Any
@@ -27,6 +28,7 @@ import jsonschema
 import jsonschema.exceptions
 import jsonschema.validators
 
+from sentinel.canary.capability import missing_endpoint, refuses_capability
 from sentinel.canary.protocol import (
     OK,
     CanaryRequest,
@@ -50,6 +52,8 @@ from sentinel.canary.spec import (
 )
 
 RESPONSE_FORMAT_NAME = "sentinel_canary"
+# What a server without structured outputs names when it refuses them.
+FORMAT_SUBJECT = re.compile(r"response_format|json_schema|structured outputs?", re.IGNORECASE)
 
 
 class StructuredCanary:
@@ -64,7 +68,8 @@ class StructuredCanary:
     path = True
     paired = True
     idle_gated = False
-    unsupported_skipped = False
+    # A server that says it has no structured outputs is no broken server: skipped.
+    unsupported_skipped = True
     traffic_counter: str | None = None  # vLLM counts no structured-output completions
     defaults = KindDefaults(deadline=10.0, interval=10.0)
     spec_fields = frozenset({"schema"})
@@ -125,6 +130,14 @@ class StructuredCanary:
         return OK
 
     def rejection(self, status: int, message: str) -> Reason | None:
+        """UNSUPPORTED: ``response_format`` refused in so many words, or no such endpoint.
+
+        Only the field's own names count: vLLM's "The provided JSON schema
+        contains features not supported by xgrammar" is a server that does
+        structured outputs and refuses this schema, a failure to see.
+        """
+        if refuses_capability(status, message, FORMAT_SUBJECT) or missing_endpoint(status, message):
+            return Reason.UNSUPPORTED
         return None
 
     def unvalidatable(self, spec: CanarySpec, facts: ServerFacts) -> str | None:

@@ -2,11 +2,15 @@
 
 Starts the simulated vLLM (``python -m sentinel_sim``, a subprocess with an
 engine child titled ``VLLM::EngineCore``), runs the sidecar against it with
-the shipped default timings, stops the engine process with SIGSTOP (vLLM's
-own ``/health`` keeps answering 200), and prints the timeline as sentinel's
-real HTTP and gRPC endpoints report it: healthy, hang injected, liveness red
-after N s, diagnostics written, engine resumed, green again. Exit 0 when all
-of that happened within the budget docs/design.md promises.
+the shipped default timings, serves two clients' small requests for 15 s,
+stops the engine process with SIGSTOP (vLLM's own ``/health`` keeps answering
+200), and prints the timeline as sentinel's real HTTP and gRPC endpoints
+report it: healthy, hang injected, liveness red after N s, the confirmed
+hang's bundle stored (its path, summary and ``timeline.png``, which shows the
+red liveness lane and the work falling flat before it), engine resumed, green
+again. Exit 0 when all of that happened within the budget docs/design.md
+promises. ``make readme-figure`` runs the same machinery with another
+:class:`Scenario`.
 """
 
 from __future__ import annotations
@@ -14,24 +18,34 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
+import math
 import os
 import signal
 import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import grpc
 import httpx
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from sentinel.config.loader import load_settings
+from sentinel.diagnostics.store import INDEX_FILE, SUMMARY_FILE
+from sentinel.diagnostics.timeline import TIMELINE_FILE
 from sentinel.exitcode import ExitCode
+
+if TYPE_CHECKING:  # imported when the demo runs: without the simulator, it says so
+    from sentinel_sim.launch import SimProcess
 
 RED_BUDGET = 60.0  # docs/design.md: a hang must turn liveness red well inside a minute
 GREEN_BUDGET = 60.0
 STARTUP_BUDGET = 60.0
+BUNDLE_BUDGET = 30.0  # a capture's budget (8 s) and its child's start, with room to spare
 
 
 # Shortened timings for ``demo --fast``. Every window must be at least every
@@ -65,6 +79,62 @@ def demo_flags(fast: bool, diagnostics_dir: Path) -> dict[str, object]:
     return flags
 
 
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    """What the demo does to the healthy simulator, after how long, under how much load.
+
+    ``inject`` and ``release`` act on the running simulator. ``clients``
+    send small chat requests from the first green answers until the release,
+    so the picture has real work to fall flat; ``healthy_s`` (cut to
+    :data:`FAST_HEALTHY_S` under ``--fast``) is how long they work first. The
+    command runs :data:`SIGSTOP`; the README's figure (``make readme-figure``)
+    a fault of the simulator's.
+    """
+
+    name: str
+    inject: Callable[[SimProcess], None]
+    release: Callable[[SimProcess], None]
+    healthy_s: float = 15.0
+    clients: int = 2
+
+
+def _stop(sim: SimProcess) -> None:
+    os.kill(sim.engine_pid, signal.SIGSTOP)
+
+
+def _resume(sim: SimProcess) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(sim.engine_pid, signal.SIGCONT)
+
+
+SIGSTOP = Scenario("SIGSTOP of VLLM::EngineCore", _stop, _resume)
+FAST_HEALTHY_S = 2.0
+
+
+async def _load(base_url: str, model: str, clients: int) -> None:
+    """``clients`` loops of small chat requests, until cancelled; a failure is retried."""
+    body = {"model": model, "messages": [{"role": "user", "content": "Count."}], "max_tokens": 32}
+    async with httpx.AsyncClient(timeout=60.0) as client:
+
+        async def one() -> None:
+            while True:
+                with contextlib.suppress(httpx.HTTPError):
+                    await client.post(f"{base_url}/v1/chat/completions", json=body)
+                await asyncio.sleep(0.05)
+
+        async with asyncio.TaskGroup() as group:
+            for _ in range(clients):
+                group.create_task(one())
+
+
+@dataclass(frozen=True, slots=True)
+class DemoRun:
+    """How the demo ended, and the confirmed hang's bundle (None: none was written)."""
+
+    code: int
+    bundle: Path | None = None
+
+
 class Timeline:
     def __init__(self) -> None:
         self.t0 = time.monotonic()
@@ -84,7 +154,40 @@ async def _poll(
     return False
 
 
-async def _demo(fast: bool, diagnostics_dir: Path | None) -> int:
+def confirmed_bundle(diag: Path) -> Path | None:
+    """The newest stored bundle of a confirmed hang under ``diag`` (its trigger ``<kind>-hang``).
+
+    Only renamed (final) directories count: the store writes each under a
+    hidden temporary name first. A suspicion's bundle, captured before
+    liveness turned red, is not the one the restart follows.
+    """
+    found = None
+    for index in sorted(diag.glob("*/incident.json")) if diag.is_dir() else ():
+        try:
+            trigger = json.loads(index.read_text(encoding="utf-8")).get("trigger", "")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if str(trigger).endswith("-hang") and not index.parent.name.startswith("."):
+            found = index.parent
+    return found
+
+
+def _picture(bundle: Path) -> str:
+    """Where the bundle's picture is, or why it was not drawn (the store's own words)."""
+    picture = bundle / TIMELINE_FILE
+    if picture.is_file():
+        return f"timeline {picture}"
+    try:
+        said = json.loads((bundle / INDEX_FILE).read_text(encoding="utf-8")).get("timeline")
+    except (OSError, ValueError, AttributeError):
+        said = None
+    return f"timeline {said or 'not drawn'}"
+
+
+async def run_demo(
+    fast: bool, diagnostics_dir: Path | None, scenario: Scenario = SIGSTOP
+) -> DemoRun:
+    """Run the demo: healthy, the scenario's hang, liveness red, the bundle stored, green again."""
     from sentinel.daemon import Daemon
     from sentinel.telemetry.logging import configure_logging
     from sentinel_sim.launch import SimProcess
@@ -96,6 +199,7 @@ async def _demo(fast: bool, diagnostics_dir: Path | None) -> int:
     log_file = log_path.open("w", encoding="utf-8")
     configure_logging("info", renderer="json", stream=log_file)
     flags = demo_flags(fast, diag)
+    load: asyncio.Task[None] | None = None
     tl.say("starting the simulated vLLM (API process + VLLM::EngineCore child)")
     with SimProcess(scheduling_policy="priority") as sim:
         settings = load_settings(None, env={}, flags={"target": sim.base_url, **flags})
@@ -132,12 +236,18 @@ async def _demo(fast: bool, diagnostics_dir: Path | None) -> int:
 
                     if not await _poll(all_green, STARTUP_BUDGET):
                         tl.say("FAIL: sentinel never turned green on the healthy simulator")
-                        return ExitCode.UNHEALTHY
+                        return DemoRun(ExitCode.UNHEALTHY)
                     tl.say("healthy: /startupz, /readyz and /livez all 200; gRPC liveness SERVING")
+                    if scenario.clients:
+                        work = _load(sim.base_url, sim.model, scenario.clients)
+                        load = asyncio.create_task(work)
+                    healthy = min(scenario.healthy_s, FAST_HEALTHY_S if fast else math.inf)
+                    tl.say(f"{scenario.clients} clients served for {healthy:.0f}s before the hang")
+                    await asyncio.sleep(healthy)
 
-                    os.kill(sim.engine_pid, signal.SIGSTOP)
+                    scenario.inject(sim)
                     injected = time.monotonic()
-                    tl.say(f"hang injected: SIGSTOP of VLLM::EngineCore (pid {sim.engine_pid})")
+                    tl.say(f"hang injected: {scenario.name} (engine pid {sim.engine_pid})")
                     tl.say(
                         f"vLLM's own /health still answers {await code('/health', sim.base_url)}"
                     )
@@ -147,7 +257,7 @@ async def _demo(fast: bool, diagnostics_dir: Path | None) -> int:
 
                     if not await _poll(red, RED_BUDGET):
                         tl.say(f"FAIL: liveness still green {RED_BUDGET:.0f}s after the hang")
-                        return ExitCode.UNHEALTHY
+                        return DemoRun(ExitCode.UNHEALTHY)
                     detected = time.monotonic() - injected
                     reason = (await client.get(base + "/livez")).json().get("reason", "")
                     tl.say(f"liveness red after {detected:.1f}s: {reason}")
@@ -156,37 +266,43 @@ async def _demo(fast: bool, diagnostics_dir: Path | None) -> int:
                         f"vLLM /health {await code('/health', sim.base_url)}"
                     )
 
-                    async def bundle() -> bool:
-                        return any(diag.glob("*/summary.txt")) if diag.exists() else False
+                    # The confirmed hang's bundle: captured once liveness turned red, so its
+                    # picture holds the red lane. The engine stays hung until it is stored.
+                    async def stored() -> bool:
+                        return confirmed_bundle(diag) is not None
 
-                    if await _poll(bundle, 15):
-                        written = sorted(diag.glob("*/summary.txt"))[-1]
-                        first = written.read_text(encoding="utf-8").splitlines()[:1]
-                        tl.say(f"diagnostics written: {written.parent} ({' '.join(first)})")
+                    written = confirmed_bundle(diag) if await _poll(stored, BUNDLE_BUDGET) else None
+                    if written is not None:
+                        first = (written / SUMMARY_FILE).read_text(encoding="utf-8").splitlines()
+                        tl.say(f"diagnostics written: {written} ({' '.join(first[:1])})")
+                        tl.say(f"  summary {written / SUMMARY_FILE}; {_picture(written)}")
                     else:
-                        tl.say("no diagnostics bundle appeared within 15 s")
+                        tl.say(f"no bundle of the confirmed hang within {BUNDLE_BUDGET:.0f} s")
 
-                    os.kill(sim.engine_pid, signal.SIGCONT)
+                    scenario.release(sim)
                     resumed = time.monotonic()
-                    tl.say("engine resumed: SIGCONT")
+                    tl.say("engine resumed")
                     if not await _poll(all_green, GREEN_BUDGET):
                         tl.say(f"FAIL: not green again {GREEN_BUDGET:.0f}s after resuming")
-                        return ExitCode.UNHEALTHY
+                        return DemoRun(ExitCode.UNHEALTHY, written)
                     tl.say(
                         f"green again after {time.monotonic() - resumed:.1f}s, "
                         "without restarting anything"
                     )
                 tl.say(f"PASS: hang detected in {detected:.1f}s (budget {RED_BUDGET:.0f}s)")
-                return ExitCode.OK
+                return DemoRun(ExitCode.OK, written)
         finally:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(sim.engine_pid, signal.SIGCONT)
+            if load is not None:
+                load.cancel()
+                with contextlib.suppress(BaseException):
+                    await load
+            scenario.release(sim)
             log_file.close()
 
 
 def demo_main(args: argparse.Namespace) -> int:
     try:
-        return asyncio.run(_demo(bool(args.fast), args.diagnostics_dir))
+        return asyncio.run(run_demo(bool(args.fast), args.diagnostics_dir)).code
     except ImportError as exc:
         print(f"sentinel demo: the simulator is not installed: {exc}", file=sys.stderr)
         return ExitCode.USAGE

@@ -30,8 +30,10 @@ from sentinel.canary.outcome import outcome
 from sentinel.canary.result import CanaryResult, Reason
 from sentinel.canary.runner import CanaryRunner, ModelResolutionError
 from sentinel.canary.spec import CanaryKind, CanarySpec
+from sentinel.cli_flags import add_output_flag, positive_seconds
 from sentinel.config.loader import ConfigError, read_api_key
 from sentinel.exitcode import ExitCode
+from sentinel.target import http_url_error
 
 RESOLVE_DEADLINE = 10.0  # seconds for /v1/models when --timeout is not given
 
@@ -76,16 +78,16 @@ class TargetReport:
 
 
 def probe_outcome(result: CanaryResult, *, strict: bool = False) -> str:
-    """:func:`~sentinel.canary.outcome.outcome`, with every UNSUPPORTED kind a skip.
+    """:func:`~sentinel.canary.outcome.outcome`, where ``--strict`` fails what it skips.
 
     One probe asks a server for everything the catalog has; a server without
-    log-probabilities (most OpenAI-compatible proxies) or images is not a
-    broken one. The sidecar disables such a kind with a warning; the probe
-    reports it skipped with its reason, and ``--strict`` counts it a failure.
+    log-probabilities (most OpenAI-compatible proxies), images or structured
+    outputs is not a broken one. The sidecar disables such a kind with a
+    warning; the probe reports it skipped with its reason, and ``--strict``
+    counts it a failure. The text canary is never skipped: it is the proof
+    that the server generates at all.
     """
-    if result.reason is Reason.UNSUPPORTED:
-        return "fail" if strict else "skipped"
-    return outcome(result)
+    return outcome(result, strict=strict)
 
 
 def normalize_url(url: str) -> str:
@@ -102,9 +104,9 @@ def normalize_url(url: str) -> str:
         if not port:
             raise ProbeUsageError(f"not an http(s) URL or host:port: {url!r}")
         url = f"http://{url}"
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise ProbeUsageError(f"not an http(s) URL: {url!r}")
+    problem = http_url_error(url)
+    if problem is not None:
+        raise ProbeUsageError(f"{url!r}: {problem}")
     base = url.rstrip("/")
     return base[: -len("/v1")] if base.endswith("/v1") else base
 
@@ -266,22 +268,16 @@ def add_probe_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--timeout",
-        type=float,
+        type=positive_seconds,
         default=None,
         help="deadline per canary, seconds (default: the spec's)",
     )
-    parser.add_argument(
-        "--output",
-        choices=["table", "json"],
-        default="table",
-        help="table (default) or json, on stdout; progress lines go to stderr",
-    )
-    parser.add_argument("--json", action="store_true", help="the same as --output json")
+    add_output_flag(parser, text="a table on stdout; progress lines go to stderr")
     parser.add_argument(
         "--strict",
         action="store_true",
-        help="a kind the server cannot do (no log-probabilities, no images) fails the run "
-        "instead of being skipped",
+        help="a kind the server cannot do (no log-probabilities, images, structured outputs "
+        "or endpoint) fails the run instead of being skipped",
     )
     parser.add_argument(
         "--api-key-file",
@@ -332,7 +328,7 @@ def probe_main(args: argparse.Namespace) -> int:
     except (ProbeUsageError, CatalogError, ConfigError) as exc:
         print(f"sentinel probe: {exc}", file=sys.stderr)
         return ExitCode.USAGE
-    if args.json or args.output == "json":
+    if args.output == "json":
         print(render_json(reports))
     else:
         sys.stdout.write(render_table(reports, width=max(Console().width, 120)))

@@ -1,10 +1,12 @@
-"""``sentinel status [URL]``: a running sidecar's verdict, read from its ``/status``.
+"""``sentinel status [--sentinel URL]``: a running sidecar's verdict, read from its ``/status``.
 
 It owns the command's arguments, the one read and the rendering: the
 ``summary`` that ``/status`` opens with (liveness, readiness and startup with
 their reasons, the hang or legitimate stall, why the target does not answer)
-as a table for people, or the raw document with ``--output json``. The exit
-status follows liveness, the answer the kubelet restarts the server on.
+as a table for people, or the raw document with ``--output json`` (the old
+spellings, a positional URL and ``--output table``, still work, each with a
+note). The exit status follows liveness, the answer the kubelet restarts the
+server on.
 """
 
 from __future__ import annotations
@@ -20,6 +22,13 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from sentinel.cli_flags import (
+    add_output_flag,
+    add_sentinel_flag,
+    deprecated,
+    positive_seconds,
+    sentinel_url,
+)
 from sentinel.config.settings import Settings, split_host_port
 from sentinel.diagnostics.running import fetch_status
 from sentinel.exitcode import ExitCode
@@ -42,34 +51,32 @@ def default_url() -> str:
 def add_status_arguments(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = EXIT_CODES
+    add_sentinel_flag(parser)
+    # The old spelling, `sentinel status URL`: hidden, still read (status_main notes it).
+    parser.add_argument("url", nargs="?", type=sentinel_url, help=argparse.SUPPRESS)
+    add_output_flag(parser, text="the summary as a table for people")
     parser.add_argument(
-        "url",
-        nargs="?",
-        default=default_url(),
-        help="the sidecar's HTTP listener, URL or HOST:PORT (default %(default)s)",
-    )
-    parser.add_argument(
-        "--output",
-        choices=["table", "json"],
-        default="table",
-        help="table: the summary for people; json: the raw /status document",
-    )
-    parser.add_argument(
-        "--timeout", type=float, default=3.0, help="seconds to wait for /status (default 3)"
+        "--timeout",
+        type=positive_seconds,
+        default=3.0,
+        help="seconds to wait for /status (default 3)",
     )
 
 
 def normalise(url: str) -> str:
     """``HOST:PORT`` means ``http://HOST:PORT``; a trailing slash or ``/status`` is dropped."""
-    url = url.strip()
-    if "://" not in url:
-        url = "http://" + url
-    url = url.rstrip("/")
-    return url.removesuffix("/status")
+    return sentinel_url(url)
 
 
 def status_main(args: argparse.Namespace, out: TextIO | None = None) -> int:
-    url = normalise(args.url)
+    given = getattr(args, "url", None)
+    if given is not None:
+        deprecated("sentinel status", "a positional URL", "--sentinel URL")
+    try:
+        url = normalise(given if given is not None else args.sentinel)
+    except argparse.ArgumentTypeError as exc:
+        print(f"sentinel status: --sentinel {exc}", file=sys.stderr)
+        return ExitCode.USAGE
     document, error = asyncio.run(fetch_status(url, timeout_s=args.timeout))
     stream = out or sys.stdout
     if document is None:

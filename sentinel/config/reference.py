@@ -5,7 +5,7 @@ flag, environment variable, default, range and what it is for), read from
 the one declaration of each field (:func:`sentinel.knob.setting`) in
 :mod:`sentinel.config.settings`, or in the rules' knobs that
 :class:`sentinel.verdict.Policy` composes for the verdict's thresholds; and
-``docs/metrics.md`` every ``sentinel_*`` series a daemon registers; ``docs/verdict.md``
+``docs/metrics.md`` every ``sentinel_*`` family a daemon's collectors declare; ``docs/verdict.md``
 the hang rules as registered (:mod:`sentinel.verdict.table`); ``docs/layout.md``
 every module (:mod:`sentinel.config.layout`). A unit
 test regenerates them and fails when the files drift;
@@ -15,10 +15,13 @@ test regenerates them and fails when the files drift;
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 from prometheus_client import CollectorRegistry
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
 from pydantic import BaseModel
 
 from sentinel.canary.kinds import path_kinds
@@ -109,28 +112,60 @@ def _section(name: str, model: type[BaseModel], example: str) -> list[str]:
     return rows
 
 
-def metrics() -> str:
-    """``docs/metrics.md``: every series a daemon's registry holds."""
-    registry = CollectorRegistry()
+class _Declared(CollectorRegistry):
+    """A registry that remembers what was registered, so each collector's ``describe()`` is read."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.collectors: list[Collector] = []
+
+    def register(self, collector: Collector) -> None:
+        super().register(collector)
+        self.collectors.append(collector)
+
+
+def declared_families() -> list[tuple[str, str, tuple[str, ...], str]]:
+    """Every family a daemon's registry declares: (exposed name, type, labels, help).
+
+    Read from each collector's ``describe()``, the custom collectors' included,
+    not from the samples of a fresh state, so a series a collector yields only
+    in some states (``sentinel_priority_effective`` while known) is listed too.
+    """
+    registry = _Declared()
     SentinelMetrics(registry, HealthState())
+    rows = []
+    for collector in registry.collectors:
+        describe: Callable[[], Iterable[Metric]] | None = getattr(collector, "describe", None)
+        if describe is None:  # a collector that declares nothing cannot be documented
+            raise TypeError(f"{type(collector).__name__} has no describe(): nothing to document")
+        for family in describe():
+            # A metric object keeps its label names; a custom family carries its own.
+            labels = tuple(getattr(family, "_labelnames", None) or ())
+            labels = labels or tuple(getattr(collector, "_labelnames", ()))
+            name = family.name + ("_total" if family.type == "counter" else "")
+            rows.append((name, family.type, labels, family.documentation))
+    return sorted(rows)
+
+
+def metrics() -> str:
+    """``docs/metrics.md``: every family a daemon's collectors declare."""
     rows = [
         "# Metrics reference",
         "",
-        "Generated from the daemon's registry by `python -m sentinel.config.reference`; a test",
-        "fails when this file and the code disagree. The contract names (the ones",
-        "dashboards and alerts use) are in `tests/metric_contract.py`.",
+        "Generated from the families the daemon's collectors declare (their `describe()`,",
+        "the state collector's included) by `python -m sentinel.config.reference`; a unit",
+        "test fails when this file and the code disagree, and a loopback test",
+        "(`tests/loopback/test_metrics_documented.py`) when a live sentinel's `/metrics`",
+        "exposes a family this file lacks. The contract names (the ones dashboards and",
+        "alerts use) are in `tests/metric_contract.py`; the exporter's series are in",
+        "[exporter.md](exporter.md).",
         "",
         "| metric | type | labels | help |",
         "|---|---|---|---|",
     ]
-    collectors = registry._names_to_collectors  # the registered metric objects, by name
-    for family in sorted(registry.collect(), key=lambda f: f.name):
-        declared = getattr(collectors.get(family.name), "_labelnames", ())
-        labels = sorted({*declared, *(k for s in family.samples for k in s.labels)} - {"le"})
-        name = family.name + ("_total" if family.type == "counter" else "")
+    for name, kind, labels, help_text in declared_families():
         rows.append(
-            f"| `{name}` | {family.type} | {', '.join(labels) or '-'} "
-            f"| {family.documentation.replace('|', '/')} |"
+            f"| `{name}` | {kind} | {', '.join(labels) or '-'} | {help_text.replace('|', '/')} |"
         )
     return "\n".join(rows) + "\n"
 

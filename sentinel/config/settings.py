@@ -20,6 +20,7 @@ from typing import Literal
 from pydantic import field_validator, model_validator
 
 from sentinel.knob import DAY, GIB, KIB, MIB, Ranged, seconds, setting
+from sentinel.target import http_url_error
 from sentinel.verdict import Action, Policy
 
 __all__ = [
@@ -279,8 +280,9 @@ class Settings(Policy, Ranged):
     @field_validator("target")
     @classmethod
     def _target_is_http(cls, value: str) -> str:
-        if not value.startswith(("http://", "https://")):
-            raise ValueError("must be an http:// or https:// URL")
+        problem = http_url_error(value)
+        if problem is not None:
+            raise ValueError(problem)
         return value.rstrip("/")
 
     @field_validator("listen")

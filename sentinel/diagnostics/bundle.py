@@ -1,11 +1,10 @@
 """The diagnostics collector: one bundle of evidence per suspected hang.
 
 Owns :class:`DiagnosticsContext` (what the daemon hands over: the trigger, how
-to find vLLM's processes, the recent ``/metrics`` scrapes, the canary history,
-the flips of the kubelet-facing answers
+to find vLLM's processes, the recent ``/metrics`` scrapes and minutes of their
+samples, the canary history and the canaries unanswered, the answers' flips
 (:class:`~sentinel.diagnostics.sections.ProbeTransition`), the effective
-config), :class:`Incident` (the redacted, JSON-able bundle and
-its human summary) and :func:`capture`.
+config), :class:`Incident` (the redacted bundle and its summary) and :func:`capture`.
 
 Capture rules, because a restart destroys the evidence and the daemon must
 keep answering probes while it runs:
@@ -43,10 +42,11 @@ from typing import Any, TypeVar
 
 from sentinel import __version__
 from sentinel.canary.result import CanaryResult
-from sentinel.diagnostics import access, cgroup, gpu, procs, sections, stacks, watchdog
+from sentinel.diagnostics import access, cgroup, gpu, procs, sections, stacks, watchdog, window
 from sentinel.diagnostics.cause import Cause, CauseClass, ProcessObservation, classify
+from sentinel.diagnostics.headline import of_path
 from sentinel.diagnostics.sections import ProbeTransition
-from sentinel.diagnostics.sizes import json_size
+from sentinel.diagnostics.sizes import fit
 from sentinel.diagnostics.stuck import of_stuck_engines, stuck_json
 from sentinel.diagnostics.summary import render_summary
 from sentinel.diagnostics.workload import engine_work
@@ -66,9 +66,6 @@ DEFAULT_BUDGET_S = 8.0
 DEFAULT_CPU_WINDOW_S = 0.5
 DEFAULT_SECTION_MAX_BYTES = 8 * 1024 * 1024
 DEFAULT_BUNDLE_MAX_BYTES = 32 * 1024 * 1024
-# Sections that may be dropped whole, in the order they go when a bundle is too large.
-_TEXTS = ("metrics", "stacks", "watchdog")  # the long texts: dropped first
-DROPPABLE_SECTIONS = (*_TEXTS, "canary_history", "processes", "cgroup", "gpu")
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +95,10 @@ class DiagnosticsContext:
     # per text, aligned at the newest; empty: none), reported with the bundle's own cuts.
     metrics_cut: Sequence[int] = ()
     canary_history: Mapping[str, Sequence[CanaryResult]] = field(default_factory=dict)
+    # The send times of canaries still unanswered, per kind (on the canaries' clock), and
+    # the recent /metrics samples (sentinel.diagnostics.window): both plain JSON.
+    outstanding: Mapping[str, Sequence[float]] = field(default_factory=dict)
+    samples: Sequence[window.Sample] = ()
     probe_answers: Sequence[ProbeTransition] = ()
     config: Mapping[str, Any] = field(default_factory=dict)
     version: str = __version__
@@ -295,6 +296,10 @@ def _find_cause(run: _Run, read: _Read) -> _Finding:
     judged = of_stuck_engines(observations, stuck.get("engine", []))
     running, compilers = engine_work(run.context.trigger.kind, judged, run.context.metrics_text)
     cause = classify(judged, running=running, compilers=compilers)
+    # A path hang's headline names its path: its engine merely waits for work.
+    context = run.context
+    history = {k: [sections.canary_json(r) for r in v] for k, v in context.canary_history.items()}
+    cause = of_path(cause, context.trigger.kind, history, context.outstanding, time.monotonic())
     if "discovery" in run.errors:  # discovery itself failed: we do not know
         cause = Cause(cause.cause, f"{cause.summary} (process discovery failed)", cause.pid)
     # The cause line quotes a process title, which may carry a secret of its argv.
@@ -337,6 +342,9 @@ def _assemble(
         "metrics": sections.metrics_json(
             context.metrics_text, context.section_max_bytes, context.metrics_cut
         ),
+        "outstanding": {k: list(v) for k, v in context.outstanding.items()},
+        # Progress and queue over the last minutes: the flat stretch that confirmed a hang.
+        "samples": list(context.samples),
         "canary_history": {
             kind: [sections.canary_json(r) for r in results]
             for kind, results in context.canary_history.items()
@@ -353,7 +361,7 @@ def _assemble(
     # What the process and stack sections could not read, field by field, and why.
     bundle["lacks"] = access.lacks(bundle["processes"], bundle["stacks"])
     safe: dict[str, Any] = run.scrubber.scrub(bundle)
-    _fit(safe, context.bundle_max_bytes)
+    fit(safe, context.bundle_max_bytes)
     return safe, run.scrubber.scrub_text(render_summary(safe))
 
 
@@ -381,19 +389,3 @@ async def _section(
 def incident_id_for(at: datetime, kind: str) -> str:
     slug = "".join(c if c.isalnum() else "-" for c in kind.lower()).strip("-") or "incident"
     return f"{at.strftime('%Y%m%dT%H%M%SZ')}-{slug[:40]}"
-
-
-def _fit(bundle: dict[str, Any], limit: int) -> None:
-    """Drop the largest droppable sections until the bundle's JSON fits ``limit`` bytes."""
-    sizes = {
-        name: json_size(bundle[name]) for name in DROPPABLE_SECTIONS if bundle.get(name) is not None
-    }
-    total = json_size(bundle)
-    for name, size in sorted(sizes.items(), key=lambda item: -item[1]):
-        if total <= limit:
-            return
-        bundle[name] = {"truncated": True, "truncated_bytes": size}
-        total -= size - json_size(bundle[name])
-        bundle.setdefault("section_errors", {})[name] = (
-            f"dropped: {size} bytes would exceed the bundle cap of {limit} bytes"
-        )

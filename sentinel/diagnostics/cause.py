@@ -43,6 +43,8 @@ class CauseClass(StrEnum):
     ENGINE_COMPILING = "engine_compiling"
     ENGINE_IDLE = "engine_idle"
     ENGINE_SPINNING = "engine_spinning"
+    # Not the kernel's word: a path hang's (sentinel.diagnostics.headline), whose engine only waits.
+    PATH_HUNG = "path_hung"
     PROCESS_STOPPED = "process_stopped"
     UNINTERRUPTIBLE_WAIT = "uninterruptible_wait"
     PROCESS_GONE = "process_gone"

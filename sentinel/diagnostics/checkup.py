@@ -7,7 +7,9 @@ way ``sentinel run`` attributes them (the owner of its listening socket), are
 judged, so no other server's policy or process ids are reported as the
 target's. A target nothing answers on is one problem, named with its cause
 ("target unreachable: connection refused"); what can only be known of a
-running server is then not judged at all.
+running server is then not judged at all. A target that answers is sent one
+canary of each kind (the daemon's runner, a short deadline), so what it can
+do is what it answered, whatever server it is.
 """
 
 from __future__ import annotations
@@ -20,7 +22,9 @@ from pathlib import Path
 
 import httpx
 
-from sentinel.canary.spec import CanarySpec
+from sentinel.canary.result import CanaryResult
+from sentinel.canary.runner import CanaryRunner, ModelResolutionError
+from sentinel.canary.spec import CanaryKind, CanarySpec
 from sentinel.config.settings import Settings
 from sentinel.diagnostics import access, cgroup, procs
 from sentinel.diagnostics.doctor import (
@@ -28,7 +32,6 @@ from sentinel.diagnostics.doctor import (
     DoctorReport,
     ProbeTimings,
     Severity,
-    check_canary_kinds,
     check_cpu,
     check_metrics,
     check_probe_timings,
@@ -36,9 +39,11 @@ from sentinel.diagnostics.doctor import (
     check_scheduling_policy,
     shipped_canaries,
 )
+from sentinel.diagnostics.doctor_kinds import check_canary_kinds
 from sentinel.evidence.process_model import ProcessRole, ProcessSnapshot
 
 SCRAPE_TIMEOUT_S = 3.0
+CANARY_DEADLINE_S = 5.0  # at most, per canary the doctor sends (each kind's own if shorter)
 _ERRNO_WORDS = {
     errno.ECONNREFUSED: "connection refused",
     errno.EHOSTUNREACH: "host unreachable",
@@ -80,6 +85,34 @@ async def scrape(
     if response.status_code != 200:
         return None, f"HTTP {response.status_code} from {url}", None
     return response.text, None, None
+
+
+async def probe_kinds(
+    target_url: str,
+    specs: Sequence[CanarySpec],
+    *,
+    api_key: str | None = None,
+    transport: httpx.AsyncBaseTransport | None = None,
+) -> tuple[tuple[CanaryResult, ...] | None, DoctorCheck | None]:
+    """One canary of each kind, at once: (results, None), or (None, why none was sent)."""
+    one_each: dict[CanaryKind, CanarySpec] = {}
+    for spec in specs:
+        if spec.enabled:
+            one_each.setdefault(spec.kind, spec)
+    async with httpx.AsyncClient(transport=transport) as http:
+        runner = CanaryRunner(http, target_url.rstrip("/"), api_key=api_key)
+        try:
+            model = await runner.resolve_model(deadline=SCRAPE_TIMEOUT_S)
+        except ModelResolutionError as exc:
+            why = f"no canary sent: /v1/models: {exc.reason}: {exc.detail}"
+            return None, DoctorCheck("canaries", Severity.WARN, why, "sentinel run needs it too")
+        results = await asyncio.gather(
+            *(
+                runner.run(s, model=model, deadline=min(s.deadline, CANARY_DEADLINE_S))
+                for s in one_each.values()
+            )
+        )
+    return tuple(results), None
 
 
 def target_pids(snapshot: ProcessSnapshot) -> frozenset[int]:
@@ -125,8 +158,10 @@ async def run_doctor(
     timings: ProbeTimings | None = None,
     transport: httpx.AsyncBaseTransport | None = None,
     specs: Sequence[CanarySpec] | None = None,
+    api_key: str | None = None,
 ) -> DoctorReport:
-    """Gather the inputs (processes, cgroup, one /metrics scrape) and run every check.
+    """Gather the inputs (processes, cgroup, one /metrics scrape, one canary of each
+    kind) and run every check.
 
     ``specs``: the canaries sentinel would run (None: the shipped catalog's);
     without ``timings``, their deadlines are judged against the default windows.
@@ -154,12 +189,16 @@ async def run_doctor(
         quota = check_cpu(section)[:1]  # the pod's quota; no process of the target to judge
         return DoctorReport((*unreachable_checks(target_url, unreachable), *quota, *timing))
     cmdlines = api_cmdlines(attributed)
+    probed, not_probed = await probe_kinds(
+        target_url, canaries, api_key=api_key, transport=transport
+    )
     checks = [
         DoctorCheck("target", Severity.OK, f"target {target_url} answers"),
         *check_cpu(section),
         *check_processes(attributed),
         check_scheduling_policy(cmdlines),
-        *check_canary_kinds(cmdlines, canaries),
+        *((not_probed,) if not_probed is not None else ()),
+        *check_canary_kinds(cmdlines, canaries, probed),
         check_metrics(text, error),
         *timing,
     ]

@@ -119,6 +119,7 @@ _SHAPED = (
     "metrics_cut",
     "canary_history",
     "probe_answers",
+    "samples",
     "cgroup_root",
 )
 _PLAIN = tuple(f.name for f in fields(DiagnosticsContext) if f.name not in _SHAPED)
@@ -142,6 +143,7 @@ def encode_context(context: DiagnosticsContext) -> tuple[dict[str, Any], list[st
             for kind, results in context.canary_history.items()
         },
         probe_answers=[t.to_json() for t in context.probe_answers],
+        samples=list(context.samples),
         cgroup_root=str(context.cgroup_root),
     )
     return header, [k.text for k in kept]
@@ -164,6 +166,7 @@ def decode_context(header: Mapping[str, Any], texts: Sequence[str]) -> Diagnosti
             for kind, results in header["canary_history"].items()
         },
         probe_answers=tuple(ProbeTransition.from_json(t) for t in header["probe_answers"]),
+        samples=tuple(header["samples"]),
         cgroup_root=Path(header["cgroup_root"]),
     )
 

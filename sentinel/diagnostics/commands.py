@@ -22,7 +22,8 @@ import time
 from pathlib import Path
 
 from sentinel import __version__
-from sentinel.config.loader import ConfigError, effective_config, load_settings
+from sentinel.cli_flags import add_sentinel_flag, one_line, positive_seconds, sentinel_url
+from sentinel.config.loader import ConfigError, effective_config, load_settings, read_api_key
 from sentinel.config.settings import Settings
 from sentinel.diagnostics import cgroup, procs
 from sentinel.diagnostics.bundle import DEFAULT_BUDGET_S, DiagnosticsContext, Trigger, capture
@@ -63,7 +64,7 @@ def add_diagnose_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--budget",
-        type=float,
+        type=positive_seconds,
         default=DEFAULT_BUDGET_S,
         help=f"overall capture time limit in seconds (default {DEFAULT_BUDGET_S:g})",
     )
@@ -72,14 +73,9 @@ def add_diagnose_arguments(parser: argparse.ArgumentParser) -> None:
 
 def add_doctor_arguments(parser: argparse.ArgumentParser) -> None:
     _add_common(parser)
-    parser.add_argument(
-        "--sentinel",
-        nargs="?",
-        const="http://127.0.0.1:8471",
-        metavar="URL",
-        help="also read a running sentinel's /status: canary kinds set aside for this server, "
-        "a server not answering (bare flag: http://127.0.0.1:8471)",
-    )
+    # A running sentinel's /status adds the canary kinds set aside for this server and
+    # a server not answering.
+    add_sentinel_flag(parser, optional=True)
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -105,7 +101,7 @@ def diagnose_main(args: argparse.Namespace) -> int:
     try:
         settings = _settings(args)
     except ConfigError as exc:
-        print(f"sentinel diagnose: configuration error:\n{exc}", file=sys.stderr)
+        print(f"sentinel diagnose: configuration error: {one_line(exc)}", file=sys.stderr)
         return ExitCode.USAGE
 
     async def run() -> int:
@@ -132,7 +128,14 @@ def diagnose_main(args: argparse.Namespace) -> int:
             settings.diagnostics_dir,
             RetentionPolicy(settings.diagnostics_max_incidents, settings.diagnostics_max_bytes),
         )
-        record = await store.write_async(incident, timeline=True)
+        try:
+            record = await store.write_async(incident, timeline=True)
+        except OSError as exc:  # the directory given cannot be made or written
+            where = settings.diagnostics_dir
+            print(
+                f"sentinel diagnose: cannot write the bundle under {where}: {exc}", file=sys.stderr
+            )
+            return ExitCode.USAGE
         if error is not None:
             print(f"note: {settings.target}/metrics not scraped: {error}", file=sys.stderr)
         print(incident.cause_line)
@@ -152,8 +155,9 @@ def doctor_main(args: argparse.Namespace) -> int:
     try:
         settings = _settings(args)
         specs = apply_overrides(load_catalog(settings.probes).enabled(), settings.canaries)
+        api_key = read_api_key(settings)  # the doctor sends one canary of each kind
     except (ConfigError, CatalogError) as exc:
-        print(f"sentinel doctor: configuration error:\n{exc}", file=sys.stderr)
+        print(f"sentinel doctor: configuration error: {one_line(exc)}", file=sys.stderr)
         return ExitCode.USAGE
 
     async def run() -> DoctorReport:
@@ -163,13 +167,14 @@ def doctor_main(args: argparse.Namespace) -> int:
             cgroup_root=args.cgroup_root,
             timings=ProbeTimings.of(settings, specs),
             specs=specs,
+            api_key=api_key,
         )
         sentinel = getattr(args, "sentinel", None)
         if sentinel is None:
             return report
         from sentinel.diagnostics.running import running_checks
 
-        return DoctorReport((*report.checks, *await running_checks(sentinel)))
+        return DoctorReport((*report.checks, *await running_checks(sentinel_url(sentinel))))
 
     report = asyncio.run(run())
     render_report(report)

@@ -12,13 +12,16 @@ only gathers the inputs, for the one target it was given:
   permission it needs and the manifest component that grants it.
 - *Priority*: canaries jump the queue only when vLLM runs
   ``--scheduling-policy priority``; vLLM silently ignores ``priority`` otherwise.
+  A command line that is not vLLM's says nothing of the policy: "unknown".
 - *Metrics*: sentinel's progress evidence comes from vLLM's ``/metrics``
   (``vllm:generation_tokens_total``, ``vllm:iteration_tokens_total``); without
-  them hangs are confirmed on canaries alone, more slowly.
-- *Canaries*: a canary kind that cannot be validated on this server, known
-  from the API server's command line (the structured kind behind
-  ``--reasoning-parser``), disables itself with a warning when sentinel runs;
-  the doctor names it beforehand.
+  them hangs are confirmed on canaries alone, more slowly: a note, since
+  ``sentinel run`` works without them.
+- *Canaries*: each kind is probed with one canary (what the server answers,
+  not what its command line suggests): one it cannot do (an image refused, an
+  endpoint missing) is set aside when sentinel runs, and one that cannot be
+  validated, known from a vLLM command line (the structured kind behind
+  ``--reasoning-parser``), disables itself; the doctor names both beforehand.
 - *Probe timing*: sentinel's windows against the kubelet's probe settings.
 - *A running sentinel* (``--sentinel URL``, :mod:`.running`): the canary kinds
   it set aside for this server, a server not answering.
@@ -40,16 +43,14 @@ from rich.console import Console
 from rich.table import Table
 
 from sentinel.canary.catalog import load_catalog
-from sentinel.canary.kinds import unvalidatable
-from sentinel.canary.protocol import ServerFacts
-from sentinel.canary.spec import CanaryKind, CanarySpec
+from sentinel.canary.spec import CanarySpec
 from sentinel.config.settings import Settings
 from sentinel.diagnostics import access, cgroup
 from sentinel.diagnostics.bundle import DEFAULT_BUDGET_S
 from sentinel.evidence.process_model import (
+    ProcessPatterns,
     ProcessSnapshot,
     SchedulingPolicy,
-    reasoning_parser,
     scheduling_policy,
 )
 
@@ -58,6 +59,7 @@ PROGRESS_COUNTERS = ("vllm:generation_tokens_total", "vllm:iteration_tokens_tota
 
 class Severity(StrEnum):
     OK = "ok"
+    NOTE = "note"  # worth knowing, nothing to fix: sentinel works without it
     WARN = "warn"
     PROBLEM = "problem"
     SKIPPED = "skipped"
@@ -240,11 +242,27 @@ def check_cpu(section: cgroup.CgroupSection) -> list[DoctorCheck]:
     return out
 
 
+def is_vllm(argv: Sequence[str]) -> bool:
+    """Whether a command line is vLLM's API server's (``vllm serve``, its module)."""
+    joined = " ".join(argv)
+    return any(pattern in joined for pattern in ProcessPatterns().api)
+
+
 def check_scheduling_policy(api_cmdlines: Sequence[Sequence[str]]) -> DoctorCheck:
-    """Pure: is canary priority honoured by every visible API server?"""
+    """Pure: is canary priority honoured by every visible API server?
+
+    Only a vLLM command line says: another server's flags (llama.cpp, a
+    gateway) mean something else or nothing, so its policy is "unknown".
+    """
     if not api_cmdlines:
         why = "no vLLM API server visible (shareProcessNamespace?); cannot tell the policy"
         return DoctorCheck("priority", Severity.SKIPPED, why)
+    foreign = [" ".join(argv)[:80] for argv in api_cmdlines if not is_vllm(argv)]
+    if foreign:
+        why = (
+            f"the server's command line is not vLLM's ({foreign[0]}); canary priority may not apply"
+        )
+        return DoctorCheck("priority", Severity.SKIPPED, "scheduling policy unknown", why)
     # The run's own reading: a title set with setproctitle is one argument
     # holding the whole command line, split on whitespace there.
     policies = [(scheduling_policy(argv) or SchedulingPolicy.FCFS).value for argv in api_cmdlines]
@@ -259,37 +277,6 @@ def check_scheduling_policy(api_cmdlines: Sequence[Sequence[str]]) -> DoctorChec
     )
 
 
-def check_canary_kinds(
-    api_cmdlines: Sequence[Sequence[str]], specs: Sequence[CanarySpec]
-) -> list[DoctorCheck]:
-    """Pure: which canary kinds will disable themselves on this server, and why.
-
-    The same rule ``sentinel run`` applies (each kind's ``unvalidatable``), on
-    the same command-line facts, so the doctor names what the run will log as
-    ``canary_kind_disabled``.
-    """
-    if not api_cmdlines:
-        why = "no vLLM API server visible; cannot tell which canary kinds can be validated"
-        return [DoctorCheck("canaries", Severity.SKIPPED, why)]
-    found: dict[CanaryKind, str] = {}
-    parsers: set[str] = set()
-    for argv in api_cmdlines:
-        facts = ServerFacts(reasoning_parser=reasoning_parser(argv))
-        if facts.reasoning_parser is not None:
-            parsers.add(facts.reasoning_parser)
-        for kind, why in unvalidatable(specs, facts).items():
-            found.setdefault(kind, why)
-    if found:
-        return [
-            DoctorCheck("canaries", Severity.WARN, f"{kind} canaries will disable themselves", why)
-            for kind, why in found.items()
-        ]
-    kept = f"--reasoning-parser {', '.join(sorted(parsers))}; " if parsers else ""
-    kinds = ", ".join(sorted({s.kind.value for s in specs if s.enabled}))
-    ok = "every enabled canary kind can be validated on this server"
-    return [DoctorCheck("canaries", Severity.OK, ok, f"{kept}kinds: {kinds}")]
-
-
 def check_processes(snapshot: ProcessSnapshot) -> list[DoctorCheck]:
     """Pure: the attribution and each piece of process evidence (off: what grants it)."""
     return [DoctorCheck("processes", Severity(s), *f) for s, *f in access.findings(snapshot)]
@@ -299,7 +286,10 @@ def check_metrics(text: str | None, error: str | None = None) -> DoctorCheck:
     """Pure: does vLLM's ``/metrics`` carry the progress counters sentinel relies on?"""
     if text is None:
         return DoctorCheck(
-            "metrics", Severity.PROBLEM, f"vLLM /metrics unreachable: {error or 'no answer'}"
+            "metrics",
+            Severity.NOTE,
+            f"no /metrics: {error or 'no answer'}",
+            "progress evidence off; sentinel run still works, confirming hangs on canaries alone",
         )
     try:
         families = text_string_to_metric_families(text)
@@ -307,6 +297,13 @@ def check_metrics(text: str | None, error: str | None = None) -> DoctorCheck:
     except ValueError as exc:
         return DoctorCheck("metrics", Severity.PROBLEM, f"vLLM /metrics unparsable: {exc}")
     missing = [c for c in PROGRESS_COUNTERS if c not in names and f"{c}_count" not in names]
+    if missing and not any(name.startswith("vllm:") for name in names):
+        return DoctorCheck(
+            "metrics",
+            Severity.NOTE,
+            "/metrics carries no vLLM series (a server that is not vLLM)",
+            "progress evidence off; sentinel run still works, confirming hangs on canaries alone",
+        )
     if missing:
         return DoctorCheck(
             "metrics",
@@ -332,7 +329,12 @@ async def fetch_metrics(
     return response.text, None
 
 
-_STYLE = {Severity.OK: "green", Severity.WARN: "yellow", Severity.PROBLEM: "bold red"}
+_STYLE = {
+    Severity.OK: "green",
+    Severity.NOTE: "cyan",
+    Severity.WARN: "yellow",
+    Severity.PROBLEM: "bold red",
+}
 
 
 def render_report(report: DoctorReport, console: Console | None = None) -> None:

@@ -4,7 +4,8 @@ A 60 MB exposition or stack dump must never be encoded whole just to learn its
 size: sizes are counted a piece at a time, and texts are cut to their byte
 budget on a line boundary so the kept part of an exposition still parses. The
 daemon uses :func:`kept_metrics` too, to send a capture child only what its
-bundle will keep.
+bundle will keep. A bundle still over its cap loses whole sections
+(:func:`fit`), the long texts first.
 """
 
 from __future__ import annotations
@@ -85,3 +86,24 @@ def json_size(value: Any) -> int:
     """
     encoder = json.JSONEncoder(indent=1, default=str)
     return sum(len(piece) for piece in encoder.iterencode(value))
+
+
+# Sections that may be dropped whole, in the order they go when a bundle is too large.
+_TEXTS = ("metrics", "stacks", "watchdog")  # the long texts: dropped first
+DROPPABLE_SECTIONS = (*_TEXTS, "samples", "canary_history", "processes", "cgroup", "gpu")
+
+
+def fit(bundle: dict[str, Any], limit: int) -> None:
+    """Drop the largest droppable sections until the bundle's JSON fits ``limit`` bytes."""
+    sizes = {
+        name: json_size(bundle[name]) for name in DROPPABLE_SECTIONS if bundle.get(name) is not None
+    }
+    total = json_size(bundle)
+    for name, size in sorted(sizes.items(), key=lambda item: -item[1]):
+        if total <= limit:
+            return
+        bundle[name] = {"truncated": True, "truncated_bytes": size}
+        total -= size - json_size(bundle[name])
+        bundle.setdefault("section_errors", {})[name] = (
+            f"dropped: {size} bytes would exceed the bundle cap of {limit} bytes"
+        )

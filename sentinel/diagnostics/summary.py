@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from sentinel.diagnostics.headline import HANG_SUFFIX, unanswered
 from sentinel.diagnostics.stuck import stuck_lines
 from sentinel.diagnostics.watchdog import summary_lines as watchdog_lines
 
@@ -28,6 +29,7 @@ def render_summary(bundle: Mapping[str, Any]) -> str:
         "",
         f"incident  {bundle['id']}",
         f"trigger   {bundle['trigger']['kind']}: {bundle['trigger']['reason']}",
+        *_suspicion_line(str(bundle["trigger"]["kind"])),
         *stuck_lines(bundle.get("stuck")),
         f"captured  {bundle['started_at']} in {bundle['duration_s']:.2f} s",
         f"sentinel  {bundle['sentinel']['version']}",
@@ -72,6 +74,11 @@ def render_summary(bundle: Mapping[str, Any]) -> str:
         )
     for event in g.get("xid_events") or []:
         lines.append(f"  XID {event['xid']} on gpu{event['device_index']}")
+    now = (bundle.get("clock") or {}).get("monotonic")
+    if isinstance(now, int | float):  # an older bundle has no clock to age them by
+        late = unanswered(bundle.get("canary_history") or {}, bundle.get("outstanding") or {}, now)
+        lines += ["", "canaries unanswered (oldest first):"]
+        lines += [f"  {u.line()}" for u in late] or ["  (none: every kind's last canary passed)"]
     lines += ["", "canaries (last per kind):"]
     for kind, results in _mapped(bundle.get("canary_history")).items():
         if isinstance(results, list) and results:
@@ -82,6 +89,9 @@ def render_summary(bundle: Mapping[str, Any]) -> str:
     scrapes = _listed(bundle.get("metrics"))
     cut = sum(m.get("truncated_bytes", 0) for m in scrapes)
     lines.append(f"metrics   {len(scrapes)} scrape(s) kept" + (f", {cut} bytes cut" if cut else ""))
+    samples = [s["at"] for s in _listed(bundle.get("samples")) if isinstance(s, dict) and "at" in s]
+    if samples:
+        lines.append(f"samples   {len(samples)} over {max(samples) - min(samples):.0f} s")
     lines += watchdog_lines(bundle.get("watchdog"))
     if bundle.get("section_errors"):
         lines += ["", "sections that failed:"]
@@ -99,6 +109,13 @@ def render_summary(bundle: Mapping[str, Any]) -> str:
             lines.append(f"Process {pid}: no stacks ({dump['error']})")
         lines.append("")
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _suspicion_line(trigger: str) -> list[str]:
+    """Says so when no hang was confirmed yet: the confirmed one's bundle follows, drawn red."""
+    if trigger.endswith(HANG_SUFFIX) or trigger == "on-demand":
+        return []
+    return ["          (a suspicion: a confirmed hang gets a bundle of its own, taken once it is)"]
 
 
 def _listed(section: Any) -> list[Any]:

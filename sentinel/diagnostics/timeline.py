@@ -5,14 +5,17 @@ to the kubelet (a lane each for liveness, readiness and startup, green while
 passing, red while failing, a red span labelled with the hang kinds behind
 it), the canaries by kind (each a bar from its send to its answer, green when
 it passed, red when it failed, the failure's reason beside the last one),
-vLLM's progress counters from each kept ``/metrics`` scrape (generated and
-prompt tokens, finished requests), and its queue gauges (running, waiting).
+vLLM's progress as rates over the bundle's minutes of samples (generated and
+prompt tokens, finished requests per second: a hang is where they fall flat;
+an older bundle draws its few kept scrapes' counters instead), and its queue
+gauges (running, waiting).
 The capture is the vertical line at 0, labelled with its trigger and cause;
 the restart is a dashed red line where liveness turned red to ask the kubelet
 for it, labelled with the hang kinds (the capture is taken before the kubelet
 acts on it, so its kill is not in the bundle).
 
-The time axis spans the canaries and scrapes (and any restart ask); an
+The time axis spans the canaries and samples (and any restart ask), at most
+the samples' window (:data:`sentinel.diagnostics.window.WINDOW_S`); an
 answer that flipped long before (startup passed an hour ago) is drawn from
 the axis's left edge, so old history never squeezes the incident.
 
@@ -33,6 +36,8 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from sentinel.diagnostics import window
+
 TIMELINE_FILE = "timeline.png"
 # The counters and gauges drawn, vLLM's names (each summed over its label sets).
 PROGRESS = {
@@ -41,6 +46,14 @@ PROGRESS = {
     "vllm:request_success": "finished requests",
 }
 GAUGES = {"vllm:num_requests_running": "running", "vllm:num_requests_waiting": "waiting"}
+# Where each drawn metric sits in a bundle's samples (sentinel.diagnostics.window).
+SAMPLED = {
+    "vllm:generation_tokens": ("counters", "generation_tokens"),
+    "vllm:prompt_tokens": ("counters", "prompt_tokens"),
+    "vllm:request_success": ("counters", "completions"),
+    "vllm:num_requests_running": ("gauges", "running"),
+    "vllm:num_requests_waiting": ("gauges", "waiting"),
+}
 PROBES = ("liveness", "readiness", "startup")  # the answers' lanes, top to bottom
 ANSWERS_TITLE = "probe answers (green passing, red failing)"
 RESTART_LABEL = "restart asked"
@@ -72,6 +85,24 @@ def series(bundle: Mapping[str, Any]) -> dict[str, list[tuple[float, float]]]:
     return out
 
 
+def sampled(bundle: Mapping[str, Any]) -> dict[str, list[tuple[float, float]]]:
+    """The bundle's minutes of samples, seconds before the capture: work as rates, and gauges.
+
+    Keyed by vLLM's names, like :func:`series`; empty for a bundle without
+    samples (older, or the section dropped for size), which draws its scrapes.
+    """
+    anchor = (bundle.get("clock") or {}).get("monotonic")
+    samples = bundle.get("samples")
+    if not isinstance(anchor, int | float) or not isinstance(samples, list):
+        return {}
+    out: dict[str, list[tuple[float, float]]] = {}
+    for metric, (group, name) in SAMPLED.items():
+        points = (window.rates if group == "counters" else window.gauge)(samples, name)
+        if points:
+            out[metric] = [(at - anchor, value) for at, value in points]
+    return out
+
+
 def canaries(bundle: Mapping[str, Any]) -> dict[str, list[tuple[float, float, bool, str]]]:
     """Each kind's canaries as (sent, answered, ok, reason), seconds before the capture."""
     clock = bundle.get("clock") or {}
@@ -89,6 +120,20 @@ def canaries(bundle: Mapping[str, Any]) -> dict[str, list[tuple[float, float, bo
             out.setdefault(str(kind), []).append(
                 (sent, answered, bool(result.get("ok")), str(result.get("reason", "")))
             )
+    return out
+
+
+def awaited(bundle: Mapping[str, Any]) -> dict[str, list[float]]:
+    """Each kind's canaries sent and not answered by the capture, seconds before it."""
+    anchor = (bundle.get("clock") or {}).get("monotonic")
+    section = bundle.get("outstanding")
+    if not isinstance(anchor, int | float) or not isinstance(section, Mapping):
+        return {}
+    out: dict[str, list[float]] = {}
+    for kind, sent in section.items():
+        times = [float(t) - anchor for t in sent if isinstance(t, int | float)]
+        if isinstance(sent, list) and times:
+            out[str(kind)] = sorted(times)
     return out
 
 
@@ -145,7 +190,8 @@ def figure(bundle: Mapping[str, Any]) -> Any:
     matplotlib.use("Agg")
     from matplotlib import pyplot
 
-    kinds, metrics = canaries(bundle), series(bundle)
+    kinds, rates = canaries(bundle), sampled(bundle)
+    metrics = rates or series(bundle)  # the raw scrapes where no samples were kept
     lanes, asks = answers(bundle), restarts(bundle)
     drawn, (lane, top, middle, bottom) = pyplot.subplots(
         4,
@@ -158,8 +204,9 @@ def figure(bundle: Mapping[str, Any]) -> Any:
     try:
         left = _left_edge(kinds, metrics, asks)
         _draw_answers(lane, lanes, asks, left)
-        _draw_canaries(top, kinds)
-        _draw_lines(middle, metrics, PROGRESS, "vLLM progress (counters)")
+        _draw_canaries(top, kinds, awaited(bundle))
+        progress = "vLLM progress (per second)" if rates else "vLLM progress (counters)"
+        _draw_lines(middle, metrics, PROGRESS, progress)
         _draw_lines(bottom, metrics, GAUGES, "vLLM queue (gauges)")
         cause = bundle.get("cause") or {}
         trigger = bundle.get("trigger") or {}
@@ -176,8 +223,10 @@ def figure(bundle: Mapping[str, Any]) -> Any:
             va="bottom",
             fontsize=8,
         )
+        if left is not None:
+            bottom.set_xlim(left - 1.0, max(0.5, -left * 0.04))
         bottom.set_xlabel("seconds before the capture")
-        drawn.suptitle(_title(bundle, str(cause.get("summary", ""))), fontsize=9)
+        drawn.suptitle(_title(bundle, str(cause.get("summary", "")), asks), fontsize=9)
         drawn.tight_layout()
     except BaseException:
         pyplot.close(drawn)
@@ -192,7 +241,7 @@ def draw(bundle: Mapping[str, Any]) -> tuple[bytes | None, str]:
     except ImportError:
         return (
             None,
-            "not drawn: matplotlib is not installed (pip install 'sentinel-probe[timeline]')",
+            "not drawn: matplotlib is not installed (the timeline extra: pip install matplotlib)",
         )
     from matplotlib import pyplot
 
@@ -201,7 +250,7 @@ def draw(bundle: Mapping[str, Any]) -> tuple[bytes | None, str]:
         drawn.savefig(out, format="png")
     finally:
         pyplot.close(drawn)
-    kinds, metrics = canaries(bundle), series(bundle)
+    kinds, metrics = canaries(bundle), sampled(bundle) or series(bundle)
     shown = f"{sum(len(v) for v in kinds.values())} canaries, {len(metrics)} metric series"
     flips = sum(len(v) for v in answers(bundle).values())
     if flips:
@@ -211,9 +260,12 @@ def draw(bundle: Mapping[str, Any]) -> tuple[bytes | None, str]:
     return out.getvalue(), shown
 
 
-def _title(bundle: Mapping[str, Any], cause: str) -> str:
+def _title(bundle: Mapping[str, Any], cause: str, asks: Sequence[tuple[float, str]]) -> str:
+    """The incident, the hang kinds that asked for the restart (else the trigger), the cause."""
     cut = cause if len(cause) <= 110 else cause[:107] + "..."
-    return f"sentinel incident {bundle.get('id', '')} at {bundle.get('started_at', '')}\n{cut}"
+    trigger = bundle.get("trigger") or {}
+    named = f"hang: {asks[-1][1]}" if asks and asks[-1][1] else f"trigger: {trigger.get('kind')}"
+    return f"sentinel incident {bundle.get('id', '')} ({named})\n{cut}"
 
 
 def _entries(section: Any) -> list[Mapping[str, Any]]:
@@ -226,11 +278,14 @@ def _left_edge(
     metrics: Mapping[str, Sequence[tuple[float, float]]],
     asks: Sequence[tuple[float, str]],
 ) -> float | None:
-    """Where the incident's data begins; None: nothing but the answers to place."""
+    """Where the incident's data begins, at most the samples' window before the capture.
+
+    None: nothing but the answers to place.
+    """
     times = [sent for results in kinds.values() for sent, *_ in results]
     times += [at for points in metrics.values() for at, _ in points]
     times += [at for at, _ in asks]
-    return min(times) if times else None
+    return max(min(times), -window.WINDOW_S) if times else None
 
 
 def _draw_answers(
@@ -274,11 +329,19 @@ def _draw_answers(
 
 
 def _draw_canaries(
-    axis: Any, kinds: Mapping[str, Sequence[tuple[float, float, bool, str]]]
+    axis: Any,
+    kinds: Mapping[str, Sequence[tuple[float, float, bool, str]]],
+    waiting: Mapping[str, Sequence[float]],
 ) -> None:
-    names = sorted(kinds)
+    names = sorted(set(kinds) | set(waiting))
     for row, kind in enumerate(names):
-        for sent, answered, ok, _ in kinds[kind]:
+        for sent in waiting.get(kind, ()):  # still unanswered at the capture
+            axis.plot(
+                [sent, max(0.0, sent + 0.05)], [row, row], color="tab:gray", linewidth=6, alpha=0.6
+            )
+        if waiting.get(kind):
+            axis.annotate("unanswered", (0.0, row), fontsize=7, va="center", ha="right")
+        for sent, answered, ok, _ in kinds.get(kind, ()):
             axis.plot(
                 [sent, max(answered, sent + 0.05)],
                 [row, row],
@@ -286,12 +349,12 @@ def _draw_canaries(
                 linewidth=6,
                 solid_capstyle="butt",
             )
-        failed = [(a, reason) for _, a, ok, reason in kinds[kind] if not ok]
+        failed = [(a, reason) for _, a, ok, reason in kinds.get(kind, ()) if not ok]
         if failed:
             axis.annotate(failed[-1][1], (failed[-1][0], row), fontsize=7, va="center")
     axis.set_yticks(range(len(names)), names or [])
     axis.set_ylim(-0.7, max(len(names), 1) - 0.3)
-    axis.set_title("canaries (green passed, red failed)", fontsize=9, loc="left")
+    axis.set_title("canaries (green passed, red failed, gray unanswered)", fontsize=9, loc="left")
 
 
 def _draw_lines(

@@ -40,6 +40,7 @@ from sentinel.diagnostics.store import (
     RetentionPolicy,
     incidents_payload,
 )
+from sentinel.diagnostics.window import SampleWindow
 from sentinel.telemetry.events import EventReason, EventReporter
 from sentinel.telemetry.logging import get_logger
 from sentinel.telemetry.metrics import SentinelMetrics
@@ -129,6 +130,8 @@ class IncidentRecorder:
         self._queue: asyncio.Queue[OpenIncident] = asyncio.Queue()
         self._events: asyncio.Queue[tuple[EventReason, str]] = asyncio.Queue()
         self._answers: Callable[[], Sequence[ProbeTransition]] | None = None
+        # The minutes of /metrics samples each capture keeps (fed by the daemon's observers).
+        self.samples = SampleWindow()
 
     @classmethod
     def build(
@@ -260,6 +263,8 @@ class IncidentRecorder:
 
     def _context(self, trigger: Trigger) -> DiagnosticsContext:
         context = self.context(trigger)
+        if samples := self.samples.recent():  # none kept (no scrape yet): the context as made
+            context = replace(context, samples=samples)
         if self._answers is None:
             return context
         return replace(context, probe_answers=tuple(self._answers()))

@@ -249,6 +249,8 @@ def _canaries(inputs: StatusInputs) -> dict[str, Any]:
             "enabled": record.enabled,
             "disabled_reason": record.disabled_reason or None,
             "fallback": record.fallback or None,  # how it is sent instead (a base model)
+            # "refused 2 of 5 before it is set aside": startup waits on it, and says so.
+            "set_aside_waiting": record.set_aside_waiting or None,
             "action": record.action.value,
             "outstanding_for": [_age(now, t) for t in record.outstanding],
             "last": [result_json(r, now) for r in results[-RECENT_RESULTS:]],

@@ -81,6 +81,7 @@ class Module(_Strict):
     api_key_file: Path | None = None
     model: str | None = Field(default=None, min_length=1, max_length=512)
     metrics: bool = True
+    strict: bool = False  # a kind the server cannot do fails the probe instead of being skipped
 
     @field_validator("kinds")
     @classmethod
@@ -129,6 +130,7 @@ class ModuleRuntime:
     model: str | None
     metrics: bool
     api_key: str | None
+    strict: bool = False
 
 
 def load_config(path: Path) -> ExporterConfig:
@@ -179,7 +181,9 @@ def prepare_modules(config: ExporterConfig, catalog: Catalog) -> Mapping[str, Mo
             key = read_api_key(module.api_key_file, env={}) if module.api_key_file else None
         except ConfigError as exc:
             raise ConfigError(f"modules.{name}.{exc}") from None
-        ready[name] = ModuleRuntime(name, kinds, module.timeout, module.model, module.metrics, key)
+        ready[name] = ModuleRuntime(
+            name, kinds, module.timeout, module.model, module.metrics, key, module.strict
+        )
     return ready
 
 

@@ -34,9 +34,9 @@ def tokens_per_second(result: CanaryResult) -> float | None:
     return (tokens - 1) / decoding if decoding > 0 else None
 
 
-def kind_success(results: Sequence[CanaryResult]) -> float | None:
+def kind_success(results: Sequence[CanaryResult], *, strict: bool = False) -> float | None:
     """1 when no canary of the kind failed and one passed; None when all were skipped."""
-    outcomes = [outcome(r) for r in results]
+    outcomes = [outcome(r, strict=strict) for r in results]
     if "fail" in outcomes:
         return 0.0
     return 1.0 if "ok" in outcomes else None
@@ -60,7 +60,7 @@ def render(probe: ProbeOutcome, duration: float) -> bytes:
     for result in probe.results:
         kinds.setdefault(result.kind, []).append(result)
     for kind, results in kinds.items():
-        value = kind_success(results)
+        value = kind_success(results, strict=probe.strict)
         if value is not None:
             success.labels(str(kind)).set(value)
         took.labels(str(kind)).set(sum(r.duration for r in results))

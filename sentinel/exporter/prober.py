@@ -77,6 +77,7 @@ class ProbeOutcome:
     failure: str | None = None
     detail: str = ""
     evidence: TargetEvidence | None = None
+    strict: bool = False  # the module's: a kind the server cannot do fails instead of skipping
 
     @property
     def success(self) -> bool:
@@ -86,8 +87,8 @@ class ProbeOutcome:
         return next((r for r in self.results if r.kind == CONTROL and r.ok), None)
 
 
-def first_failure(results: Sequence[CanaryResult]) -> CanaryResult | None:
-    return next((r for r in results if outcome(r) == "fail"), None)
+def first_failure(results: Sequence[CanaryResult], *, strict: bool = False) -> CanaryResult | None:
+    return next((r for r in results if outcome(r, strict=strict) == "fail"), None)
 
 
 class Prober:
@@ -143,13 +144,14 @@ class Prober:
             finally:
                 state = self._store.touch(target.base_url, self._clock())
                 state.own = state.own.plus(results)
+        strict = module.strict
         if failure is not None:
-            return ProbeOutcome(tuple(results), *failure, evidence=evidence)
-        failed = first_failure(results)
+            return ProbeOutcome(tuple(results), *failure, evidence=evidence, strict=strict)
+        failed = first_failure(results, strict=strict)
         if failed is not None:
             reason = failed.reason.value
-            return ProbeOutcome(tuple(results), reason, failed.detail, evidence)
-        return ProbeOutcome(tuple(results), evidence=evidence)
+            return ProbeOutcome(tuple(results), reason, failed.detail, evidence, strict)
+        return ProbeOutcome(tuple(results), evidence=evidence, strict=strict)
 
     async def _canaries(
         self, runner: CanaryRunner, module: ModuleRuntime, until: float, results: list[CanaryResult]

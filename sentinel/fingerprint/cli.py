@@ -17,6 +17,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +51,7 @@ def fingerprint_main(args: argparse.Namespace) -> int:
     rebaseline = args.action == "rebaseline"
     try:
         document = ask_sentinel(
-            str(args.url),
+            str(args.sentinel),
             "/fingerprint",
             method="POST" if rebaseline else "GET",
             timeout=args.timeout,
@@ -59,8 +61,27 @@ def fingerprint_main(args: argparse.Namespace) -> int:
     except ClientError as exc:
         print(f"sentinel fingerprint {args.action}: {exc.message}", file=sys.stderr)
         return exc.code
-    print(json.dumps(document, indent=2) if args.json else describe(document))
+    print(json.dumps(document, indent=2) if args.output == "json" else describe(document))
     return ExitCode.OK
+
+
+def taken_at(recorded_at: Any, now: float) -> str:
+    """An epoch as an operator reads it: ISO time in UTC and how long ago; else the raw value."""
+    if isinstance(recorded_at, bool) or not isinstance(recorded_at, int | float):
+        return f"at {recorded_at!r}"
+    try:
+        when = datetime.fromtimestamp(recorded_at, tz=UTC)
+    except (OverflowError, OSError, ValueError):
+        return f"at {recorded_at!r}"
+    age = max(0.0, now - recorded_at)
+    ago = (
+        f"{age:.0f} s"
+        if age < 120
+        else f"{age / 60:.0f} min"
+        if age < 7200
+        else f"{age / 3600:.1f} h"
+    )
+    return f"at {when.isoformat(timespec='seconds').replace('+00:00', 'Z')} ({ago} ago)"
 
 
 def describe(document: dict[str, Any]) -> str:
@@ -76,9 +97,8 @@ def describe(document: dict[str, Any]) -> str:
     if facts.get("pending"):
         lines.append(f"a new fingerprint is due: {facts['pending']}")
     elif isinstance(fingerprint, dict):
-        lines.append(
-            f"fingerprint taken at {fingerprint.get('recorded_at')}: {fingerprint.get('why')}"
-        )
+        taken = taken_at(fingerprint.get("recorded_at"), time.time())
+        lines.append(f"fingerprint taken {taken}: {fingerprint.get('why')}")
     else:
         lines.append("no fingerprint yet: the next check takes it")
     for check in facts.get("checks") or []:

@@ -1,6 +1,7 @@
 """``sentinel maintenance set|clear|show``: the /maintenance hook of a running sentinel.
 
-One request, with the bearer token read from ``--token-file`` (default
+One request to the sentinel named by ``--sentinel URL`` (default
+``http://127.0.0.1:8471``), with the bearer token read from ``--token-file`` (default
 ``$SENTINEL_MAINTENANCE_TOKEN_FILE``, which the sidecar's own environment sets,
 so ``kubectl exec ... -c sentinel -- sentinel maintenance show`` needs no flag).
 
@@ -14,32 +15,20 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
 from pathlib import Path
 from typing import Any
 
+from sentinel.cli_flags import add_output_flag, add_sentinel_flag, positive_seconds, sentinel_url
 from sentinel.config.loader import env_name
 from sentinel.exitcode import ExitCode
 from sentinel.maintenance.window import TokenError, read_token
 
-DEFAULT_URL = "http://127.0.0.1:8471"
 TOKEN_FILE_ENV = env_name("maintenance_token_file")
 METHODS = {"set": "POST", "clear": "DELETE", "show": "GET"}
 # Answers that a later, identical request may not get: worth a retry (exit 1).
 RETRYABLE = frozenset({408, 429})
-
-
-def positive_seconds(value: str) -> float:
-    """An argparse type: a positive, finite number of seconds."""
-    try:
-        seconds = float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {value!r}") from None
-    if not math.isfinite(seconds) or seconds <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {value!r}")
-    return seconds
 
 
 def add_maintenance_arguments(parser: argparse.ArgumentParser) -> None:
@@ -65,13 +54,11 @@ def add_maintenance_arguments(parser: argparse.ArgumentParser) -> None:
 
 def add_client_options(action: argparse.ArgumentParser) -> None:
     """The options every command talking to sentinel's HTTP port takes."""
-    action.add_argument(
-        "--url", default=DEFAULT_URL, help=f"sentinel's HTTP address (default {DEFAULT_URL})"
-    )
+    add_sentinel_flag(action)
     action.add_argument(
         "--timeout", type=positive_seconds, default=10.0, help="seconds (default 10)"
     )
-    action.add_argument("--json", action="store_true", help="print sentinel's JSON answer")
+    add_output_flag(action, text="a line or a few for people")
 
 
 class ClientError(Exception):
@@ -111,15 +98,16 @@ def ask_sentinel(
     """
     import httpx
 
-    url = url.rstrip("/")
-    if not url.startswith(("http://", "https://")):
-        raise ClientError(ExitCode.USAGE, f"--url must be an http:// or https:// URL, got {url!r}")
+    try:
+        url = sentinel_url(url)
+    except argparse.ArgumentTypeError as exc:
+        raise ClientError(ExitCode.USAGE, f"--sentinel {exc}") from None
     headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
     try:
         with httpx.Client(timeout=timeout, follow_redirects=False) as client:
             answer = client.request(method, url + path, json=body, headers=headers)
     except httpx.InvalidURL as exc:
-        raise ClientError(ExitCode.USAGE, f"--url {url!r}: {exc}") from exc
+        raise ClientError(ExitCode.USAGE, f"--sentinel {url!r}: {exc}") from exc
     except httpx.HTTPError as exc:
         raise ClientError(
             ExitCode.UNHEALTHY, f"no answer from {url}: {exc or type(exc).__name__}"
@@ -147,7 +135,7 @@ def maintenance_main(args: argparse.Namespace) -> int:
     body = {"seconds": args.seconds, "reason": args.reason} if args.action == "set" else None
     try:
         document = ask_sentinel(
-            str(args.url),
+            str(args.sentinel),
             "/maintenance",
             method=METHODS[args.action],
             timeout=args.timeout,
@@ -157,7 +145,8 @@ def maintenance_main(args: argparse.Namespace) -> int:
     except ClientError as exc:
         print(f"sentinel maintenance {args.action}: {exc.message}", file=sys.stderr)
         return exc.code
-    print(json.dumps(document, indent=2) if args.json else describe(args.action, document))
+    json_out = args.output == "json"
+    print(json.dumps(document, indent=2) if json_out else describe(args.action, document))
     return ExitCode.OK
 
 

@@ -37,6 +37,8 @@ class KindView(Protocol):
     @property
     def fallback(self) -> str: ...
     @property
+    def set_aside_waiting(self) -> str: ...
+    @property
     def latency_slo(self) -> float | None: ...
     @property
     def results(self) -> Iterable[CanaryResult]: ...
@@ -125,6 +127,7 @@ def freeze(
                 enabled=record.enabled,
                 disabled_reason=record.disabled_reason,
                 fallback=record.fallback,
+                set_aside_waiting=record.set_aside_waiting,
                 results=tuple(record.results),
                 outstanding=tuple(record.outstanding.values()),
                 outstanding_engines=tuple(record.aims.get(t) for t in record.outstanding),

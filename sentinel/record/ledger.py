@@ -59,6 +59,7 @@ class KindRecord:
     # What the kind sends instead of its spec's request in this epoch, and why
     # (the text canary on /v1/completions for a model without a chat template).
     fallback: str = ""
+    set_aside_waiting: str = ""  # "refused 2 of 5 before it is set aside" (scheduling.set_aside)
     results: deque[CanaryResult] = field(default_factory=lambda: deque(maxlen=HISTORY))
     controls: deque[CanaryResult | None] = field(default_factory=lambda: deque(maxlen=HISTORY))
     outstanding: dict[int, float] = field(default_factory=dict)  # token -> send time
@@ -79,7 +80,7 @@ class KindRecord:
         self.results.clear()
         self.controls.clear()
         self.enabled, self.disabled_reason = True, ""
-        self.fallback = ""
+        self.fallback = self.set_aside_waiting = ""
 
 
 class Ledger:
@@ -309,7 +310,7 @@ class Ledger:
 
     def disable(self, kind: CanaryKind, reason: str) -> None:
         record = self.records[kind]
-        record.enabled, record.disabled_reason = False, reason
+        record.enabled, record.disabled_reason, record.set_aside_waiting = False, reason, ""
 
     def fall_back(self, kind: CanaryKind, note: str) -> None:
         """The kind sends its fallback request for the rest of this epoch (a new one clears it)."""

@@ -51,7 +51,7 @@ from sentinel.scheduling.auto_sleep import SKIP_REASON as AUTO_SLEEP_SKIP
 from sentinel.scheduling.auto_sleep import CanaryHold
 from sentinel.scheduling.late import LateAnswers
 from sentinel.scheduling.served_model import ServedModel
-from sentinel.scheduling.set_aside import set_aside_reason
+from sentinel.scheduling.set_aside import review
 from sentinel.scheduling.suspicion import Suspicion
 from sentinel.scheduling.text_fallback import TextRoute
 from sentinel.telemetry.logging import get_logger
@@ -220,9 +220,11 @@ class Scheduler:
         record = ledger.records.get(spec.kind)
         if record is None or not record.enabled or spec.kind == kinds.CONTROL:
             return
-        if ledger.startup_passed or epoch != ledger.epoch:
+        if epoch != ledger.epoch:
             return
-        why = set_aside_reason(record.results)
+        waiting, why = review(record, started=ledger.startup_passed)
+        if waiting is not None:
+            log.info("canary_kind_refused", canary=spec.name, kind=spec.kind.value, why=waiting)
         if why is not None:
             ledger.disable(spec.kind, why)
             log.warning("canary_kind_set_aside", canary=spec.name, kind=spec.kind.value, why=why)

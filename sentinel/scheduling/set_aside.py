@@ -18,6 +18,7 @@ chat the same way, it asks the engine for a plain completion instead
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Protocol
 
 from sentinel.canary.result import CanaryResult, Reason
 
@@ -43,6 +44,29 @@ def refused_capability(result: CanaryResult) -> bool:
     )
 
 
+def waiting_to_set_aside(results: Iterable[CanaryResult]) -> str | None:
+    """How far a kind is on its way to being set aside (None: it is not on its way).
+
+    Said in ``/status`` and the log while it waits, so that the startup that
+    takes :data:`SET_ASIDE_AFTER` refusals (about 41 s at the path kinds'
+    cadence) is no silence: "refused 2 of 5 before it is set aside".
+    """
+    seen = list(results)
+    if any(r.ok for r in seen):
+        return None
+    count = 0
+    for result in reversed(seen):
+        if not never_conclusive(result):
+            break
+        count += 1
+    if not 0 < count < SET_ASIDE_AFTER:
+        return None
+    newest = seen[-1]
+    what = "inconclusive" if newest.reason is Reason.INCONCLUSIVE else "refused"
+    said = f" (HTTP {newest.http_status})" if what == "refused" else ""
+    return f"{what} {count} of {SET_ASIDE_AFTER} before it is set aside{said}"
+
+
 def set_aside_reason(results: Iterable[CanaryResult]) -> str | None:
     """Why to set a kind aside for this epoch (its results, oldest first), or None."""
     seen = list(results)
@@ -59,3 +83,25 @@ def set_aside_reason(results: Iterable[CanaryResult]) -> str | None:
     said = newest.detail.removeprefix(f"HTTP {newest.http_status}: ")
     detail = f": {said[:160]}" if said else ""
     return f"set aside for this server: {len(last)} canaries in a row {what}{detail}"
+
+
+class _Record(Protocol):
+    """What :func:`review` reads and writes of a kind's ledger record."""
+
+    @property
+    def results(self) -> Iterable[CanaryResult]: ...
+
+    set_aside_waiting: str
+
+
+def review(record: _Record, *, started: bool) -> tuple[str | None, str | None]:
+    """One kind after its canary: (the wait to say, newly; why to set it aside now).
+
+    Keeps ``record.set_aside_waiting`` (what ``/status`` and ``/startupz``
+    show) up to date, and returns it only when it changed, so the log says
+    each step once. After startup nothing is set aside, nor waited for.
+    """
+    waiting = None if started else waiting_to_set_aside(record.results)
+    changed = (waiting or "") != record.set_aside_waiting
+    record.set_aside_waiting = waiting or ""
+    return (waiting if changed else None), (None if started else set_aside_reason(record.results))

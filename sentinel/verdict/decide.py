@@ -292,11 +292,16 @@ def _hysteresis(
 
 
 def _why_not_started(kind: KindEvidence, epoch_started: float) -> str:
-    """``structured`` or ``structured (last: bad_body: ...)``: the kind and its last failure."""
+    """``structured`` or ``structured (last: bad_body: ...)``: the kind and its last failure.
+
+    A kind on its way to being set aside says how far ("refused 2 of 5 before
+    it is set aside"), so a startup that waits for it is not silent.
+    """
     last = next((r for r in reversed(kind.results) if r.started >= epoch_started), None)
-    note = f"{kind.fallback}; " if kind.fallback else ""
+    said = "; ".join(n for n in (kind.fallback, kind.set_aside_waiting) if n)
+    note = f"{said}; " if said else ""
     if last is None:
-        return f"{kind.kind.value} ({kind.fallback})" if note else kind.kind.value
+        return f"{kind.kind.value} ({said})" if note else kind.kind.value
     detail = f": {last.detail[:120]}" if last.detail else ""
     return f"{kind.kind.value} ({note}last: {last.reason.value}{detail})"
 

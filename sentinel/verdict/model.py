@@ -138,6 +138,8 @@ class KindEvidence:
     # (empty: as configured): the text canary on /v1/completions for a base
     # model without a chat template (:mod:`sentinel.scheduling.text_fallback`).
     fallback: str = ""
+    # On its way to being set aside before startup, said while it waits (empty: not).
+    set_aside_waiting: str = ""
     results: tuple[CanaryResult, ...] = ()  # oldest first
     outstanding: tuple[float, ...] = ()  # send times of canaries still in flight
     # The data-parallel engine each of ``outstanding`` was aimed at (aligned

@@ -557,8 +557,18 @@ async def test_sim_engine_hang_end_to_end(tmp_path: Path) -> None:
     for first, *later in starts.values():
         assert len(later) <= 1, [first, *later]
         assert all(not first.ok and p.duration > first.duration for p in later), [first, *later]
-    paths = report.write([(summary, record)], tmp_path / "report", latest=tmp_path / "latest")
+    docs = tmp_path / "docs"
+    paths = report.write(
+        [(summary, record)],
+        tmp_path / "report",
+        latest=tmp_path / "latest",
+        docs=docs,
+        docs_name="sim-report",
+    )
     for path in (paths["png"], tmp_path / "report" / "sim-engine-hang-short.png"):
         assert path.stat().st_size > 10_000
     assert "| sim-engine-hang-short | sim | engine_hang |" in paths["markdown"].read_text()
     assert (tmp_path / "latest" / "report.json").exists()
+    # The committed table is the run's own (make chaos-sim), never copied by hand.
+    assert (docs / "sim-report.md").read_text() == paths["markdown"].read_text()
+    assert sorted(p.name for p in docs.iterdir()) == ["sim-report.md", "sim-report.png"]

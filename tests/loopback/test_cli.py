@@ -113,7 +113,7 @@ def test_probe_healthy_and_hung(sim: SimProcess) -> None:
     assert "structured" in healthy.stdout
     sim.control.set_fault("engine_hang")
     try:
-        hung = sentinel("probe", "--timeout", "2", "--json", sim.base_url)
+        hung = sentinel("probe", "--timeout", "2", "--output", "json", sim.base_url)
     finally:
         sim.control.clear_all()
     assert hung.returncode == 1, hung.stdout + hung.stderr

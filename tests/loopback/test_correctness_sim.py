@@ -199,7 +199,7 @@ async def test_operator_rebaseline_takes_the_maintenance_token(
         refused = await sidecar.client.post(sidecar.url + "/fingerprint", json={"reason": "x"})
         assert refused.status_code == 401
         assert (await _fingerprint(sidecar))["fingerprint"] == before["fingerprint"]
-        argv = ["fingerprint", "rebaseline", "--url", sidecar.url, "--token-file", str(token)]
+        argv = ["fingerprint", "rebaseline", "--sentinel", sidecar.url, "--token-file", str(token)]
         code = await asyncio.to_thread(main, [*argv, "--reason", "new checkpoint"])
         assert code == 0
 
@@ -208,4 +208,6 @@ async def test_operator_rebaseline_takes_the_maintenance_token(
             return fingerprint is not None and "new checkpoint" in fingerprint["why"]
 
         await eventually(retaken, 20, "a fingerprint re-taken on the operator's word")
-        assert await asyncio.to_thread(main, ["fingerprint", "show", "--url", sidecar.url]) == 0
+        assert (
+            await asyncio.to_thread(main, ["fingerprint", "show", "--sentinel", sidecar.url]) == 0
+        )

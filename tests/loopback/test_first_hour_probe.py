@@ -150,6 +150,7 @@ def test_json_flag_is_still_an_alias(no_logprobs: NoLogprobsProxy) -> None:
     done = sentinel("probe", "--json", "--kind", "text", f"127.0.0.1:{no_logprobs.port}")
     assert done.returncode == 0, done.stdout + done.stderr
     assert json.loads(done.stdout)["healthy"] is True
+    assert "--json is deprecated; use --output json" in done.stderr
 
 
 def test_hung_server_exits_1(sim: SimProcess) -> None:

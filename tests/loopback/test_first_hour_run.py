@@ -6,7 +6,9 @@ from, nothing else; ``demo --fast`` runs its whole timeline and exits 0.
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -17,6 +19,7 @@ import pytest
 
 from sentinel.commands.demo import FAST_FLAGS, demo_flags
 from sentinel.config.loader import load_settings
+from sentinel.diagnostics.timeline import answers, restarts, sampled
 
 
 def sentinel(
@@ -92,4 +95,24 @@ def test_demo_fast_runs_its_timeline_and_exits_0(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "PASS: hang detected" in done.stdout
-    assert "diagnostics written" in done.stdout
+    # The printed bundle is the stored (renamed) one, with its picture (issue 40, done-when 4).
+    written = re.search(r"diagnostics written: (\S+) \(", done.stdout)
+    assert written is not None, done.stdout
+    bundle = Path(written.group(1))
+    assert not bundle.name.startswith(".")
+    assert bundle.is_dir()
+    assert f"timeline {bundle / 'timeline.png'}" in done.stdout
+    assert (bundle / "timeline.png").is_file()
+    # Its picture's data: liveness red (the restart asked), progress flat before it.
+    data = json.loads((bundle / "bundle.json").read_text())
+    asked = restarts(data)
+    assert asked
+    assert asked[-1][1] == "dead"
+    red = [span for span in answers(data)["liveness"] if not span[2]]
+    assert red
+    assert red[-1][0] == asked[-1][0]
+    progress = sampled(data)["vllm:generation_tokens"]
+    assert any(rate > 0 for at, rate in progress if at < red[-1][0])  # worked, then ...
+    before = [rate for at, rate in progress if red[-1][0] - 1.5 <= at <= red[-1][0]]
+    assert before
+    assert all(rate == 0.0 for rate in before)

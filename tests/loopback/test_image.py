@@ -6,7 +6,9 @@ command to run by hand. Where one answers, the image is built from this
 checkout, and three things are checked of it: the entry point is sentinel
 (``sentinel --version`` prints the package's version), it runs as uid 10001
 with no shell login, and ``sentinel check-config`` judges the shipped example
-configuration inside it. The image is removed afterwards.
+configuration inside it. The image is removed afterwards. Where no daemon
+answers, tests/package/test_image_recipe.py still runs the builder stage's
+steps and the entry point.
 """
 
 from __future__ import annotations

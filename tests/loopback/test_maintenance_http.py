@@ -376,7 +376,7 @@ async def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str,
 
 
 def target(served: Served, token_file: Path | None = None) -> Sequence[str]:
-    return ("--url", served.http.url, "--token-file", str(token_file or served.token_file))
+    return ("--sentinel", served.http.url, "--token-file", str(token_file or served.token_file))
 
 
 async def test_cli_sets_shows_and_clears(
@@ -398,7 +398,7 @@ async def test_cli_sets_shows_and_clears(
     code, out, _ = await cli(capsys, "maintenance", "show", *target(served))
     assert code == ExitCode.OK
     assert out.strip() == "maintenance window: 60 s left of 90 s (set 30 s ago): rl step"
-    code, out, _ = await cli(capsys, "maintenance", "show", "--json", *target(served))
+    code, out, _ = await cli(capsys, "maintenance", "show", "--output", "json", *target(served))
     assert json.loads(out)["maintenance"]["remaining"] == 60.0
 
     code, out, _ = await cli(capsys, "maintenance", "clear", *target(served))
@@ -437,7 +437,7 @@ async def test_cli_without_an_answer_exits_1(
     url = served.http.url
     await served.http.stop()  # the port is closed now
     code, _, err = await cli(
-        capsys, "maintenance", "show", "--url", url, "--token-file", str(served.token_file)
+        capsys, "maintenance", "show", "--sentinel", url, "--token-file", str(served.token_file)
     )
     assert code == ExitCode.UNHEALTHY
     assert f"no answer from {url}" in err
@@ -469,7 +469,7 @@ async def test_cli_as_a_process_reads_the_token_file_from_the_environment(
         "45",
         "--reason",
         "from a process",
-        "--url",
+        "--sentinel",
         served.http.url,
         env=env,
         cwd=ROOT,

@@ -80,11 +80,11 @@ async def test_status_opens_with_the_summary_and_ends_with_the_configuration(
         assert isinstance(status["version"], str)  # sentinel's release; revision counts changes
         assert isinstance(status["revision"], int)
 
-        code, out, _ = await cli("status", sidecar.url)
+        code, out, _ = await cli("status", "--sentinel", sidecar.url)
         assert code == 0, out
         for word in ("liveness", "readiness", "startup", sim.base_url):
             assert word in out, out
-        code, out, _ = await cli("status", sidecar.url, "--output", "json")
+        code, out, _ = await cli("status", "--sentinel", sidecar.url, "--output", "json")
         assert code == 0
         assert next(iter(json.loads(out))) == "summary"
 
@@ -98,7 +98,7 @@ async def test_status_opens_with_the_summary_and_ends_with_the_configuration(
         assert summary["liveness"]["ok"] is False
         assert summary["hang"]["kind"] == "engine", summary
         assert summary["hang"]["age"] >= 0
-        code, out, _ = await cli("status", sidecar.url)
+        code, out, _ = await cli("status", "--sentinel", sidecar.url)
         assert code == 1
         assert "engine (restart)" in out, out
         sim.control.clear_all()
@@ -130,14 +130,14 @@ async def test_a_dead_target_is_named_unreachable_in_startupz_and_the_summary() 
         assert status["summary"]["startup"]["reason"].startswith("target unreachable")
         assert status["sections"]["reachability"]["unreachable"] == "connection refused"
         # Liveness stays green: a server that never answered is no hang.
-        code, out, _ = await cli("status", sidecar.url)
+        code, out, _ = await cli("status", "--sentinel", sidecar.url)
         assert code == 0
         assert "unreachable" in out
 
 
 async def test_cli_says_in_one_line_that_no_sidecar_answers() -> None:
     url = f"http://127.0.0.1:{dead_port()}"
-    code, out, err = await cli("status", url, "--timeout", "2")
+    code, out, err = await cli("status", "--sentinel", url, "--timeout", "2")
     assert code == 2
     assert out == ""
     assert err.count("\n") == 1

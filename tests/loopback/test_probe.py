@@ -171,10 +171,12 @@ def parse(*argv: str) -> argparse.Namespace:
 
 
 def test_arguments_parse() -> None:
-    args = parse("http://a", "http://b", "--kind", "text", "--kind", "structured", "--json")
+    args = parse(
+        "http://a", "http://b", "--kind", "text", "--kind", "structured", "--output", "json"
+    )
     assert args.urls == ["http://a", "http://b"]
     assert args.kinds == ["text", "structured"]
-    assert args.json
+    assert args.output == "json"
     assert (args.timeout, args.concurrency, args.probes, args.api_key_file) == (None, 4, None, None)
 
 
@@ -187,9 +189,9 @@ def test_unknown_kind_is_a_usage_error() -> None:
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["ftp://a"], "not an http(s) URL"),
+        (["ftp://a"], "must be an http:// or https:// URL"),
+        (["http://[::1"], "not a URL (Invalid IPv6 URL)"),
         (["http://a", "--concurrency", "0"], "--concurrency"),
-        (["http://a", "--timeout", "-1"], "--timeout"),
         (["http://a", "--api-key-file", "/nonexistent/key"], "cannot read /nonexistent/key"),
     ],
 )
@@ -235,7 +237,7 @@ def test_unreachable_target_exits_1_with_json(
     monkeypatch.delenv("SENTINEL_API_KEY_FILE", raising=False)
     monkeypatch.setenv("SENTINEL_API_KEY", "sk-env-key")
     port = free_port()
-    assert probe_main(parse(f"http://127.0.0.1:{port}", "--json", "--timeout", "2")) == 1
+    assert probe_main(parse(f"http://127.0.0.1:{port}", "--output", "json", "--timeout", "2")) == 1
     out = capsys.readouterr().out
     document = json.loads(out)
     assert document["targets"][0]["error_reason"] == "connect"

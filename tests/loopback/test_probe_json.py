@@ -72,7 +72,7 @@ def probe_piped(url: str) -> subprocess.CompletedProcess[str]:
             "-m",
             "sentinel",
             "probe",
-            "--json",
+            "--output=json",
             "--timeout",
             str(PROBE_TIMEOUT_S),
             url,

@@ -55,7 +55,7 @@ def test_the_registry_says_which_kinds_are_paired_idle_gated_and_skip_when_unsup
     }
     assert said == {
         CanaryKind.TEXT: (False, True, False),  # the control, stood in for by real traffic
-        CanaryKind.STRUCTURED: (True, False, False),
+        CanaryKind.STRUCTURED: (True, False, True),  # a server without response_format
         CanaryKind.MULTIMODAL: (True, False, True),  # a text-only model takes no image
         correctness: (True, False, True),  # reads its control; no logprobs: no fingerprint
     }

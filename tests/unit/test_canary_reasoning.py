@@ -24,7 +24,8 @@ from sentinel.canary.result import Reason
 from sentinel.canary.runner import CanaryRunner
 from sentinel.canary.spec import COMPLETIONS_ENDPOINT, CanaryKind, CanarySpec
 from sentinel.config.settings import Settings
-from sentinel.diagnostics.doctor import Severity, check_canary_kinds
+from sentinel.diagnostics.doctor import Severity
+from sentinel.diagnostics.doctor_kinds import check_canary_kinds
 from sentinel.evaluation.evaluator import Evaluator
 from sentinel.evaluation.health import HealthState
 from sentinel.evaluation.incidents import IncidentRecorder

@@ -37,6 +37,8 @@ def _everything_set() -> DiagnosticsContext:
         metrics_text=((1.0, "a 1\n"), (2.0, "é 2\n"), (3.0, "c 3\n")),
         metrics_cut=(0, 5, 7),
         canary_history={"text": (result,)},
+        outstanding={"structured": [97.5, 99.0]},
+        samples=({"at": 98.0, "counters": {"completions": 3.0}, "gauges": {"running": 1.0}},),
         probe_answers=(
             ProbeTransition(90.0, "startup", True, "every kind passed"),
             ProbeTransition(99.5, "liveness", False, "engine hang", ("engine", "text"), True),

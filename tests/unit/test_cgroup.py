@@ -178,7 +178,11 @@ def test_metrics_check() -> None:
     missing = check_metrics(only_gen)
     assert missing.severity is Severity.PROBLEM
     assert "vllm:iteration_tokens_total" in missing.summary
-    assert check_metrics(None, "refused").severity is Severity.PROBLEM
+    # No /metrics at all, or another server's: a note, since sentinel run works without them.
+    absent = check_metrics(None, "HTTP 404")
+    assert absent.severity is Severity.NOTE
+    assert "run still works" in absent.detail
+    assert check_metrics("llamacpp:tokens_predicted_total 4\n").severity is Severity.NOTE
 
 
 async def test_fetch_metrics_through_a_transport() -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from prometheus_client.parser import text_string_to_metric_families
 
 from sentinel.canary.result import CanaryResult, Reason
@@ -83,3 +85,35 @@ def test_tokens_per_second_needs_two_tokens_and_a_first_token_time() -> None:
     assert tokens_per_second(result("text", completion_tokens=5)) is None
     assert tokens_per_second(result("text", ttft=0.5, completion_tokens=5)) is None
     assert tokens_per_second(result("text", ttft=0.1, tokens_received=3)) == 2 / 0.4
+
+
+def _exporter_doc_names() -> set[str]:
+    from sentinel.config.reference import DOCS
+
+    text = (DOCS / "exporter.md").read_text(encoding="utf-8")
+    return set(re.findall(r"^\| `([a-z_:*]+)` \|", text, re.MULTILINE))
+
+
+def test_every_series_of_both_exporter_answers_is_in_docs_exporter_md() -> None:
+    """docs/exporter.md is hand-written: every family of a /probe or /metrics answer is in it."""
+    from sentinel.exporter.own_metrics import ExporterMetrics
+    from sentinel.exporter.state import TargetStore
+
+    evidence = TargetEvidence(
+        running=1, waiting=1, phase="serving", progress=True, stalled_seconds=3
+    )
+    every = ProbeOutcome((result("text", ttft=0.1, completion_tokens=5),), evidence=evidence)
+    failed = ProbeOutcome((result("text", Reason.TIMEOUT),), "timeout", "no answer")
+    probe = {
+        f.name
+        for o in (every, failed)
+        for f in text_string_to_metric_families(render(o, 1).decode())
+    }
+    own = ExporterMetrics(TargetStore(8, 60.0), ["text"]).registry
+    exporter = {f.name + ("_total" if f.type == "counter" else "") for f in own.collect()}
+    documented = _exporter_doc_names()
+    assert "probe_sentinel_target_stalled_seconds" in probe
+    missing = sorted(
+        n for n in probe | exporter if n not in documented and not n.startswith("process_")
+    )
+    assert not missing, f"not in docs/exporter.md: {missing}"

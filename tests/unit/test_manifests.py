@@ -1000,7 +1000,9 @@ def test_image_builds_only_what_the_sidecar_runs() -> None:
         for instruction in stage:
             if instruction["instruction"] == "COPY" and not instruction["value"].startswith("--"):
                 sources.update(instruction["value"].split()[:-1])
-    assert sources <= {"constraints.txt", "pyproject.toml", "README.md", "sentinel"}, sources
+    assert sources <= {"constraints.txt", "pyproject.toml", "README.md", "LICENSE", "sentinel"}, (
+        sources
+    )
     assert "sentinel" in sources
     ignored = {
         line.strip().rstrip("/")

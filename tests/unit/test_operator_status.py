@@ -15,6 +15,7 @@ from structlog.testing import capture_logs
 
 from sentinel.canary.result import CanaryResult, Reason
 from sentinel.canary.spec import CanaryKind
+from sentinel.cli_flags import DEFAULT_SENTINEL
 from sentinel.commands.status import (
     UNREACHABLE,
     default_url,
@@ -255,13 +256,13 @@ def test_the_command_exits_on_liveness_and_renders_the_summary() -> None:
 
 
 def test_the_command_defaults_to_the_listen_port_and_takes_host_port() -> None:
-    assert default_url() == "http://127.0.0.1:8471"
+    assert default_url() == "http://127.0.0.1:8471" == DEFAULT_SENTINEL
     assert normalise("10.0.0.5:8471") == "http://10.0.0.5:8471"
     assert normalise("http://pod:8471/status") == "http://pod:8471"
 
 
 def test_an_unreachable_sidecar_exits_2_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
-    args = argparse.Namespace(url="127.0.0.1:1", output="table", timeout=1.0)
+    args = argparse.Namespace(sentinel="127.0.0.1:1", url=None, output="text", timeout=1.0)
     assert status_main(args) == UNREACHABLE == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1
