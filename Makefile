@@ -143,6 +143,20 @@ chaos-supervised: engine-env
 	$(PY) -m chaos supervise $(foreach s,engine-hang sigstop-engine sigstop-api sigkill-engine,\
 		chaos/scenarios/vllm-$(s).yaml) --checkers $(CHECKERS)
 
+# Recovery side by side (a benchmark, outside make test): RUNS runs per checker, every
+# checker, medians and spreads written into docs/chaos/supervised.md by the command itself.
+# The simulator's three scenarios take about 40 min; the real-vLLM engine hang about 2 h.
+RUNS ?= 3
+ALL_CHECKERS := sentinel,naive,vllm_health,blackbox
+.PHONY: chaos-supervised-runs chaos-supervised-runs-sim
+chaos-supervised-runs-sim: $(STAMP)
+	$(PY) -m chaos supervise $(foreach s,engine-hang sigstop-engine sigstop-api,\
+		chaos/scenarios/sim-$(s).yaml) --checkers $(ALL_CHECKERS) --runs $(RUNS) \
+		--watch-after 30 --docs docs/chaos/supervised.md --docs-section sim-runs
+chaos-supervised-runs: engine-env
+	$(PY) -m chaos supervise chaos/scenarios/vllm-engine-hang.yaml --checkers $(ALL_CHECKERS) \
+		--runs $(RUNS) --watch-after 60 --docs docs/chaos/supervised.md --docs-section vllm-runs
+
 bench: $(STAMP)
 	$(PY) -m tests.bench.bench_sentinel
 

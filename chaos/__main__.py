@@ -8,13 +8,14 @@ overview plot there. Exit 0 when every scenario passed its checks, 1 when one
 failed, 2 when a scenario file is invalid.
 
 ``python -m chaos supervise FILE [FILE ...] [--checkers sentinel,vllm_health,naive,blackbox]
-[--load-time S] [--watch-after S] [--recover-within S] [--out DIR]`` runs each
-scenario under the harness's kubelet once per checker (what its liveness
-follows), which really restarts the server (:mod:`chaos.supervised`), and
-writes ``supervised.md`` and ``supervised.json``: detect and recover per
-scenario beside the baselines. Exit 0 when every sentinel run passed (a fault:
-one restart and the new server serving; a working server: none), 1 otherwise;
-the baselines' figures are reported, not judged.
+[--load-time S] [--watch-after S] [--recover-within S] [--runs N] [--out DIR]
+[--docs PAGE]`` runs each scenario under the harness's kubelet N times per checker
+(what its liveness follows), which really restarts the server
+(:mod:`chaos.supervised`), and writes ``supervised.md`` and ``supervised.json``:
+detect and recover per scenario beside the baselines, medians and spreads with
+N > 1; ``--docs`` writes the tables into the page too. Exit 0 when every
+sentinel run passed (a fault: one restart and the new server serving; a working
+server: none), 1 otherwise; the baselines' figures are reported, not judged.
 
 ``python -m chaos list [DIR]`` prints each scenario's name, target and fault.
 """
@@ -126,6 +127,7 @@ def _supervise(args: argparse.Namespace) -> int:
         load_time=args.load_time,
         recover_within=args.recover_within,
         watch_after=args.watch_after,
+        runs=args.runs,
     )
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     out_dir = Path(args.out) / f"supervised-{stamp}"
@@ -138,7 +140,10 @@ def _supervise(args: argparse.Namespace) -> int:
         done.append(record)
         supervised_report.write(done, out_dir)
 
-    runs = len(scenarios) * len(checkers)
+    if not 1 <= args.runs <= 20:
+        print(f"--runs: 1 to 20, not {args.runs}")
+        return 2
+    runs = len(scenarios) * len(checkers) * args.runs
     console.log(f"{runs} supervised run(s); report in {out_dir}")
     try:
         asyncio.run(supervised.run_supervised(scenarios, out_dir, console, options, on_result))
@@ -148,6 +153,10 @@ def _supervise(args: argparse.Namespace) -> int:
         return 1
     paths = supervised_report.write(done, out_dir)
     print(paths["markdown"].read_text(encoding="utf-8"))
+    if args.docs is not None:  # the figures written where they are read, by this command
+        said = [a for a in sys.argv[2:] if a != args.note and a != "--note"]
+        how = "python -m chaos supervise " + " ".join(said)
+        supervised_report.write_docs(done, Path(args.docs), args.docs_section, how, args.note)
     return 0 if all(r.passed for r in done if r.checker == "sentinel") else 1
 
 
@@ -212,6 +221,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="a sentinel setting over the scenario's (YAML value), e.g. watch_processes=false",
     )
     supervise.add_argument("--out", default=str(DEFAULT_OUT), help="report root")
+    supervise.add_argument(
+        "--runs", type=int, default=1, help="runs per scenario and checker (medians, spreads)"
+    )
+    supervise.add_argument(
+        "--docs", default=None, help="also write the tables into this page (a marked section)"
+    )
+    supervise.add_argument(
+        "--docs-section", default="runs", help="the page's section for --docs (default: runs)"
+    )
+    supervise.add_argument("--note", default="", help="a sentence written above the tables")
     listing = commands.add_parser("list", help="list the scenarios")
     listing.add_argument("directory", nargs="?", default=str(SCENARIO_DIR))
     return parser

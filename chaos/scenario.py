@@ -18,6 +18,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from chaos.group_spec import GroupSpec
 from sentinel.config.loader import ConfigError, load_settings
 from sentinel.config.settings import Settings
 
@@ -151,9 +152,13 @@ class TargetSpec(_Strict):
     #: added to the server's environment (``VLLM_SERVER_DEV_MODE: "1"`` for /pause)
     environment: dict[str, str] = Field(default_factory=dict)
     start_timeout: float = Field(default=300.0, gt=0)
+    #: simulator, supervised runs only: the leader of a multi-node group (chaos.group)
+    group: GroupSpec | None = None
 
     @model_validator(mode="after")
     def _options(self) -> TargetSpec:
+        if self.group is not None and self.kind != "sim":
+            raise ValueError("group: only for the simulator")
         if self.kind == "vllm" and self.sim_options:
             raise ValueError("sim_options: only for the simulator")
         if self.kind == "sim" and self.extra_args:
@@ -342,7 +347,7 @@ class Scenario(_Strict):
 
     @model_validator(mode="after")
     def _consistent(self) -> Scenario:
-        if self.target.kind == "sim" and self.fault.process == "worker":
+        if self.target.kind == "sim" and self.fault.process == "worker" and not self.target.group:
             raise ValueError("fault.process: the simulator has no worker process (use engine)")
         if self.fault.kind == "none" and self.load is None:
             raise ValueError("load: a scenario without a fault needs a load")

@@ -36,13 +36,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import httpx
 from rich.console import Console
 
+from chaos import answers
 from chaos.blackbox import BlackboxScraper, BlackboxSettings, Exporter, ExporterUnavailable
-from chaos.containers import Container, make_container
+from chaos.containers import Container
+from chaos.group import make_container
 from chaos.kubelet import Check, Kubelet
-from chaos.kubelet_state import Event, KubeletSettings, ProbeSpec, recovery
+from chaos.kubelet_state import Event, KubeletSettings, ProbeSpec
 from chaos.naive import NaiveCanary
 from chaos.runner import load_command
 from chaos.scenario import Scenario, sentinel_settings
@@ -71,6 +72,7 @@ class Options:
     watch_after: float | None = None
     #: sentinel settings over the scenario's (``watch_processes: false``: no attribution)
     sentinel: dict[str, Any] = field(default_factory=dict)
+    runs: int = 1  # runs of each scenario per checker (the report gives medians and spreads)
 
     def recover_limit(self, scale: float) -> float:
         return self.recover_within if self.recover_within is not None else 300.0 * scale
@@ -88,6 +90,7 @@ class SupervisedRecord:
     target: str
     fault: str
     harmful: bool
+    run: int = 0  # which of the scenario's runs under this checker
     fault_at: float | None = None
     fault_container: int | None = None
     served_at: float | None = None
@@ -150,25 +153,6 @@ def kubelet_settings(scenario: Scenario, checker: str) -> KubeletSettings:
     )
 
 
-async def _served(base_url: str, within: float, clock: Callable[[], float]) -> bool:
-    """Whether the server answers a real chat request (polled until ``within``)."""
-    deadline = clock() + within
-    async with httpx.AsyncClient(base_url=base_url, timeout=10.0) as client:
-        while clock() < deadline:
-            with contextlib.suppress(httpx.HTTPError, ValueError, KeyError, IndexError):
-                models = (await client.get("/v1/models")).json()["data"]
-                body = {
-                    "model": models[0]["id"],
-                    "messages": [{"role": "user", "content": "Say hello."}],
-                    "max_tokens": 4,
-                }
-                reply = await client.post("/v1/chat/completions", json=body)
-                if reply.status_code == 200 and reply.json()["choices"]:
-                    return True
-            await asyncio.sleep(0.5)
-    return False
-
-
 class SupervisedRun:
     """One scenario under the kubelet, its liveness following one checker."""
 
@@ -205,6 +189,8 @@ class SupervisedRun:
                 make_container, self.scenario.target, self.workdir, self.options.load_time
             )
             async with contextlib.AsyncExitStack() as stack:
+                if (close := getattr(container, "close", None)) is not None:
+                    stack.callback(close)  # a group's worker ranks, after the kubelet's stop
                 await self._supervise(stack, container)
         except Exception as exc:
             self.record.error = f"{type(exc).__name__}: {exc}"[:2000]
@@ -228,6 +214,7 @@ class SupervisedRun:
         self.kubelet = kubelet
         stack.push_async_callback(self._finish, kubelet)
         await stack.enter_async_context(kubelet)
+        background.append(answers.watch(container.base_url))  # where the checker's share starts
         tasks: list[asyncio.Task[None]] = [asyncio.create_task(j(kubelet)) for j in background]
         stack.push_async_callback(_cancel, tasks)
         within = scenario.startup_timeout + self.options.load_time
@@ -302,7 +289,7 @@ class SupervisedRun:
         except TimeoutError:
             self.log(f"not recovered within {options.recover_limit(scale):g}s of the fault")
             return
-        if await _served(container.base_url, SERVE_WITHIN, self.clock):
+        if await answers.served(container.base_url, SERVE_WITHIN, self.clock):
             record.served_at = kubelet.note("served").at
             self.log(f"serving again {record.served_at - record.fault_at:.1f}s after the fault")
         await asyncio.sleep(options.watch(scale))  # the watch: a second restart would show
@@ -324,10 +311,10 @@ class SupervisedRun:
         record.end = self.clock() - zero
         if record.fault_at is not None:
             record.fault_at -= zero
-            record.figures = recovery(shift, record.fault_at)
             if record.served_at is not None:
                 record.served_at -= zero
-                record.figures["served"] = record.served_at - record.fault_at
+            at = record.fault_at
+            record.figures = answers.figures(shift, at, record.fault_container, record.served_at)
         diagnostics = self.workdir / "diagnostics"
         if diagnostics.is_dir():
             record.bundles = sorted(p.name for p in diagnostics.iterdir() if p.is_dir())
@@ -372,7 +359,7 @@ class SupervisedRun:
 
         async def run(kubelet: Kubelet) -> None:
             await kubelet.wait_for("ready", container=0, within=3600)
-            naive.body["model"] = await _model(container.base_url)
+            naive.body["model"] = await answers.model(container.base_url)
             await naive.run()
 
         return {"liveness": check}, [run]
@@ -418,11 +405,6 @@ class SupervisedRun:
         return alert
 
 
-async def _model(base_url: str) -> str:
-    async with httpx.AsyncClient(base_url=base_url, timeout=10.0) as client:
-        return str((await client.get("/v1/models")).json()["data"][0]["id"])
-
-
 async def _cancel(tasks: list[asyncio.Task[None]]) -> None:
     for task in tasks:
         task.cancel()
@@ -446,13 +428,13 @@ async def run_supervised(
     options: Options,
     on_result: Callable[[SupervisedRecord], None] | None = None,
 ) -> list[SupervisedRecord]:
-    """Every scenario under every checker of ``options``, one after another."""
+    """Every scenario under every checker of ``options``, ``options.runs`` times, in turn."""
     records = []
     for scenario in scenarios:
-        for checker in options.checkers:
-            run = SupervisedRun(
-                scenario, checker, workdir / scenario.name / checker, console, options
-            )
+        for index, checker in ((i, c) for i in range(options.runs) for c in options.checkers):
+            where = workdir / scenario.name / checker / (f"run-{index}" if options.runs > 1 else "")
+            run = SupervisedRun(scenario, checker, where, console, options)
+            run.record.run = index
             record = await run.run()
             records.append(record)
             if on_result is not None:

@@ -9,15 +9,26 @@ ready, then the restarts counted. ``never`` is a hang not recovered within
 the limit; a restart of a working server, or a second one after a fault, is
 a false restart and marked ``FALSE``. Written as ``supervised.json`` and
 ``supervised.md`` beside the chaos report.
+
+With several runs per checker (``--runs``) the report leads with the median
+and the spread (min-max) of each figure per scenario and checker, the
+checker's share of the recovery (from the restarted server answering to ready:
+:mod:`chaos.answers`) as its own column; ``--docs FILE`` writes those tables
+into a marked section of the docs page (:func:`write_docs`), with the commit
+and the command that measured them, so no figure is copied by hand.
 """
 
 from __future__ import annotations
 
 import json
+import re
+import statistics
+import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
-from chaos.kubelet_state import Event, recovery
+from chaos import answers
+from chaos.kubelet_state import Event
 from chaos.supervised import CHECKERS, SupervisedRecord
 
 TITLES = {
@@ -68,8 +79,10 @@ def markdown(records: Sequence[SupervisedRecord]) -> str:
         "|---|---|---|" + "---|" * len(checkers),
     ]
     rows: dict[str, dict[str, SupervisedRecord]] = {}
+    several = any(r.run > 0 for r in records)
     for record in records:
-        rows.setdefault(record.scenario, {})[record.checker] = record
+        name = f"{record.scenario} #{record.run + 1}" if several else record.scenario
+        rows.setdefault(name, {})[record.checker] = record
     for name, by_checker in rows.items():
         first = next(iter(by_checker.values()))
         cells = [cell(by_checker[c]) if c in by_checker else "" for c in checkers]
@@ -86,9 +99,9 @@ def read(path: Path) -> list[SupervisedRecord]:
         data["events"] = [Event(**e) for e in data["events"]]
         record = SupervisedRecord(**data)
         if record.fault_at is not None:  # the figures as this version reads the timeline
-            record.figures = recovery(record.events, record.fault_at)
-            if record.served_at is not None:
-                record.figures["served"] = record.served_at - record.fault_at
+            record.figures = answers.figures(
+                record.events, record.fault_at, record.fault_container, record.served_at
+            )
         records.append(record)
     return records
 
@@ -98,8 +111,106 @@ def write(records: Sequence[SupervisedRecord], out_dir: Path) -> dict[str, Path]
     paths = {"json": out_dir / "supervised.json", "markdown": out_dir / "supervised.md"}
     data = [r.as_json() for r in records]
     paths["json"].write_text(json.dumps(data, indent=2, default=str) + "\n", encoding="utf-8")
-    paths["markdown"].write_text(markdown(records), encoding="utf-8")
+    several = any(r.run > 0 for r in records)
+    text = (runs_markdown(records) + "\n" if several else "") + markdown(records)
+    paths["markdown"].write_text(text, encoding="utf-8")
     return paths
+
+
+#: the columns of the runs table: (title, figure); ``share`` is answers -> ready
+COLUMNS = (
+    ("detect", "detect"),
+    ("kill", "kill"),
+    ("answers", "answers"),
+    ("ready", "recover"),
+    ("serving", "served"),
+    ("share: answers -> ready", "share"),
+)
+
+
+def spread(values: Sequence[float], runs: int) -> str:
+    """``20.0 (19.0-21.5)``: the median and the range (where there is one); ``, 1 of 3
+    missing`` where runs lacked the figure."""
+    if not values:
+        return "-"
+    said = f"{statistics.median(values):.1f}"
+    if min(values) != max(values):
+        said += f" ({min(values):.1f}-{max(values):.1f})"
+    if len(values) < runs:
+        said += f", {runs - len(values)} of {runs} missing"
+    return said
+
+
+def _figure(record: SupervisedRecord, name: str) -> float | None:
+    if name == "share":
+        return answers.share(record.figures)
+    return record.figures.get(name)
+
+
+def runs_markdown(records: Sequence[SupervisedRecord]) -> str:
+    """Per scenario and checker: the median (min-max) of each figure over its runs."""
+    titles = " | ".join(title for title, _ in COLUMNS)
+    lines = [
+        "## Runs per checker: median (min-max), seconds from the fault",
+        "",
+        "*answers*: the restarted server first answered `/health`; *share*: from then to the "
+        "kubelet counting it ready, the checker's own part of the recovery; *serving*: a real "
+        "chat request answered. A run that failed (a false restart, not recovered) is counted "
+        "in *passed*.",
+        "",
+        f"| scenario | checker | passed | {titles} | restarts |",
+        "|---|---|---|" + "---|" * len(COLUMNS) + "---|",
+    ]
+    groups: dict[tuple[str, str], list[SupervisedRecord]] = {}
+    for record in records:
+        groups.setdefault((record.scenario, record.checker), []).append(record)
+    order = {c: i for i, c in enumerate(CHECKERS)}
+    for scenario in dict.fromkeys(r.scenario for r in records):
+        for checker in sorted({c for s, c in groups if s == scenario}, key=order.__getitem__):
+            runs = groups[(scenario, checker)]
+            cells = []
+            for _, name in COLUMNS:
+                values = [v for r in runs if (v := _figure(r, name)) is not None]
+                cells.append(spread(values, len(runs)))
+            passed = f"{sum(r.passed for r in runs)}/{len(runs)}"
+            restarts = ", ".join(str(r.restarts) for r in runs)
+            row = [scenario, TITLES[checker], passed, *cells, restarts]
+            lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _commit() -> str:
+    """The commit measured (``+ local changes`` where the tree differs from it)."""
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head + (" + local changes" if dirty else "")
+
+
+def write_docs(
+    records: Sequence[SupervisedRecord], page: Path, section: str, how: str, note: str = ""
+) -> None:
+    """Replace the page's ``section`` (between its markers; appended if absent) with the tables."""
+    begin, end = f"<!-- supervised:{section} -->", f"<!-- /supervised:{section} -->"
+    said = f"Written by `{how}` at commit {_commit()}."
+    said += f" {note}" if note else ""
+    body = "\n".join([begin, said, "", runs_markdown(records), markdown(records) + end])
+    text = page.read_text(encoding="utf-8") if page.exists() else ""
+    pattern = re.compile(re.escape(begin) + ".*?" + re.escape(end), re.DOTALL)
+    if pattern.search(text):
+        text = pattern.sub(lambda _: body, text)
+    else:
+        text = text.rstrip("\n") + "\n\n" + body + "\n"
+    page.write_text(text, encoding="utf-8")
 
 
 if __name__ == "__main__":  # python -m chaos.supervised_report supervised.json...: the tables again

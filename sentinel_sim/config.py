@@ -76,6 +76,8 @@ class SimConfig:
     ready_file: str | None = None
     data_parallel_size: int = 1  # engine children, VLLM::EngineCore_DP<i>, least loaded first
     tensor_parallel_size: int = 1  # worker children per engine, VLLM::Worker_TP<i>
+    #: worker ranks in pods of their own (a multi-node group), HOST:PORT each: every step waits
+    remote_ranks: tuple[str, ...] = ()
     api_server_count: int = 1  # API-server processes on one socket (sentinel_sim.satellite)
     dev_mode: bool = False  # vLLM's VLLM_SERVER_DEV_MODE routes (sleep, pause, weights)
     reasoning_parser: str | None = None  # chat replies think first (any parser name)
@@ -191,6 +193,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="worker children per engine (a stopped one stalls its engine)",
     )
     parser.add_argument(
+        "--remote-rank",
+        action="append",
+        default=[],
+        metavar="HOST:PORT",
+        help="a worker rank in another pod that every engine step waits on (repeatable)",
+    )
+    parser.add_argument(
         "--api-server-count",
         type=int,
         default=d.api_server_count,
@@ -299,6 +308,10 @@ def parse_args(argv: Sequence[str] | None = None) -> SimConfig:
         parser.error("max-num-seqs >= 1, kv-cache-tokens >= block-size and decode-tps > 0")
     if ns.data_parallel_size < 1 or ns.tensor_parallel_size < 1 or ns.api_server_count < 1:
         parser.error("data-parallel-size, tensor-parallel-size and api-server-count must be >= 1")
+    for rank in ns.remote_rank:
+        host, _, port = rank.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            parser.error(f"--remote-rank: HOST:PORT, not {rank!r}")
     if not 400 <= ns.image_refusal_status < 600:
         parser.error("--image-refusal-status: a 4xx or 5xx status")
     if ns.max_num_batched_tokens < 1 or ns.prefill_tps <= 0 or ns.reasoning_tokens < 0:
@@ -340,6 +353,7 @@ def parse_args(argv: Sequence[str] | None = None) -> SimConfig:
         ready_file=ns.ready_file,
         data_parallel_size=ns.data_parallel_size,
         tensor_parallel_size=ns.tensor_parallel_size,
+        remote_ranks=tuple(ns.remote_rank),
         api_server_count=ns.api_server_count,
         dev_mode=ns.dev_mode or dev_mode_from_env(),
         reasoning_parser=ns.reasoning_parser,

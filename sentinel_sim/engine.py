@@ -565,7 +565,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the API process decides when we stop
     sock = socket.socket(fileno=args.ipc_fd)
     tp = int(config.get("tensor_parallel_size", 1))
-    group = TensorGroup(tp) if tp > 1 else None
+    remote = config.get("remote_ranks") or []
+    group = TensorGroup.remote(remote) if remote else TensorGroup(tp) if tp > 1 else None
     if float(config.get("startup_delay", 0.0)) > 0:
         time.sleep(float(config["startup_delay"]))  # simulated weight loading and compilation
     engine = Engine(config, sock, group)

@@ -8,6 +8,12 @@ other ranks wait in the collective: no step, no token, frozen metrics, while
 ``/health`` keeps answering 200. Only the stopped worker is in state ``T``.
 
 Run by the engine as ``python -m sentinel_sim.workers --fd N --title T``.
+
+A multi-node group's ranks live in pods of their own (``--remote-rank``): the
+harness starts each as ``--listen-fd N`` on a listening socket it made, and the
+engine connects at start-up, the connection standing in for the rendezvous. A
+stopped rank's kernel still accepts, but the rank never greets, so a leader
+restarted alone waits on it for good, as a real group waits on a dead rank.
 """
 
 from __future__ import annotations
@@ -60,6 +66,18 @@ class TensorGroup:
         for sock in self.socks:  # each says it is titled, so the engine reports ready after
             sock.recv(1)
 
+    @classmethod
+    def remote(cls, addresses: Sequence[str]) -> TensorGroup:
+        """Ranks in other pods, one TCP connection each (``HOST:PORT``); no children."""
+        group = cls(0)
+        for address in addresses:
+            host, _, port = address.rpartition(":")
+            group.socks.append(socket.create_connection((host, int(port)), timeout=30.0))
+        for sock in group.socks:
+            sock.settimeout(None)  # the rendezvous waits as long as the rank does
+            sock.recv(1)
+        return group
+
     @property
     def pids(self) -> list[int]:
         return [proc.pid for proc in self.procs]
@@ -103,20 +121,32 @@ class TensorGroup:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sentinel_sim.workers")
-    parser.add_argument("--fd", type=int, required=True)
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument("--fd", type=int, help="the engine's end, connected")
+    where.add_argument("--listen-fd", type=int, help="a rank in its own pod: a listening socket")
     parser.add_argument("--title", required=True)
     args = parser.parse_args(argv)
     setproctitle.setproctitle(args.title)
     ipc.die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    sock = socket.socket(fileno=args.fd)
+    if args.fd is not None:
+        _serve(socket.socket(fileno=args.fd))
+        return 0
+    listener = socket.socket(fileno=args.listen_fd)
+    while True:  # one leader at a time: a leader restarted alone connects again
+        connection, _ = listener.accept()
+        with connection:
+            _serve(connection)
+
+
+def _serve(sock: socket.socket) -> None:
+    """Greet, then answer each step's part until the engine goes away."""
     try:
         sock.sendall(b"r")
         while sock.recv(1):  # each byte is one step's part; an empty read: the engine is gone
             sock.sendall(b"d")
     except OSError:
         pass  # the engine went away mid-step
-    return 0
 
 
 if __name__ == "__main__":

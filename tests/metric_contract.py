@@ -21,6 +21,7 @@ CONTRACT_METRICS = {
     "sentinel_enforce": "gauge",
     "sentinel_server_restarts_total": "counter",
     "sentinel_restart_brake_engaged": "gauge",
+    "sentinel_restart_ineffective": "gauge",
     "sentinel_loop_errors_total": "counter",
     "sentinel_scrape_failures_total": "counter",
     "sentinel_server_phase": "gauge",

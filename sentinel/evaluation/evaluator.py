@@ -31,8 +31,9 @@ from sentinel.canary.protocol import ServerFacts
 from sentinel.canary.spec import CanaryKind, CanarySpec
 from sentinel.config.settings import Settings
 from sentinel.evaluation.health import HealthSnapshot, HealthState
-from sentinel.evaluation.incidents import IncidentRecorder
+from sentinel.evaluation.incidents import IncidentRecorder, hang_outcome
 from sentinel.evaluation.kind_events import KindNotices
+from sentinel.evaluation.node import PodNode
 from sentinel.evaluation.pace import in_play
 from sentinel.evaluation.refusal_events import RefusalNotices
 from sentinel.evaluation.status import PriorityReport, StatusInputs, Transition, status_document
@@ -93,7 +94,7 @@ class Evaluator:
         self.specs = tuple(specs)  # the canaries run: which kinds the command line rules out
         # Evidence beyond the ledger, one frozen section each (the fingerprint
         # checks are judged against, the restart budget's gate, ...).
-        self.providers = tuple(providers)
+        self.providers = (*providers, PodNode(incidents.node))  # the node: sentinel.verdict.cause
         # The pool's restart budget: each verdict's wish is its input (its gate a provider).
         self.budget = budget if budget is not None and budget.enabled else None
         self._disabled_said: set[tuple[CanaryKind, str]] = set()
@@ -217,7 +218,7 @@ class Evaluator:
         self.metrics.hang_detected(hang.kind)
         self.hangs_confirmed += 1
         enforce = self.settings.enforce
-        self.incidents.hang_confirmed(hang, enforce=enforce, braked=verdict.brake_engaged)
+        self.incidents.hang_confirmed(hang, enforce=enforce, verdict=verdict)
         log.warning(
             "hang_confirmed",
             kind=str(hang.kind),
@@ -302,6 +303,7 @@ class Evaluator:
             priority_effective=self.priority.effective,
             progress_at=self.ledger.progress.last_progress_at,
             brake_engaged=verdict.brake_engaged,
+            restart_ineffective=verdict.ineffective,
             budget_held=verdict.budget_held,
             budget_mode="off" if budget is None else budget.mode.value,
             budget_slot=budget is not None and budget.keeper.lease is not None,
@@ -383,18 +385,3 @@ def _all_sections(evidence: Evidence) -> dict[str, object]:
         "restart_gate": evidence.restart_gate,
         **evidence.sections,
     }
-
-
-def hang_outcome(hang: Hang, *, enforce: bool, braked: bool, held: bool = False) -> str:
-    """What a confirmed hang does to the pod, in words for the log."""
-    if braked:
-        return "brake engaged: unready, not restarting"
-    if held:
-        return "restart budget exhausted: unready, not restarting until a slot frees"
-    if hang.action is Action.RESTART and not enforce:
-        return "would restart (observe-only)"
-    return {
-        Action.RESTART: "liveness failing",
-        Action.UNREADY: "readiness failing",
-        Action.ALERT: "alert only",
-    }[hang.action]

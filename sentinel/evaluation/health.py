@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sentinel.verdict import ProbeAnswer
+from sentinel.verdict.model import Ineffective
 
 __all__ = ["HealthSnapshot", "HealthState", "ProbeAnswer", "initial_snapshot"]
 
@@ -31,6 +32,8 @@ class HealthSnapshot:
     priority_effective: bool | None = None  # None: unknown (no process visible, no config)
     progress_at: float | None = None  # monotonic time of the last real progress seen
     brake_engaged: bool = False  # the restart-loop brake holds a hang at unready
+    # ... for a cause its restarts did not fix (sentinel.verdict.cause): the node to look at.
+    restart_ineffective: Ineffective | None = None
     # The pool's restart budget (sentinel.fleet.budget): it holds a restart at unready;
     # how it applies (off, pool, alone); this pod holds one of its slots.
     budget_held: bool = False

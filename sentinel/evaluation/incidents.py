@@ -41,11 +41,13 @@ from sentinel.diagnostics.store import (
     incidents_payload,
 )
 from sentinel.diagnostics.window import SampleWindow
+from sentinel.evaluation.node import node_name
 from sentinel.telemetry.events import EventReason, EventReporter
 from sentinel.telemetry.logging import get_logger
 from sentinel.telemetry.metrics import SentinelMetrics
 from sentinel.telemetry.redact import redact, redact_document
-from sentinel.verdict import Action, Hang, HangKind
+from sentinel.verdict import Action, Hang, HangKind, Verdict
+from sentinel.verdict.cause import describe
 
 log = get_logger("sentinel.incidents")
 
@@ -115,8 +117,10 @@ class IncidentRecorder:
         reporter: EventReporter | None = None,
         capturer: Capturer = capture_here,
         clock: Callable[[], float] = time.monotonic,
+        node: str = "",
     ) -> None:
         self.store = store
+        self.node = node  # the pod's node (sentinel.evaluation.node): '' when not told
         self.capturer = capturer
         self.metrics = metrics
         self.context = context
@@ -148,9 +152,8 @@ class IncidentRecorder:
         store = (
             IncidentStore(directory, RetentionPolicy(max_incidents, max_bytes)) if enabled else None
         )
-        return cls(
-            store, metrics, context, reporter=EventReporter.from_environment(), capturer=capturer
-        )
+        reporter = EventReporter.from_environment()
+        return cls(store, metrics, context, reporter=reporter, capturer=capturer, node=node_name())
 
     @classmethod
     def for_settings(
@@ -209,9 +212,16 @@ class IncidentRecorder:
             log.info("incident_closed", trigger=self.current.trigger.kind)
             self.current = None
 
-    def hang_confirmed(self, hang: Hang, *, enforce: bool, braked: bool) -> None:
-        """Queue the Event for a confirmed hang (posting happens in the loop)."""
-        if braked:
+    def hang_confirmed(self, hang: Hang, *, enforce: bool, verdict: Verdict) -> None:
+        """Queue the Event for a confirmed hang (posting happens in the loop).
+
+        A hang its restarts did not fix says which node to look at, first.
+        """
+        message = hang.reason
+        if verdict.ineffective is not None:
+            reason = EventReason.RESTART_INEFFECTIVE
+            message = f"{describe(verdict.ineffective)}: {hang.reason}"
+        elif verdict.brake_engaged:
             reason = EventReason.RESTART_BRAKE
         elif hang.action is Action.RESTART and not enforce:
             reason = EventReason.WOULD_RESTART
@@ -219,7 +229,7 @@ class IncidentRecorder:
             reason = EventReason.CORRUPT_OUTPUT
         else:
             reason = EventReason.HANG_DETECTED
-        self._events.put_nowait((reason, redact(hang.reason)))
+        self._events.put_nowait((reason, redact(message)))
 
     def announce(self, reason: EventReason, message: str) -> None:
         """Queue an Event that is no hang (a canary kind set aside, say); posted in the loop."""
@@ -293,3 +303,18 @@ class IncidentRecorder:
             return web.json_response(await self.incidents_json())
 
         return [web.get("/incidents", incidents)]
+
+
+def hang_outcome(hang: Hang, *, enforce: bool, braked: bool, held: bool = False) -> str:
+    """What a confirmed hang does to the pod, in words for the log."""
+    if braked:
+        return "brake engaged: unready, not restarting"
+    if held:
+        return "restart budget exhausted: unready, not restarting until a slot frees"
+    if hang.action is Action.RESTART and not enforce:
+        return "would restart (observe-only)"
+    return {
+        Action.RESTART: "liveness failing",
+        Action.UNREADY: "readiness failing",
+        Action.ALERT: "alert only",
+    }[hang.action]

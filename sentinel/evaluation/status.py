@@ -10,7 +10,7 @@ snapshot; the HTTP view only serves what was published.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from sentinel import __version__
@@ -278,6 +278,8 @@ def _verdict(inputs: StatusInputs) -> dict[str, Any]:
             for h in verdict.hangs
         ],
         "brake_engaged": verdict.brake_engaged,
+        # The cause restarts did not fix and the node to look at (sentinel.verdict.cause).
+        "restart_ineffective": None if (i := verdict.ineffective) is None else asdict(i),
         "would_restart": verdict.would_restart,
         "sentinel_stalls": inputs.stalls,
         "pace": inputs.pace,

@@ -5,12 +5,11 @@ engine, so canaries never pile up. What each kind gets is the kind
 registry's word (:mod:`sentinel.canary.kinds`); no code here names a kind. An
 idle-gated kind (text) is skipped while real traffic has recently proven the
 engine alive (once startup has passed, unless the lifecycle waits on it: a
-pause read from refusals, a resume it has not passed since); every other
-kind runs on its own cadence, ungated. A paired kind (every path kind, and correctness) goes out
-with a control canary (text) sent at the same moment and priority, so a path
-hang can be told from an engine hang; an unpaired kind goes out alone. A
-canary that missed its deadline is retried at once instead of waiting a full
-interval.
+pause read from refusals, a resume it has not passed since); every other kind
+runs on its own cadence, ungated. A paired kind (every path kind, and
+correctness) goes out with a control canary (text) sent at the same moment and
+priority, so a path hang can be told from an engine hang; an unpaired kind
+goes out alone. A canary that missed its deadline is retried at once.
 
 Under data parallelism canaries are aimed at one engine each
 (:mod:`sentinel.scheduling.aiming`). Each idle-gated cadence step sends one canary to
@@ -23,14 +22,13 @@ does, and a missed deadline retries the step at once. Each canary of any
 other kind (with its control) goes to the next engine in turn: a path is
 mostly code every engine shares, its canaries are the heaviest (an image, a
 grammar), and an engine that stops serving is the text canaries' to catch.
-The model each canary addresses is :mod:`sentinel.scheduling.served_model`'s.
-A text canary refused on chat as a capability (a base model without a chat
-template) moves, with every control, to a plain completion for the epoch
-(:mod:`sentinel.scheduling.text_fallback`).
+The model each canary addresses is :mod:`.served_model`'s. A text canary refused
+on chat as a capability (a base model without a chat template) moves, with every
+control, to a plain completion for the epoch (:mod:`.text_fallback`).
 
-A late answer is an answer: with ``late_wait`` set, the first canary of a
-kind that misses its deadline is still recorded (and retried) at once, but
-awaited in the background too (:mod:`sentinel.scheduling.late`).
+A late answer is an answer: with ``late_wait`` set, a kind's first canary past its
+deadline is also awaited in the background (:mod:`.late`); a server back gets every
+kind at once (:mod:`.comeback`).
 """
 
 from __future__ import annotations
@@ -140,6 +138,8 @@ class Scheduler:
     async def _loop(self, spec: CanarySpec) -> None:
         name = f"canary:{spec.name}"
         suspected = False
+        suspicion = self.suspicion  # it carries the comeback: every kind at once, back
+        sleep = suspicion.comeback.sleeper(spec.kind, self.sleep) if suspicion else self.sleep
         while True:
             self.beat(name, self._max_gap(spec))
             started = self.clock()
@@ -155,9 +155,9 @@ class Scheduler:
             delay = spec.interval * (1 + self.rng.uniform(-spec.jitter, spec.jitter))
             wait = max(0.0, started + delay - self.clock())
             if self.suspicion is not None and kinds.is_idle_gated(spec.kind):
-                suspected = await self.suspicion.pause(wait, self.sleep)
+                suspected = await self.suspicion.pause(wait, sleep)
             else:
-                await self.sleep(wait)
+                await sleep(wait)
 
     async def _tick(self, spec: CanarySpec, suspected: bool = False) -> bool:
         """One cadence step; True asks for an immediate retry (a missed deadline).

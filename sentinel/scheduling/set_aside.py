@@ -1,15 +1,17 @@
 """Startup that ends: a canary kind the server can never answer conclusively is set aside.
 
-Startup waits for every enabled kind to pass once. A reasoning model whose
+Readiness waits for every enabled kind to pass once (startup, for the text
+canary: :func:`sentinel.verdict.decide.evaluate`). A reasoning model whose
 template ignores ``enable_thinking=false`` answers the structured and
 multimodal canaries with reasoning only, cut at ``max_tokens``; a server
 refuses a capability with a 4xx (a chat request to a model without a chat
-template, a field it does not take). Such a kind would hold startup forever,
-and the kubelet would restart the container for it again and again: a crash
-loop made by the health checker. So before startup, a kind whose last
+template, a field it does not take). Such a kind would hold readiness
+forever (before, startup: the kubelet restarted the container for it again
+and again, a crash loop made by the health checker). So until every kind
+passed (the ledger's ``startup_passed``), a kind whose last
 :data:`SET_ASIDE_AFTER` canaries were all inconclusive or refused that way,
 and that never passed, is set aside for this server epoch with its reason;
-startup passes on the kinds the server can do. The text control is never set
+readiness counts the kinds the server can do. The text control is never set
 aside: it is the proof that the engine produces tokens at all. Refused on
 chat the same way, it asks the engine for a plain completion instead
 (:mod:`sentinel.scheduling.text_fallback`).

@@ -14,6 +14,10 @@ read every :data:`SUSPECT_SCRAPE_S` instead of the scrape interval, so the
 evidence covering its window is fresh when the window ends; the ordinary
 interval returns once it is answered. An idle server answers its canaries
 within a fraction of a second, so the idle cost does not change.
+
+The same samples say when a restarted server is back: a suspicion carries
+the :class:`~sentinel.scheduling.comeback.Comeback` (every kind at once, the
+moment the port answers), fed and consulted where the suspicion is.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from collections.abc import Awaitable, Callable
 from sentinel.canary import kinds
 from sentinel.evidence.metrics import MetricsSample
 from sentinel.record.ledger import Ledger
+from sentinel.scheduling.comeback import Comeback
 
 SUSPECT_SCRAPE_S = 0.5  # the scrape interval while a text canary waits
 WAITING_S = 1.0  # a text canary unanswered this long is waiting
@@ -39,9 +44,11 @@ class Suspicion:
         self._wake: asyncio.Event | None = None  # made inside the event loop that waits
         self._standstill = False
         self.raised = 0  # standstills seen (each sent its canary early at most once)
+        self.comeback = Comeback(ledger)  # the server back: every kind at once
 
     def observe(self, sample: MetricsSample) -> None:
         """After the ledger took ``sample``: does it begin a standstill with work inside?"""
+        self.comeback.observe(sample)
         progress = self.ledger.progress
         compared = bool(progress.last_update.signals)  # a previous sample to compare with
         moved = sample.at in (progress.last_beat_at, progress.last_progress_at)  # own work too
@@ -81,7 +88,9 @@ class Suspicion:
         return self._raised
 
     def scrape_interval(self, usual: float) -> float:
-        """The interval for the next scrape: shorter while a text canary waits unanswered."""
+        """The interval for the next scrape: shorter while a text canary waits unanswered
+        (or while a server refuses before startup: :meth:`Comeback.scrape_interval`)."""
+        usual = self.comeback.scrape_interval(usual)
         record = self.ledger.records.get(kinds.CONTROL)
         if record is None or not record.outstanding:
             return usual

@@ -64,6 +64,8 @@ class EventReason(StrEnum):
     HANG_DETECTED = "SentinelHangDetected"  # liveness failed: the kubelet will restart vLLM
     WOULD_RESTART = "SentinelWouldRestart"  # observe-only mode: the same, not enforced
     RESTART_BRAKE = "SentinelRestartBrake"  # too many hang restarts: unready and alerting instead
+    # The brake holds a hang that came back the same after each restart: look at the node.
+    RESTART_INEFFECTIVE = "RestartIneffective"
     DIAGNOSTICS = "SentinelDiagnostics"  # a bundle was captured (suspected hang)
     CORRUPT_OUTPUT = "SentinelCorruptOutput"  # answers left the model's fingerprint
     # Every restart slot of the pool is held: unready, not restarting (sentinel.fleet.budget).

@@ -253,7 +253,9 @@ class HealthCollector(Collector):
 
     def collect(self) -> Iterable[Metric]:
         snapshot = self._state.snapshot()
-        verdict, priority, progress, enforce, brake, phase, evidence, *budget = self._families()
+        verdict, priority, progress, enforce, brake, phase, evidence, stuck, *budget = (
+            self._families()
+        )
         for probe, answer in zip(
             PROBES, (snapshot.liveness, snapshot.readiness, snapshot.startup), strict=True
         ):
@@ -269,6 +271,10 @@ class HealthCollector(Collector):
         yield enforce
         brake.add_metric([], 1.0 if snapshot.brake_engaged else 0.0)
         yield brake
+        # Declared always; a series only while the brake holds a cause restarts did not fix.
+        if (ineffective := snapshot.restart_ineffective) is not None:
+            stuck.add_metric([ineffective.node, ineffective.cause], float(ineffective.restarts))
+        yield stuck
         held, slot, mode = budget
         held.add_metric([], 1.0 if snapshot.budget_held else 0.0)
         slot.add_metric([], 1.0 if snapshot.budget_slot else 0.0)
@@ -322,6 +328,13 @@ class HealthCollector(Collector):
                 "command_line, compilers, stacks, wait_channel, environment, descriptors), "
                 "0 when it is off (/status says why); absent until the processes were sampled.",
                 labels=["evidence"],
+            ),
+            GaugeMetricFamily(
+                "sentinel_restart_ineffective",
+                "While the restart-loop brake holds a hang that came back the same after each "
+                "of its restarts: the restarts it survived, with the pod's node ('' when "
+                "NODE_NAME is not set) and the cause (kind, engine, rank); absent otherwise.",
+                labels=["node", "cause"],
             ),
             GaugeMetricFamily(
                 "sentinel_restart_budget_held",

@@ -21,7 +21,8 @@ brake, liveness and the readiness hysteresis).
 * A confirmed ``restart`` hang whose pool's restart budget is exhausted
   (``Evidence.restart_gate`` closed) keeps liveness green and fails readiness,
   naming the budget, until a slot frees.
-* Readiness fails before startup, on any confirmed ``restart``/``unready``
+* Startup passes on the first text canary of the epoch (the server serves);
+  readiness fails until every enabled kind passed, on any confirmed ``restart``/``unready``
   hang (unless observe-only), while the brake is engaged, and when recent
   canaries fail or run over their latency SLO (out after ``ready_out_after``
   bad results, back after ``ready_back_after`` good ones).

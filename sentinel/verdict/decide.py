@@ -7,6 +7,8 @@ from dataclasses import dataclass, replace
 
 from sentinel.canary.refusal import Refusal
 from sentinel.canary.result import CanaryResult, Reason
+from sentinel.canary.spec import TEXT
+from sentinel.verdict.cause import cause_key, describe, escalation, recent
 from sentinel.verdict.clock import observed
 from sentinel.verdict.hangs.refused import server_paused, unknown_refusal
 from sentinel.verdict.hangs.wake import SECTION as AUTO_SLEEP
@@ -17,6 +19,7 @@ from sentinel.verdict.model import (
     Evidence,
     Hang,
     HangKind,
+    Ineffective,
     KindEvidence,
     Phase,
     ProbeAnswer,
@@ -44,7 +47,7 @@ def evaluate(
     if new_epoch:
         state = _new_epoch(state, evidence.epoch, now)
     enabled = evidence.enabled
-    startup_passed, startup = _startup(state, evidence)
+    startup_passed, served, startup = _startup(state, evidence)
     hangs = tuple(confirmed_hangs(evidence, policy, now, startup_passed=state.startup_passed))
     restart = _restart(state, hangs, evidence, policy, now)
     if restart.wanted and not restart.held and startup.ok:
@@ -54,18 +57,23 @@ def evaluate(
         startup = ProbeAnswer(False, RESTART_ASKED)
     # Readiness hysteresis over canary results newer than the last judged one.
     degraded, bad, good, judged = _hysteresis(state, enabled, policy, evidence.epoch_started)
-    readiness = _readiness(evidence, policy, hangs, restart, startup_passed, degraded, now)
+    started = (startup_passed, served)
+    readiness = _readiness(evidence, policy, hangs, restart, started, degraded, now)
     next_state = replace(
         state,
         startup_passed=startup_passed,
+        served=served,
         degraded=degraded,
         bad_streak=bad,
         good_streak=good,
         judged_until=judged,
         restarts=restart.restarts,
+        causes=restart.causes,
         red_in_epoch=restart.red,
+        red_cause=restart.red_cause,
         in_episode=restart.in_episode,
         braked=restart.braked,
+        ineffective=restart.ineffective,
         confirmed=frozenset(h.kind for h in hangs),
         liveness=_flip(state.liveness, restart.liveness, now),
         readiness=_flip(state.readiness, readiness, now),
@@ -78,6 +86,7 @@ def evaluate(
         hangs=hangs,
         new_hangs=tuple(h for h in hangs if h.kind not in state.confirmed),
         brake_engaged=restart.braked,
+        ineffective=restart.ineffective,
         would_restart=bool(restart.hangs) and not policy.enforce,
         new_epoch=new_epoch,
         restart_wanted=restart.wanted,
@@ -92,21 +101,24 @@ def _new_epoch(state: VerdictState, epoch: int, now: float) -> VerdictState:
     A real restart is a new server identity after an enforced red episode;
     the first evaluation (epoch -1) and red-free restarts are not counted.
     """
-    restarts = (*state.restarts, now) if state.red_in_epoch else state.restarts
+    red = state.red_in_epoch
+    restarts = (*state.restarts, now) if red else state.restarts
+    _, causes = recent(state.restarts, state.causes, float("inf"), now)
     return VerdictState(
         epoch=epoch,
         restarts=restarts,
+        causes=(*causes, state.red_cause) if red else causes,
         liveness=_flip(state.liveness, ProbeAnswer(True, "no hang confirmed"), now),
         readiness=_flip(state.readiness, ProbeAnswer(False, "startup has not passed"), now),
         startup=_flip(
-            state.startup, ProbeAnswer(False, "waiting for every canary kind to succeed"), now
+            state.startup, ProbeAnswer(False, "waiting for the text canary to succeed"), now
         ),
     )
 
 
-def _startup(state: VerdictState, evidence: Evidence) -> tuple[bool, ProbeAnswer]:
-    """Startup: every enabled kind succeeded at least once in this epoch (then it stays)."""
-    unstarted = sorted(
+def _unstarted(evidence: Evidence) -> list[KindEvidence]:
+    """The enabled kinds with no success in this epoch, by name."""
+    return sorted(
         (
             k
             for k in evidence.enabled
@@ -114,32 +126,60 @@ def _startup(state: VerdictState, evidence: Evidence) -> tuple[bool, ProbeAnswer
         ),
         key=lambda k: k.kind.value,
     )
+
+
+def _startup(state: VerdictState, evidence: Evidence) -> tuple[bool, bool, ProbeAnswer]:
+    """(every kind passed, the server served, the ``/startupz`` answer); each, once so, stays.
+
+    ``/startupz`` passes once the server has shown that it serves: the text
+    canary (tokens produced) passed in this epoch, so a restarted server is
+    not held out of liveness for its slowest path's first compile. Every
+    other kind still has to pass before readiness counts the server
+    (:func:`_readiness_waits`). Without a text kind, startup waits for all.
+    """
+    unstarted = _unstarted(evidence)
     passed = state.startup_passed or (bool(evidence.enabled) and not unstarted)
-    if not passed and evidence.lifecycle.phase is Phase.PAUSED and server_paused(evidence):
+    texts = [k for k in evidence.enabled if k.kind == TEXT]
+    served = passed or state.served or (bool(texts) and texts[0] not in unstarted)
+    if not served and evidence.lifecycle.phase is Phase.PAUSED and server_paused(evidence):
         # Started paused (vLLM 0.34 --checkpoint-prepare-on-startup) until its
         # orchestrator restores: the model loaded and the server is there, so the
         # kubelet's startup budget is not spent waiting; readiness stays red. Only
         # the server's own word: a maintenance window or the weight-update gauge
         # says nothing of a load that may hang (the kubelet never asks again).
-        return False, ProbeAnswer(
-            True, f"started paused ({evidence.lifecycle.why}): {PAUSED_START}"
+        return (
+            False,
+            False,
+            ProbeAnswer(True, f"started paused ({evidence.lifecycle.why}): {PAUSED_START}"),
         )
-    if not passed:
+    if not served:
         missing = ", ".join(_why_not_started(k, evidence.epoch_started) for k in unstarted)
         # Why nothing answers at all, where that is so (sentinel.record.reachability's section).
         words = evidence.sections.get("reachability")
         head = f"target unreachable: {words}; " if isinstance(words, str) and words else ""
-        return False, ProbeAnswer(False, head + "waiting for canary kinds: " + missing)
+        return False, False, ProbeAnswer(False, head + "waiting for canary kinds: " + missing)
     aside = [
         f"{k.kind.value} ({k.disabled_reason})"
         for k in evidence.kinds.values()
         if not k.enabled and k.disabled_reason
     ]
     fell_back = [f"{k.kind.value} ({k.fallback})" for k in evidence.enabled if k.fallback]
-    said = "every canary kind succeeded"
+    waits = ", ".join(k.kind.value for k in unstarted)
+    said = (
+        "every canary kind succeeded"
+        if passed
+        else f"the server serves (the text canary passed); readiness waits on {waits}"
+    )
     said += "; fell back: " + ", ".join(fell_back) if fell_back else ""
     said += "; set aside: " + ", ".join(aside) if aside else ""
-    return True, ProbeAnswer(True, said)
+    return passed, True, ProbeAnswer(True, said)
+
+
+def _readiness_waits(evidence: Evidence) -> str:
+    """``readiness waits on structured: not yet passed since the restart`` (with each's last)."""
+    since = "the restart" if evidence.epoch > 0 else "sentinel started"
+    waits = ", ".join(_why_not_started(k, evidence.epoch_started) for k in _unstarted(evidence))
+    return f"readiness waits on {waits}: not yet passed since {since}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,9 +188,12 @@ class _Restart:
 
     hangs: tuple[Hang, ...]
     restarts: tuple[float, ...]
+    causes: tuple[str, ...]  # each restart's cause (sentinel.verdict.cause)
     in_episode: bool
     braked: bool
+    ineffective: Ineffective | None  # braked for a cause its restarts did not fix
     red: bool
+    red_cause: str
     wanted: bool
     held: bool
     liveness: ProbeAnswer
@@ -165,33 +208,51 @@ def _restart(
 ) -> _Restart:
     """The restart-loop brake, the pool's restart budget and liveness."""
     restart_hangs = tuple(h for h in hangs if h.action is Action.RESTART)
-    restarts = tuple(t for t in state.restarts if now - t < policy.brake_window)
+    restarts, causes = recent(state.restarts, state.causes, policy.brake_window, now)
     in_episode, braked, red = state.in_episode, state.braked, state.red_in_epoch
+    ineffective, red_cause = state.ineffective, state.red_cause
     if restart_hangs and policy.enforce and not in_episode:
         in_episode = True
         braked = len(restarts) >= policy.brake_max_restarts
+        # Keyed by the cause as well as the count: the same hang after each restart.
+        limit = policy.brake_max_restarts
+        ineffective = escalation(causes, restart_hangs, evidence, limit) if braked else None
     elif not restart_hangs:
-        in_episode, braked = False, False
+        in_episode, braked, ineffective = False, False, None
     # The pool's restart budget: a restart it holds keeps liveness green, unready.
     wanted = bool(restart_hangs) and policy.enforce and not braked
     gate = evidence.restart_gate
     held = wanted and not gate.open
     if wanted and not held:
         liveness = ProbeAnswer(False, _describe(restart_hangs))
-        red = True
+        # The cause of the red flip: what the restart that follows is for.
+        red, red_cause = True, cause_key(restart_hangs) if state.liveness.ok else red_cause
     elif held:
         liveness = ProbeAnswer(True, gate.reason + "; not failing liveness until a slot frees")
     elif restart_hangs and braked:
         liveness = ProbeAnswer(
             True,
             f"restart-loop brake: {len(restarts)} hang restarts within "
-            f"{policy.brake_window:.0f}s; not failing liveness again",
+            f"{policy.brake_window:.0f}s; not failing liveness again"
+            + (f"; {describe(ineffective)}" if ineffective else ""),
         )
     elif restart_hangs:
         liveness = ProbeAnswer(True, "observe-only: would restart: " + _describe(restart_hangs))
     else:
         liveness = ProbeAnswer(True, "no hang confirmed")
-    return _Restart(restart_hangs, restarts, in_episode, braked, red, wanted, held, liveness)
+    return _Restart(
+        restart_hangs,
+        restarts,
+        causes,
+        in_episode,
+        braked,
+        ineffective,
+        red,
+        red_cause,
+        wanted,
+        held,
+        liveness,
+    )
 
 
 def _readiness(
@@ -199,11 +260,15 @@ def _readiness(
     policy: Policy,
     hangs: Sequence[Hang],
     restart: _Restart,
-    startup_passed: bool,
+    started: tuple[bool, bool],
     degraded: bool,
     now: float,
 ) -> ProbeAnswer:
-    """Readiness, in order of what an operator most needs to read first."""
+    """Readiness, in order of what an operator most needs to read first.
+
+    ``started``: every kind passed in this epoch, and the text canary passed.
+    """
+    startup_passed, served = started
     # Observe-only mode changes no kubelet answer because of a hang: it reports.
     unready_hangs = [
         h for h in hangs if h.action in (Action.RESTART, Action.UNREADY) and policy.enforce
@@ -222,7 +287,9 @@ def _readiness(
     if not startup_passed and life.phase is Phase.PAUSED:
         return ProbeAnswer(False, f"started paused: {life.why}")
     if not startup_passed:
-        return ProbeAnswer(False, "startup has not passed")
+        return ProbeAnswer(
+            False, _readiness_waits(evidence) if served else "startup has not passed"
+        )
     if life.phase is Phase.SCALING:
         took = observed(life.since, now, evidence.unobserved)
         return ProbeAnswer(False, f"scaling (elastic EP) for {took:.0f}s: {life.why}")
@@ -244,7 +311,8 @@ def _readiness(
     if life.stalled and not (idle and unready_hangs):
         return ProbeAnswer(False, f"{life.phase.value}: {life.why}")
     if restart.braked:
-        return ProbeAnswer(False, "restart-loop brake engaged: " + _describe(restart.hangs))
+        cause = f"{describe(restart.ineffective)}: " if restart.ineffective else ""
+        return ProbeAnswer(False, "restart-loop brake engaged: " + cause + _describe(restart.hangs))
     if restart.held:
         return ProbeAnswer(False, f"{gate.reason}: {_describe(restart.hangs)}")
     if unready_hangs:

@@ -304,11 +304,25 @@ class Hang:
 
 
 @dataclass(frozen=True, slots=True)
+class Ineffective:
+    """Restarts that did not fix a hang: it came back, the same, after each of them.
+
+    ``cause`` is :func:`sentinel.verdict.cause.cause_key` of the hang;
+    ``node`` the node the pod runs on ('' where the pod was not told).
+    """
+
+    cause: str
+    restarts: int
+    node: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class VerdictState:
     """What the verdict remembers between evaluations."""
 
     epoch: int = -1
-    startup_passed: bool = False
+    startup_passed: bool = False  # every enabled kind passed in this epoch (then it stays)
+    served: bool = False  # the text canary passed in this epoch: /startupz passes (it stays)
     degraded: bool = False  # readiness hysteresis output
     bad_streak: int = 0
     good_streak: int = 0
@@ -316,9 +330,13 @@ class VerdictState:
     # Real restarts the brake counts: starts of new epochs that followed an
     # enforced liveness-red episode (never red blips within one server).
     restarts: tuple[float, ...] = ()
+    # The cause of each of those restarts (sentinel.verdict.cause), in the same order.
+    causes: tuple[str, ...] = ()
     red_in_epoch: bool = False  # liveness failed for a hang in the current epoch
+    red_cause: str = ""  # the cause liveness failed for in this epoch
     in_episode: bool = False
     braked: bool = False
+    ineffective: Ineffective | None = None  # the brake holds a cause restarts did not fix
     confirmed: frozenset[HangKind] = frozenset()
     liveness: ProbeAnswer = ProbeAnswer(True, "no hang confirmed")
     readiness: ProbeAnswer = ProbeAnswer(False, "startup has not passed")
@@ -340,6 +358,8 @@ class Verdict:
     hangs: tuple[Hang, ...] = ()
     new_hangs: tuple[Hang, ...] = ()  # confirmed in this evaluation
     brake_engaged: bool = False
+    # The brake holds a cause that came back after each of its restarts: look at the node.
+    ineffective: Ineffective | None = None
     would_restart: bool = False  # a restart-action hang under observe-only mode
     new_epoch: bool = False
     # A confirmed restart-action hang, enforcing, brake off: the restart a slot is asked for.

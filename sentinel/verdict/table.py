@@ -36,17 +36,22 @@ order below.
 """
 
 OUTRO = """
-**Readiness** fails before startup, on any confirmed `restart` or `unready`
+**Readiness** fails until every enabled canary kind succeeded in this server
+epoch (naming the kinds it waits on), on any confirmed `restart` or `unready`
 hang (unless observe-only, `enforce: false`), while asleep or paused (with
 the reason), after a wake-up or resume until every canary kind passed again,
 while the restart-loop brake is engaged or the restart budget holds a
 restart, and while recent canaries fail or run over their latency SLO (out
 after `ready_out_after` bad results, back after `ready_back_after` good
-ones). **Startup** passes once every enabled canary kind succeeded in this
-server epoch, and stays passed. **The restart-loop brake**: a hang restart
+ones). **Startup** passes once the text canary succeeded in this server
+epoch (the server serves; without a text kind, every kind), and stays
+passed. **The restart-loop brake**: a hang restart
 that would be the `brake_max_restarts`+1-th within `brake_window` keeps
-liveness green, turns readiness red and says so. A new server epoch (the
-server's identity changed) resets everything but the brake's memory.
+liveness green, turns readiness red and says so; when each of those
+restarts ended in the same cause (the hang kind and its engine, rank or
+path), readiness also says a restart does not fix it and names the pod's node
+(docs/fleet.md). A new server epoch (the server's identity changed) resets
+everything but the brake's memory.
 """
 
 

@@ -220,12 +220,17 @@ async def test_observe_only_reports_but_keeps_liveness(sim: SimProcess) -> None:
         assert _sample(metrics, "sentinel_enforce") == 0
 
 
-async def test_restart_loop_brake_turns_a_repeat_hang_into_unready() -> None:
+async def test_restart_loop_brake_turns_a_repeat_hang_into_unready(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """The brake counts real restarts: a red episode, then a new server, then a hang again.
 
     A red blip that clears without a restart (the fault cleared in place)
-    is not counted; the server being replaced after a red episode is.
+    is not counted; the server being replaced after a red episode is. The
+    same hang after the restart is one a restart does not fix: readiness and
+    ``sentinel_restart_ineffective`` name the cause and the pod's node.
     """
+    monkeypatch.setenv("NODE_NAME", "gpu-node-7")  # the downward API's spec.nodeName
     port = free_port()
     with SimProcess(extra_args=["--port", str(port)]) as first:
         async with running_sidecar(first.base_url, brake_max_restarts=1) as sidecar:
@@ -248,9 +253,14 @@ async def test_restart_loop_brake_turns_a_repeat_hang_into_unready() -> None:
                 await eventually(braked, 20, "the restart-loop brake")
                 assert await sidecar.code("/livez") == 200
                 assert await sidecar.code("/readyz") == 503
-                assert "brake" in str((await sidecar.json("/readyz"))["reason"])
+                reason = str((await sidecar.json("/readyz"))["reason"])
+                assert "brake" in reason
+                assert "a restart does not fix this: engine" in reason
+                assert "look at node gpu-node-7" in reason
                 metrics = (await sidecar.client.get(sidecar.url + "/metrics")).text
                 assert _sample(metrics, "sentinel_restart_brake_engaged") == 1
+                ineffective = {"node": "gpu-node-7", "cause": "engine"}
+                assert _sample(metrics, "sentinel_restart_ineffective", **ineffective) == 1
 
 
 async def test_text_only_model_disables_multimodal_without_blocking_startup() -> None:

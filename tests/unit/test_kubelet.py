@@ -75,7 +75,7 @@ def test_settings_are_the_shipped_manifests_probes() -> None:
     assert settings.kill_grace("startup") == pod["terminationGracePeriodSeconds"]
     # The values the loopback tests scale down (manifests/README.md explains each).
     assert settings.liveness == ProbeSpec("/livez", 5, 3, 4, 1, 0, 10)
-    assert settings.startup == ProbeSpec("/startupz", 10, 3, 180, 1, 0, None)
+    assert settings.startup == ProbeSpec("/startupz", 2, 3, 900, 1, 0, None)
     assert settings.readiness == ProbeSpec("/readyz", 5, 3, 1, 1, 0, None)
 
 
@@ -84,8 +84,8 @@ def test_scaling_shortens_every_duration_and_keeps_the_thresholds() -> None:
     fast = settings.scaled(0.2, timeout_floor=1.0)
     assert fast.liveness == ProbeSpec("/livez", 1.0, 1.0, 4, 1, 0.0, 2.0)
     assert fast.startup is not None
-    assert fast.startup.period == 2.0
-    assert fast.startup.failure_threshold == 180
+    assert fast.startup.period == 0.4
+    assert fast.startup.failure_threshold == 900
     assert (fast.grace, fast.backoff_initial, fast.backoff_cap) == (12.0, 2.0, 60.0)
     assert settings.scaled(0.5).liveness == ProbeSpec("/livez", 2.5, 1.5, 4, 1, 0.0, 5.0)
 

@@ -758,6 +758,7 @@ def test_metric_names_exist_in_sentinel_exposition() -> None:
 
     from sentinel.evaluation.health import HealthState
     from sentinel.telemetry.metrics import SentinelMetrics
+    from sentinel.verdict.model import Ineffective
 
     state = HealthState()
     snapshot = replace(
@@ -765,6 +766,7 @@ def test_metric_names_exist_in_sentinel_exposition() -> None:
         priority_effective=True,
         progress_at=0.0,
         process_evidence={"engine_state": True, "stacks": False},
+        restart_ineffective=Ineffective("engine", 3, "gpu-node-7"),
     )
     asyncio.run(state.publish(snapshot))
     registry = CollectorRegistry()

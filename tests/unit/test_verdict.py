@@ -234,14 +234,16 @@ STARTUP_CASES = [
 
 
 @pytest.mark.parametrize(("ev", "passes", "missing"), STARTUP_CASES)
-def test_startup_needs_an_ok_of_every_enabled_kind_in_this_epoch(
+def test_readiness_needs_an_ok_of_every_enabled_kind_in_this_epoch(
     ev: Evidence, passes: bool, missing: str | None
 ) -> None:
     verdict = once(ev, now=60.0)
-    assert verdict.startup.ok is passes
+    assert verdict.readiness.ok is passes
     assert verdict.liveness.ok
+    # Startup needs the text canary alone: the server has shown that it serves.
+    assert verdict.startup.ok is (missing != "text")
     if missing is not None:
-        assert missing in verdict.startup.reason
+        assert missing in (verdict.startup if missing == "text" else verdict.readiness).reason
         assert not verdict.readiness.ok
 
 
@@ -673,16 +675,19 @@ def test_the_first_path_miss_of_an_epoch(misses_needed: int, hung: bool) -> None
 
 
 @pytest.mark.parametrize("misses", [1, 2, 5])
-def test_a_path_that_never_worked_is_a_startup_failure_not_a_hang(misses: int) -> None:
-    """Never working is not a hang: startup names the kind, liveness stays green."""
+def test_a_path_that_never_worked_is_a_readiness_failure_not_a_hang(misses: int) -> None:
+    """Never working is not a hang: readiness names the kind, liveness stays green.
+
+    The text controls passed, so the server serves: startup passes on them."""
     pairs = [pair(100 + 10 * i, STRUCTURED, Reason.BAD_BODY) for i in range(misses)]
     controls = tuple(c for _, c in pairs if c is not None)
     ev = evidence(KindEvidence(TEXT, results=controls), path_kind(STRUCTURED, pairs))
     verdict = once(ev, now=200.0, policy=Policy(path_misses=1))
     assert hang_of(verdict, HangKind(STRUCTURED)) is None
     assert verdict.liveness.ok
-    assert not verdict.startup.ok
-    assert "structured" in verdict.startup.reason
+    assert verdict.startup.ok
+    assert not verdict.readiness.ok
+    assert "readiness waits on structured (last: bad_body" in verdict.readiness.reason
 
 
 def test_hang_kinds_are_engine_partial_each_path_kind_dead_broken_and_listener() -> None:
