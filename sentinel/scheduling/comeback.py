@@ -34,6 +34,18 @@ COMEBACK_SCRAPE_S = 0.5  # the scrape interval while the server refuses before s
 Sleep = Callable[[float], Awaitable[None]]
 
 
+async def sleep_or_wake(event: asyncio.Event, seconds: float, sleep: Sleep) -> None:
+    """Sleep ``seconds`` with the caller's ``sleep``, or less when ``event`` is set first."""
+    waiter = asyncio.ensure_future(event.wait())
+    sleeper = asyncio.ensure_future(sleep(seconds))
+    try:
+        await asyncio.wait({waiter, sleeper}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in (waiter, sleeper):
+            task.cancel()
+        await asyncio.gather(waiter, sleeper, return_exceptions=True)
+
+
 class Comeback:
     """Raised by the first answer of an epoch before startup; taken once by each canary loop."""
 
@@ -71,14 +83,7 @@ class Comeback:
             if not self.due(kind, taken):
                 if self._wake is None:
                     self._wake = asyncio.Event()
-                waiter = asyncio.ensure_future(self._wake.wait())
-                sleeper = asyncio.ensure_future(sleep(seconds))
-                try:
-                    await asyncio.wait({waiter, sleeper}, return_when=asyncio.FIRST_COMPLETED)
-                finally:
-                    for task in (waiter, sleeper):
-                        task.cancel()
-                    await asyncio.gather(waiter, sleeper, return_exceptions=True)
+                await sleep_or_wake(self._wake, seconds, sleep)
             if self.due(kind, taken):
                 taken = self.epoch
 

@@ -28,7 +28,7 @@ from collections.abc import Awaitable, Callable
 from sentinel.canary import kinds
 from sentinel.evidence.metrics import MetricsSample
 from sentinel.record.ledger import Ledger
-from sentinel.scheduling.comeback import Comeback
+from sentinel.scheduling.comeback import Comeback, sleep_or_wake
 
 SUSPECT_SCRAPE_S = 0.5  # the scrape interval while a text canary waits
 WAITING_S = 1.0  # a text canary unanswered this long is waiting
@@ -77,14 +77,7 @@ class Suspicion:
             return True
         if self._wake is None:
             self._wake = asyncio.Event()
-        waiter = asyncio.ensure_future(self._wake.wait())
-        sleeper = asyncio.ensure_future(sleep(seconds))
-        try:
-            await asyncio.wait({waiter, sleeper}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for task in (waiter, sleeper):
-                task.cancel()
-            await asyncio.gather(waiter, sleeper, return_exceptions=True)
+        await sleep_or_wake(self._wake, seconds, sleep)
         return self._raised
 
     def scrape_interval(self, usual: float) -> float:
