@@ -200,7 +200,10 @@ async def kubelet_get(url: str) -> int:
         answer = await reader.read()
     finally:
         writer.close()
-    return int(answer.split(b" ", 2)[1])
+    status = answer.split(b" ", 2)
+    if len(status) < 2:  # closed with no status line: a failed probe to the kubelet
+        raise ValueError(f"no HTTP status line in {answer[:40]!r}")
+    return int(status[1])
 
 
 def pin(sidecar_pid: int) -> str:
