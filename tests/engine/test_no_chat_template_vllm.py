@@ -133,6 +133,13 @@ async def test_sentinel_passes_startup_on_a_real_base_model(base_model: VllmServ
             return await sidecar.code("/startupz") == 200
 
         seconds = await eventually(startup, STARTUP, "/startupz 200 on the base model")
+
+        # Startup passes on the served text canary; readiness waits until the kinds
+        # the base model refuses are set aside, which /startupz then names too.
+        async def ready() -> bool:
+            return await sidecar.code("/readyz") == 200
+
+        await eventually(ready, STARTUP, "/readyz 200 on the base model")
         reason = str((await sidecar.json("/startupz"))["reason"])
         status = await sidecar.json("/status")
         canaries = status["canaries"]
