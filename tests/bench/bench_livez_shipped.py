@@ -2,9 +2,10 @@
 
 Run: ``make bench-livez-shipped`` or ``python -m tests.bench.bench_livez_shipped
 [--duration 600] [--json PATH]``. The footprint bench (bench_footprint.py) gives
-sentinel a CPU of its own; the shipped sidecar never has one: it requests 250m
-and has no CPU limit (manifests/components/sidecar/sidecar-patch.yaml), so it
-shares every core with an engine that uses them all. Here:
+sentinel a CPU of its own; the shipped sidecar never has one: it requests one
+CPU (250m before these figures) and has no CPU limit
+(manifests/components/sidecar/sidecar-patch.yaml), so it shares every core
+with an engine that uses them all. Here:
 
 - the simulated vLLM serves sentinel's canaries, its ``/metrics`` scrapes and
   ``--streams`` streaming requests (``python -m chaos.load``), so the daemon does
@@ -15,10 +16,10 @@ shares every core with an engine that uses them all. Here:
   GIL released, so each thread is a busy core's worth of demand;
 - nothing is pinned. Where cgroup v1's ``cpu`` controller is writable (root),
   the engine, the simulator and its load sit in a group of weight 1024 per core
-  (an engine requesting every CPU), sentinel in one of weight 256 (its 250m
-  request, as the kubelet writes ``cpu.shares``) and the probe client in one of
-  1024 (the kubelet's own reserved CPU); elsewhere every process has the same
-  weight, which the report says;
+  (an engine requesting every CPU), sentinel in one of weight 1024 (its 1-CPU
+  request, as the kubelet writes ``cpu.shares``; ``--sidecar-shares 256`` for
+  250m) and the probe client in one of 1024 (the kubelet's own reserved CPU);
+  elsewhere every process has the same weight, which the report says;
 - ``/livez`` is asked open loop at ``--rate`` per second (the footprint bench's
   200), on a fresh connection each time as the kubelet's prober asks
   (``--mode keepalive`` for the other way), with the footprint bench's client:
@@ -62,7 +63,7 @@ KUBELET_TIMEOUT_S = 3.0
 SCRAPE_PERIOD_S = 15.0
 SETTLE_S = 5.0
 CGROUP_CPU = Path("/sys/fs/cgroup/cpu")
-SIDECAR_SHARES = 256  # the kubelet's cpu.shares for a 250m request
+SIDECAR_SHARES = 1024  # the kubelet's cpu.shares for the shipped 1-CPU request (250m: 256)
 
 
 # -- the engine: busy threads with the GIL released ----------------------------------
@@ -353,7 +354,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--cgroups", choices=("auto", "off"), default="auto", help="cgroup v1 cpu.shares"
     )
     parser.add_argument(
-        "--sidecar-shares", type=int, default=SIDECAR_SHARES, help="sentinel's cpu.shares (256)"
+        "--sidecar-shares", type=int, default=SIDECAR_SHARES, help="cpu.shares (1024: 1 CPU)"
     )
     parser.add_argument("--json", type=Path, help="also write the report here")
     parser.add_argument("--engine", type=int, help=argparse.SUPPRESS)
