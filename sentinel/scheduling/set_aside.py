@@ -22,12 +22,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Protocol
 
+from sentinel.canary.capability import NOT_A_CAPABILITY
 from sentinel.canary.result import CanaryResult, Reason
 
 SET_ASIDE_AFTER = 5
-# Refusals that say nothing about the server's capability: credentials, a
-# request timeout answered by a proxy, rate limits.
-NOT_A_CAPABILITY = frozenset({401, 403, 407, 408, 429})
 
 
 def never_conclusive(result: CanaryResult) -> bool:
