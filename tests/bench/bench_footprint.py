@@ -233,7 +233,9 @@ def _summarise(
     }
 
 
-async def run_livez(url: str, seconds: float, *, keepalive: bool) -> list[list[float]]:
+async def run_livez(
+    url: str, seconds: float, *, keepalive: bool, rate: float = RATE
+) -> list[list[float]]:
     """One open-loop run in a child process; its records (scheduled, lag, latency, code)."""
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
@@ -241,7 +243,7 @@ async def run_livez(url: str, seconds: float, *, keepalive: bool) -> list[list[f
         "tests.bench.bench_footprint",
         "--livez-client",
         url,
-        str(RATE),
+        str(rate),
         str(seconds),
         "keepalive" if keepalive else "fresh",
         stdin=asyncio.subprocess.DEVNULL,

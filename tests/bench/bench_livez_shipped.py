@@ -215,23 +215,6 @@ class Report:
 # -- the run ---------------------------------------------------------------------------
 
 
-async def client(url: str, rate: float, seconds: float, mode: str) -> list[list[float]]:
-    """bench_footprint's open-loop client in its own process; its records."""
-    command = ["-m", "tests.bench.bench_footprint", "--livez-client", url, str(rate), str(seconds)]
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        *command,
-        mode,
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-    )
-    out, _ = await proc.communicate()
-    if proc.returncode != 0:
-        raise RuntimeError(f"the /livez client exited with {proc.returncode}")
-    records: list[list[float]] = json.loads(out)["records"]
-    return records
-
-
 async def scrape(url: str, until: float) -> dict[str, Any]:
     """Prometheus's scrape of sentinel's own /metrics every 15 s; each scrape's seconds."""
     took: list[float] = []
@@ -297,7 +280,12 @@ async def measure(report: Report, args: argparse.Namespace, groups: CpuGroups | 
                 began, cpu = time.monotonic(), (cpu_seconds(engine[0].pid), cpu_seconds(pid))
                 waited = run_delay(pid)
                 records, f["metrics_scrapes"] = await asyncio.gather(
-                    client(sidecar.url + args.path, args.rate, args.duration, args.mode),
+                    fp.run_livez(
+                        sidecar.url + args.path,
+                        args.duration,
+                        keepalive=args.mode == "keepalive",
+                        rate=args.rate,
+                    ),
                     scrape(sidecar.url + "/metrics", began + args.duration),
                 )
                 wall = time.monotonic() - began
