@@ -137,7 +137,10 @@ class Kubelet:
         self._log: IO[bytes] | None = None
         self._proc: asyncio.subprocess.Process | None = None
         self._kill: asyncio.Future[Event] | None = None
+        # Set when a container's startup succeeds: the readiness worker probes at once.
+        self._readiness_now = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self.pod_start = clock()  # the probes' ticks count from here (set again on start)
 
     # -- what callers use ------------------------------------------------------
 
@@ -275,9 +278,11 @@ class Kubelet:
         for event in events:
             if event.kind == "kill" and self._kill is not None and not self._kill.done():
                 self._kill.set_result(event)
+            elif event.kind == "started":
+                self._readiness_now.set()
 
     async def _run(self) -> None:
-        pod_start = self.clock()
+        pod_start = self.pod_start = self.clock()
         probes = [
             asyncio.create_task(self._probe_loop(kind, spec, pod_start), name=f"probe-{kind}")
             for kind, spec in self.settings.probes()
@@ -343,13 +348,23 @@ class Kubelet:
     async def _probe_loop(self, kind: str, spec: ProbeSpec, pod_start: float) -> None:
         """Probe on the period's ticks; a slow probe skips the ticks it overran, as a Go ticker.
 
+        Readiness is also probed the moment a container's startup succeeds: the
+        kubelet's ``UpdatePodStatus`` (pkg/kubelet/prober/prober_manager.go)
+        triggers an immediate run of a started container's readiness probe
+        that has not succeeded yet, on the pod sync the startup result causes.
+
         The ticks run from the pod's start across restarts, as a kubelet probe
         worker's do, so a restarted container's first probe comes anywhere
         within one period of its start.
         """
         tick = 0
         while True:
-            await asyncio.sleep(max(0.0, pod_start + tick * spec.period - self.clock()))
+            wait = max(0.0, pod_start + tick * spec.period - self.clock())
+            if kind == "readiness":
+                await _sleep_or(self._readiness_now, wait)
+                self._readiness_now.clear()
+            else:
+                await asyncio.sleep(wait)
             container = self.state.container
             if self.state.due(kind, self.clock()):
                 check = self._checks.get(kind, self._probe)
@@ -368,3 +383,9 @@ class Kubelet:
         except httpx.HTTPError as exc:
             return False, type(exc).__name__
         return 200 <= response.status_code < 400, str(response.status_code)
+
+
+async def _sleep_or(event: asyncio.Event, seconds: float) -> None:
+    """Sleep ``seconds``, or less when ``event`` is set first."""
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(event.wait(), seconds)

@@ -30,6 +30,7 @@ import asyncio
 import contextlib
 import dataclasses
 import json
+import math
 import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
@@ -153,6 +154,20 @@ def kubelet_settings(scenario: Scenario, checker: str) -> KubeletSettings:
     )
 
 
+def fault_time(earliest: float, grid: float, period: float, phase: float) -> float:
+    """The first moment from ``earliest`` that lies ``phase`` of a ``period`` past a tick.
+
+    The kubelet's liveness probes tick every period from the pod's start
+    (``grid``), so a detection waits for the next tick: where in the period a
+    fault lands moves detection by up to a period. Run i of N of every
+    checker puts its fault at the same place, (i + 1/2)/N of a period past a
+    tick: checkers compare like with like, and the spread shows the period.
+    """
+    offset = phase * period
+    ticks = math.ceil((earliest - grid - offset) / period - 1e-9)
+    return grid + ticks * period + offset
+
+
 class SupervisedRun:
     """One scenario under the kubelet, its liveness following one checker."""
 
@@ -230,7 +245,11 @@ class SupervisedRun:
             stack.push_async_callback(_reap, load)
             summary = asyncio.create_task(self._load_summary(load))
             stack.push_async_callback(_cancel, [summary])
-        await asyncio.sleep(max(0.0, ready.at + scenario.fault.start - self.clock()))
+        liveness = kubelet_settings(scenario, "sentinel").liveness  # every checker's grid
+        period = liveness.period if liveness is not None else 1.0
+        phase = (self.record.run + 0.5) / self.options.runs
+        at = fault_time(ready.at + scenario.fault.start, kubelet.pod_start, period, phase)
+        await asyncio.sleep(max(0.0, at - self.clock()))
         if scenario.fault.kind != "none":
             await self._fault(kubelet, container)
         await self._watch(kubelet, container)
@@ -328,7 +347,12 @@ class SupervisedRun:
         """The probe URL, the probes replaced, and the tasks that run beside the kubelet."""
         if self.checker == "sentinel":
             diagnostics = self.workdir / "diagnostics"
-            given = {**self.scenario.sentinel, **self.options.sentinel}
+            # Under a probe timeout, as the shipped 1 s hold is under the shipped 3 s.
+            timeout = min(
+                spec.timeout for _, spec in kubelet_settings(self.scenario, "sentinel").probes()
+            )
+            hold = {"probe_hold": min(1.0, timeout / 2)}
+            given = {**hold, **self.scenario.sentinel, **self.options.sentinel}
             scenario = self.scenario.model_copy(update={"sentinel": given})
             thread = SentinelThread(sentinel_settings(scenario, container.base_url, diagnostics))
             daemon = await thread.start()

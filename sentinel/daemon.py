@@ -22,7 +22,7 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import httpx
 from prometheus_client import CollectorRegistry
@@ -41,6 +41,7 @@ from sentinel.evaluation.health import HealthState
 from sentinel.evaluation.incidents import IncidentRecorder
 from sentinel.fingerprint.book import CorrectnessProvider, build_book, bundle_section, weights_steps
 from sentinel.fingerprint.endpoint import fingerprint_routes
+from sentinel.fleet.brake_memory import BrakeMemory
 from sentinel.fleet.gate import BudgetGate
 from sentinel.fleet.lease import PoolBudget
 from sentinel.maintenance.endpoint import MaintenanceHook
@@ -55,9 +56,9 @@ from sentinel.scheduling.auto_sleep import CanaryHold
 from sentinel.scheduling.scheduler import Scheduler
 from sentinel.scheduling.suspicion import Suspicion
 from sentinel.serve.probe_thread import ThreadedHttpServer
+from sentinel.serve.state_metrics import daemon_metrics
 from sentinel.target import target_port, tls_context
 from sentinel.telemetry.logging import get_logger
-from sentinel.telemetry.metrics import SentinelMetrics
 from sentinel.telemetry.redact import redact_url
 from sentinel.verdict import Action
 
@@ -83,6 +84,7 @@ class Daemon:
         api_key: str | None = None,
         budget: PoolBudget | None = None,
         providers: Sequence[Provider] = (),
+        brake: BrakeMemory | None = None,
     ) -> None:
         self.settings = settings
         self.clock = clock
@@ -93,7 +95,7 @@ class Daemon:
         self.config_json = effective_config(settings)  # settings are frozen: dump once
         self.registry = CollectorRegistry()
         self.state = HealthState(enforce=settings.enforce, clock=clock)
-        self.metrics = SentinelMetrics(self.registry, self.state, clock=clock)
+        self.metrics = daemon_metrics(self.registry, self.state, clock=clock)
         # "Paused until", set through /maintenance; evidence asks self.maintenance.active(now).
         self.maintenance_hook = MaintenanceHook.build(settings, clock, self.metrics)
         self.maintenance = self.maintenance_hook.window
@@ -142,6 +144,7 @@ class Daemon:
                 *providers,
             ),
             budget=self.budget,
+            brake=brake or BrakeMemory.in_pod(settings),
         )
 
     def _maintenance_reason(self, now: float) -> str | None:
@@ -179,6 +182,7 @@ class Daemon:
             shutdown_timeout=settings.shutdown_timeout,
             maintenance=self.maintenance_hook,
             clock=self.clock,
+            probe_hold=settings.probe_hold,
         )
         if settings.grpc_listen is not None:
             from sentinel.serve.grpc import GrpcHealthServer
@@ -232,11 +236,8 @@ class Daemon:
                         keep_slot = self._supervised("restart-budget", self.budget.run)
                         loops.append(group.create_task(keep_slot, name="restart-budget"))
                     if grpc is not None:
-                        loops.append(
-                            group.create_task(
-                                self._supervised("grpc-publish", grpc.publish), name="grpc-publish"
-                            )
-                        )
+                        publish = self._supervised("grpc-publish", grpc.publish)
+                        loops.append(group.create_task(publish, name="grpc-publish"))
                     loops += [
                         group.create_task(self._every(name, interval, step), name=name)
                         for name, interval, step in periodic
@@ -250,6 +251,7 @@ class Daemon:
                 await self._shutdown()
                 self.incidents.close()
                 self.budget.close()
+                self.evaluator.brake.close()
 
     @asynccontextmanager
     async def serving(self, start_timeout: float = 15.0) -> AsyncIterator[Daemon]:
@@ -326,17 +328,20 @@ class Daemon:
         book, key = self.fingerprints, self.api_key
         steps += weights_steps(book, self.settings, client, self.clock, key)
         steps.append(self.fault_tolerance.observer_step(client, self.settings, key))
+        steps += self.evaluator.brake.steps()  # the brake's memory to its Lease, off the verdict
         return [*steps, ("evaluate", self.settings.eval_interval, self._evaluate_step)]
 
     async def _every(self, name: str, interval: float, step: Step) -> None:
         sooner = self.suspicion.scrape_interval if name == "scrape" else None
+        # A comeback's results are judged as they land (sentinel.scheduling.comeback).
+        judge = name == "evaluate"
         await every(
             name,
             interval,
             step,
             beat=self.state.beat,
             clock=self.clock,
-            sleep=self.sleep,
+            sleep=self.suspicion.comeback.judge_sleeper(self.sleep) if judge else self.sleep,
             failures=self.failures,
             sooner=sooner,
         )
@@ -355,6 +360,7 @@ class Daemon:
 
     def _on_result(self, result: CanaryResult) -> None:
         _log_result(result)
+        self.suspicion.comeback.judge_soon()
         for listener in tuple(self._listeners):
             try:
                 listener(result)
@@ -381,20 +387,4 @@ class Daemon:
 
 
 def _log_result(result: CanaryResult) -> None:
-    fields: dict[str, Any] = {
-        "canary": result.name,
-        "kind": str(result.kind),
-        "ok": result.ok,
-        "reason": result.reason.value,
-        "duration": round(result.duration, 4),
-    }
-    if result.ttft is not None:
-        fields["ttft"] = round(result.ttft, 4)
-    if result.engine is not None:
-        fields["engine"] = result.engine  # the data-parallel engine it was aimed at
-    if result.detail:
-        fields["detail"] = result.detail
-    if result.ok:
-        log.info("canary", **fields)
-    else:
-        log.warning("canary", **fields)
+    (log.info if result.ok else log.warning)("canary", **result.log_fields())

@@ -124,7 +124,10 @@ class FakeApiServer:
         self._version += 1
         self.writes.append(body)
         stored = dict(body)
-        stored["metadata"] = current["metadata"] | {"resourceVersion": str(self._version)}
+        # An update replaces labels and annotations as written (the brake memory's annotation).
+        meta = body["metadata"]
+        written = {k: meta[k] for k in ("labels", "annotations") if meta.get(k) is not None}
+        stored["metadata"] = current["metadata"] | written | {"resourceVersion": str(self._version)}
         stored["spec"] = {k: v for k, v in (body.get("spec") or {}).items() if v is not None}
         self.leases[name] = stored
         return web.json_response(stored)

@@ -130,3 +130,20 @@ class CanaryResult:
     @property
     def finished(self) -> float:
         return self.started + self.duration
+
+    def log_fields(self) -> dict[str, object]:
+        """The fields of the ``canary`` log line sentinel writes for this result."""
+        fields: dict[str, object] = {
+            "canary": self.name,
+            "kind": str(self.kind),
+            "ok": self.ok,
+            "reason": self.reason.value,
+            "duration": round(self.duration, 4),
+        }
+        if self.ttft is not None:
+            fields["ttft"] = round(self.ttft, 4)
+        if self.engine is not None:
+            fields["engine"] = self.engine  # the data-parallel engine it was aimed at
+        if self.detail:
+            fields["detail"] = self.detail
+        return fields

@@ -1,1 +1,1 @@
-"""Configuration: the settings model (each setting declared once), its sources, the references."""
+"""Configuration: the settings model (each setting declared once) and its sources."""

@@ -191,6 +191,15 @@ class Settings(Policy, Ranged):
         1.0, "How often the server's processes are sampled.", 0.1, 3600.0
     )
     eval_interval: float = seconds(0.5, "How often the verdict is evaluated.", 0.05, 60.0)
+    probe_hold: float = seconds(
+        1.0,
+        "How long /startupz and /readyz hold a 'not yet' that waits only on canaries under "
+        "way (a server's first canaries) before answering it: the probe passes the moment "
+        "the verdict does instead of a kubelet period later. Keep it under the probes' "
+        "timeoutSeconds; 0 answers at once.",
+        0.0,
+        2.5,
+    )
     eval_quiet_interval: float = seconds(
         2.0,
         "How often the verdict is evaluated while nothing is in play (no canary in flight "
@@ -270,6 +279,13 @@ class Settings(Policy, Ranged):
         RestartBudget(),
         "A cap on restarts across the pool, through Kubernetes Leases "
         "(docs/restart-budget.md; see below).",
+    )
+    brake_memory: Literal["auto", "on", "off"] = setting(
+        "auto",
+        "Keep the restart-loop brake's memory in the Lease sentinel-brake-<pod>, so it "
+        "survives a recreated pod (docs/groups.md); auto: on in a LeaderWorkerSet's pod "
+        "(LWS_GROUP_SIZE and POD_NAME set), whose group LWS recreates sidecar and all; "
+        "a Deployment's sidecar outlives the server's restarts and needs no Lease.",
     )
 
     log_format: Literal["auto", "json", "console"] = setting(

@@ -38,6 +38,7 @@ from sentinel.evaluation.pace import in_play
 from sentinel.evaluation.refusal_events import RefusalNotices
 from sentinel.evaluation.status import PriorityReport, StatusInputs, Transition, status_document
 from sentinel.evaluation.suspicion import suspicion
+from sentinel.fleet.brake_memory import BrakeMemory
 from sentinel.fleet.budget import Wish
 from sentinel.fleet.lease import PoolBudget
 from sentinel.record.ledger import Ledger
@@ -80,6 +81,7 @@ class Evaluator:
         specs: Sequence[CanarySpec] = (),
         providers: Sequence[Provider] = (),
         budget: PoolBudget | None = None,
+        brake: BrakeMemory | None = None,
     ) -> None:
         self.settings = settings
         self.policy = settings.policy()
@@ -94,7 +96,9 @@ class Evaluator:
         self.specs = tuple(specs)  # the canaries run: which kinds the command line rules out
         # Evidence beyond the ledger, one frozen section each (the fingerprint
         # checks are judged against, the restart budget's gate, ...).
-        self.providers = (*providers, PodNode(incidents.node))  # the node: sentinel.verdict.cause
+        # The brake's memory kept in a Lease (sentinel.fleet.brake_memory): seeded, then told.
+        self.brake = brake if brake is not None else BrakeMemory()
+        self.providers = (*providers, PodNode(incidents.node), self.brake)  # node: verdict.cause
         # The pool's restart budget: each verdict's wish is its input (its gate a provider).
         self.budget = budget if budget is not None and budget.enabled else None
         self._disabled_said: set[tuple[CanaryKind, str]] = set()
@@ -157,7 +161,9 @@ class Evaluator:
         for notice in (*self.kind_notices.new(evidence), *self.refusal_notices.new(evidence)):
             self.incidents.announce(notice.reason, notice.message)
         previous = self.verdict
+        self.verdict_state = await self.brake.seed(self.verdict_state, now)  # once, bounded
         self.verdict_state, verdict = evaluate(self.verdict_state, evidence, self.policy, now)
+        self.brake.observe(self.verdict_state, now)
         self.verdict = verdict
         # Whether this server passed startup (the verdict's state), not the
         # /startupz answer, which also fails while a restart is asked for.

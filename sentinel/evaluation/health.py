@@ -52,7 +52,7 @@ def initial_snapshot(enforce: bool = True) -> HealthSnapshot:
     return HealthSnapshot(
         liveness=ProbeAnswer(True, "no hang confirmed"),
         readiness=ProbeAnswer(False, "startup has not passed"),
-        startup=ProbeAnswer(False, "waiting for every canary kind to succeed"),
+        startup=ProbeAnswer(False, "waiting for every canary kind to succeed", settling=True),
         enforce=enforce,
     )
 

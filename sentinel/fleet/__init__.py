@@ -1,1 +1,1 @@
-"""The pool's restart budget: pure slot rules and the Kubernetes Leases that hold them."""
+"""The Kubernetes Leases: the pool's restart budget, and each pod's restart-loop brake memory."""

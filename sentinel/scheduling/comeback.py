@@ -9,7 +9,10 @@ the kubelet's startup and readiness wait on the slowest. Instead, the first
 loop's wait at once: each kind not yet passed in the epoch sends its canary
 now, all in parallel (a paired kind with its text control, as always), and
 the verdict passes startup on the first served text canary
-(:func:`sentinel.verdict.decide.evaluate`).
+(:func:`sentinel.verdict.decide.evaluate`). Each of those results is judged
+as it lands (:meth:`Comeback.judge_soon`), and ``/startupz`` and ``/readyz``
+hold their "not yet" while it settles, so the kubelet's probe that asks
+meanwhile passes instead of failing a period.
 
 Once per loop per epoch, and only for a kind that has not passed in it: a
 comeback never adds a canary to a server already judged, and a kind that
@@ -29,7 +32,7 @@ from sentinel.canary.spec import CanaryKind
 from sentinel.evidence.metrics import MetricsSample
 from sentinel.record.ledger import Ledger
 
-COMEBACK_SCRAPE_S = 0.5  # the scrape interval while the server refuses before startup
+COMEBACK_SCRAPE_S = 0.1  # the scrape interval while the server refuses before startup
 
 Sleep = Callable[[float], Awaitable[None]]
 
@@ -54,6 +57,8 @@ class Comeback:
         self.epoch: int | None = None  # the epoch whose server was seen answering
         self._wake: asyncio.Event | None = None  # made inside the event loop that waits
         self.rounds = 0  # comebacks raised (each sent every unpassed kind at once)
+        self._judge: asyncio.Event | None = None  # wakes the verdict's loop
+        self._judged: int | None = None  # the epoch whose every kind has passed
 
     def observe(self, sample: MetricsSample | None = None) -> None:
         """The server answered (a ``/metrics`` sample): the first of an epoch raises a comeback."""
@@ -86,6 +91,34 @@ class Comeback:
                 await sleep_or_wake(self._wake, seconds, sleep)
             if self.due(kind, taken):
                 taken = self.epoch
+
+        return wait
+
+    def judge_soon(self) -> None:
+        """A canary result landed: while a comeback's kinds have not all passed, judge now.
+
+        The verdict runs every ``eval_interval``; a comeback's results wait for
+        it no longer, so ``/startupz`` and ``/readyz`` (which hold a settling
+        answer: :mod:`sentinel.serve.http`) turn the moment they can. The wake
+        after the result that proved the last kind is the epoch's last.
+        """
+        ledger = self.ledger
+        if self.epoch is None or self.epoch != ledger.epoch or self._judged == ledger.epoch:
+            return
+        records = [record for record in ledger.records.values() if record.enabled]
+        if all(any(r.ok for r in record.results) for record in records):
+            self._judged = ledger.epoch
+        if self._judge is not None:
+            self._judge.set()
+
+    def judge_sleeper(self, sleep: Sleep) -> Sleep:
+        """``sleep`` for the verdict's loop, cut short by :meth:`judge_soon`."""
+
+        async def wait(seconds: float) -> None:
+            if self._judge is None:
+                self._judge = asyncio.Event()
+            await sleep_or_wake(self._judge, seconds, sleep)
+            self._judge.clear()
 
         return wait
 

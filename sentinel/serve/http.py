@@ -23,7 +23,6 @@ second; it never raises into the daemon.
 from __future__ import annotations
 
 import asyncio
-import json
 import resource
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -35,7 +34,7 @@ from aiohttp.web_protocol import RequestHandler
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 
-from sentinel.evaluation.health import HealthState, ProbeAnswer
+from sentinel.evaluation.health import HealthState
 from sentinel.fingerprint.endpoint import FINGERPRINT_PATH
 from sentinel.maintenance.endpoint import (
     MAINTENANCE_KEY,
@@ -43,14 +42,15 @@ from sentinel.maintenance.endpoint import (
     MaintenanceHook,
     maintenance_routes,
 )
-from sentinel.serve.status_view import answer_json, index_json, status_json
+from sentinel.serve.answers import AnswerBodies, held
+from sentinel.serve.status_view import index_json, status_json
 from sentinel.telemetry.redact import redact_document
 
 STATE_KEY = web.AppKey("sentinel_health_state", HealthState)
 REGISTRY_KEY = web.AppKey("sentinel_registry", CollectorRegistry)
 CLOCK_KEY: web.AppKey[Callable[[], float]] = web.AppKey("sentinel_clock")  # monotonic
 STARTED_KEY = web.AppKey("sentinel_started", float)  # on it: answers before are "since start"
-JSON_CONTENT_TYPE = "application/json; charset=utf-8"
+HOLD_KEY = web.AppKey("sentinel_probe_hold", float)  # seconds a settling "not yet" is held
 DEFAULT_SHUTDOWN_TIMEOUT = 5.0
 # Answered from the published snapshot alone; every other route reads daemon state.
 PROBE_PATHS = frozenset({"/livez", "/readyz", "/startupz", "/healthz"})
@@ -175,29 +175,6 @@ class _GuardedSite(web.BaseSite):
         )
 
 
-class AnswerBodies:
-    """Each probe's answer rendered once, when it first appears, and served as bytes.
-
-    A probe asks far more often than its answer changes (a snapshot is
-    published every few seconds at most, and the answer within it changes
-    only on a verdict), so a request looks its answer up by identity (or, for
-    ``/healthz``, whose answer is built per call, by value) instead of
-    rendering JSON on the path the kubelet times.
-    """
-
-    def __init__(self) -> None:
-        self._rendered: dict[str, tuple[ProbeAnswer, bytes, int]] = {}
-
-    def response(self, probe: str, answer: ProbeAnswer) -> web.Response:
-        rendered = self._rendered.get(probe)
-        if rendered is None or (rendered[0] is not answer and rendered[0] != answer):
-            body = json.dumps(answer_json(answer)).encode()
-            rendered = self._rendered[probe] = (answer, body, 200 if answer.ok else 503)
-        return web.Response(
-            body=rendered[1], status=rendered[2], headers={"Content-Type": JSON_CONTENT_TYPE}
-        )
-
-
 BODIES_KEY = web.AppKey("sentinel_answer_bodies", AnswerBodies)
 
 
@@ -208,12 +185,14 @@ async def _livez(request: web.Request) -> web.Response:
 
 async def _readyz(request: web.Request) -> web.Response:
     app = request.app
-    return app[BODIES_KEY].response("readyz", app[STATE_KEY].snapshot().readiness)
+    answer = await held(app[STATE_KEY], lambda snapshot: snapshot.readiness, app[HOLD_KEY])
+    return app[BODIES_KEY].response("readyz", answer)
 
 
 async def _startupz(request: web.Request) -> web.Response:
     app = request.app
-    return app[BODIES_KEY].response("startupz", app[STATE_KEY].snapshot().startup)
+    answer = await held(app[STATE_KEY], lambda snapshot: snapshot.startup, app[HOLD_KEY])
+    return app[BODIES_KEY].response("startupz", answer)
 
 
 async def _healthz(request: web.Request) -> web.Response:
@@ -254,6 +233,7 @@ def build_app(
     middlewares: Sequence[Any] = (),
     maintenance: MaintenanceHook | None = None,
     clock: Callable[[], float] = time.monotonic,
+    probe_hold: float = 0.0,
 ) -> web.Application:
     """The aiohttp application with sentinel's endpoints and any extra routes.
 
@@ -265,6 +245,7 @@ def build_app(
     app[REGISTRY_KEY] = registry
     app[CLOCK_KEY], app[STARTED_KEY] = clock, clock()
     app[BODIES_KEY] = AnswerBodies()
+    app[HOLD_KEY] = probe_hold
     app.add_routes(
         [
             web.get("/", _index),
@@ -307,6 +288,7 @@ class HttpServer:
         forward: Forward | None = None,
         maintenance: MaintenanceHook | None = None,
         clock: Callable[[], float] = time.monotonic,
+        probe_hold: float = 0.0,
     ) -> None:
         self._limits = limits or ServerLimits()
         self._guard: ConnectionGuard | None = None
@@ -321,6 +303,7 @@ class HttpServer:
             middlewares=middlewares,
             maintenance=maintenance,
             clock=clock,
+            probe_hold=probe_hold,
         )
         self._host = host
         self._port = port

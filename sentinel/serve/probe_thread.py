@@ -77,6 +77,7 @@ class ThreadedHttpServer:
         limits: ServerLimits | None = None,
         maintenance: MaintenanceHook | None = None,
         clock: Callable[[], float] | None = None,
+        probe_hold: float = 0.0,
     ) -> None:
         self._server = HttpServer(
             state,
@@ -89,6 +90,7 @@ class ThreadedHttpServer:
             limits=limits,
             forward=self._on_daemon_loop,
             maintenance=maintenance,
+            probe_hold=probe_hold,
             **({} if clock is None else {"clock": clock}),
         )
         self._daemon_loop: asyncio.AbstractEventLoop | None = None

@@ -3,8 +3,12 @@
 Owns every ``sentinel_*`` series. Event metrics (canaries, skips, hangs,
 restarts, diagnostics) are counters and histograms updated by the code that
 sees the event. State metrics (verdicts, priority, progress age, enforce) are
-never set by anyone: a custom collector reads the :class:`HealthState`
-snapshot at scrape time, so ``/metrics`` cannot disagree with ``/livez``.
+never set by anyone: a custom collector beside the servers
+(:mod:`sentinel.serve.state_metrics`) reads the health snapshot at scrape
+time, so ``/metrics`` cannot disagree with ``/livez``; the restart budget
+declares its own series (:mod:`sentinel.fleet.series`). Neither is imported
+here: the layers that record events into this registry sit below the state
+they are judged into.
 
 There is no global registry: the daemon builds one :class:`CollectorRegistry`
 at start-up and passes it here and to the HTTP view.
@@ -12,21 +16,14 @@ at start-up and passes it here and to the HTTP view.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterable
-
 from prometheus_client import CollectorRegistry, Counter, Histogram
-from prometheus_client.core import GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector
 
 from sentinel.canary.kinds import names as canary_kinds
 from sentinel.canary.kinds import path_kinds
 from sentinel.canary.refusal import Refusal
 from sentinel.canary.result import CanaryResult, Reason
-from sentinel.evaluation.health import HealthState
 from sentinel.evidence.failure import EvidenceFailure
-from sentinel.fleet.budget import Mode
-from sentinel.verdict import HangKind, Phase
+from sentinel.verdict import HangKind
 from sentinel.verdict.registry import hang_kinds as rule_kinds
 
 # Canary latencies span a 1-token answer on an idle GPU (tens of ms) to a
@@ -40,9 +37,7 @@ FAILURE = "failure"
 # Skip reasons known up front; others are accepted but appear only once used.
 SKIP_REASONS = ("busy", "disabled", "auto_sleep")
 PROBES = ("liveness", "readiness", "startup")
-PHASES = tuple(p.value for p in Phase)
 MAINTENANCE_ACTIONS = ("set", "cleared", "expired")
-BUDGET_MODES = tuple(m.value for m in Mode)
 
 
 def hang_kinds() -> tuple[HangKind, ...]:
@@ -55,19 +50,13 @@ def hang_kinds() -> tuple[HangKind, ...]:
 
 
 class SentinelMetrics:
-    """Registers the contract metrics on ``registry`` and records events into them.
+    """Registers the event metrics on ``registry`` and records events into them.
 
-    With ``state`` given, it also registers the collector for the state
-    metrics (see :class:`HealthCollector`).
+    The state metrics are registered beside it by
+    :func:`sentinel.serve.state_metrics.daemon_metrics`.
     """
 
-    def __init__(
-        self,
-        registry: CollectorRegistry,
-        state: HealthState | None = None,
-        *,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
+    def __init__(self, registry: CollectorRegistry) -> None:
         self.registry = registry
         self.canary_total = Counter(
             "sentinel_canary_total",
@@ -164,8 +153,6 @@ class SentinelMetrics:
         for action in MAINTENANCE_ACTIONS:
             self.maintenance_changes.labels(action)
         self._preinitialize()
-        if state is not None:
-            registry.register(HealthCollector(state, clock))
 
     def _preinitialize(self) -> None:
         """Create the series known up front so rates and alerts work from the first scrape."""
@@ -230,125 +217,3 @@ class SentinelMetrics:
         self.diagnostics_duration.observe(duration)
         if not ok:
             self.diagnostics_failures.inc()
-
-
-class HealthCollector(Collector):
-    """State metrics read from the health snapshot at scrape time.
-
-    ``sentinel_priority_effective`` is omitted while it is unknown (no vLLM
-    process visible and no policy in config) rather than exported as NaN:
-    an absent series is what ``absent()`` alerts are written for, and NaN
-    breaks ``== 0`` comparisons silently. ``sentinel_progress_age_seconds`` is
-    omitted until progress was seen once.
-    """
-
-    def __init__(self, state: HealthState, clock: Callable[[], float] = time.monotonic) -> None:
-        self._state = state
-        self._clock = clock
-
-    def describe(self) -> Iterable[Metric]:
-        # Declared without samples so registration does not read the state
-        # and duplicate names are still caught.
-        return self._families()
-
-    def collect(self) -> Iterable[Metric]:
-        snapshot = self._state.snapshot()
-        verdict, priority, progress, enforce, brake, phase, evidence, stuck, *budget = (
-            self._families()
-        )
-        for probe, answer in zip(
-            PROBES, (snapshot.liveness, snapshot.readiness, snapshot.startup), strict=True
-        ):
-            verdict.add_metric([probe], 1.0 if answer.ok else 0.0)
-        yield verdict
-        if snapshot.priority_effective is not None:
-            priority.add_metric([], 1.0 if snapshot.priority_effective else 0.0)
-            yield priority
-        if snapshot.progress_at is not None:
-            progress.add_metric([], max(0.0, self._clock() - snapshot.progress_at))
-            yield progress
-        enforce.add_metric([], 1.0 if snapshot.enforce else 0.0)
-        yield enforce
-        brake.add_metric([], 1.0 if snapshot.brake_engaged else 0.0)
-        yield brake
-        # Declared always; a series only while the brake holds a cause restarts did not fix.
-        if (ineffective := snapshot.restart_ineffective) is not None:
-            stuck.add_metric([ineffective.node, ineffective.cause], float(ineffective.restarts))
-        yield stuck
-        held, slot, mode = budget
-        held.add_metric([], 1.0 if snapshot.budget_held else 0.0)
-        slot.add_metric([], 1.0 if snapshot.budget_slot else 0.0)
-        for name in BUDGET_MODES:
-            mode.add_metric([name], 1.0 if snapshot.budget_mode == name else 0.0)
-        yield from budget
-        for name in PHASES:
-            phase.add_metric([name], 1.0 if snapshot.phase == name else 0.0)
-        yield phase
-        # Declared always; no series until the processes were sampled.
-        for name, on in sorted(snapshot.process_evidence.items()):
-            evidence.add_metric([name], 1.0 if on else 0.0)
-        yield evidence
-
-    @staticmethod
-    def _families() -> tuple[GaugeMetricFamily, ...]:
-        return (
-            GaugeMetricFamily(
-                "sentinel_verdict",
-                "Current kubelet-facing answer per probe: 1 pass, 0 fail.",
-                labels=["probe"],
-            ),
-            GaugeMetricFamily(
-                "sentinel_priority_effective",
-                "1 when the server honours canary priority (--scheduling-policy priority), "
-                "0 when it ignores it; absent while unknown.",
-            ),
-            GaugeMetricFamily(
-                "sentinel_progress_age_seconds",
-                "Seconds since the inference server last showed real progress; "
-                "absent until progress was seen.",
-            ),
-            GaugeMetricFamily(
-                "sentinel_enforce",
-                "1 when a confirmed hang fails liveness, 0 in observe-only mode.",
-            ),
-            GaugeMetricFamily(
-                "sentinel_restart_brake_engaged",
-                "1 while the restart-loop brake holds a repeated hang at unready "
-                "instead of failing liveness again.",
-            ),
-            GaugeMetricFamily(
-                "sentinel_server_phase",
-                "The inference server's lifecycle phase: 1 on the current one "
-                "(asleep and paused are legitimate stalls, never hangs).",
-                labels=["phase"],
-            ),
-            GaugeMetricFamily(
-                "sentinel_process_evidence",
-                "1 when this piece of process evidence can be read (engine_state, api_alive, "
-                "command_line, compilers, stacks, wait_channel, environment, descriptors), "
-                "0 when it is off (/status says why); absent until the processes were sampled.",
-                labels=["evidence"],
-            ),
-            GaugeMetricFamily(
-                "sentinel_restart_ineffective",
-                "While the restart-loop brake holds a hang that came back the same after each "
-                "of its restarts: the restarts it survived, with the pod's node ('' when "
-                "NODE_NAME is not set) and the cause (kind, engine, rank); absent otherwise.",
-                labels=["node", "cause"],
-            ),
-            GaugeMetricFamily(
-                "sentinel_restart_budget_held",
-                "1 while the pool's restart budget holds a confirmed hang at unready "
-                "(every restart slot held by other pods) instead of failing liveness.",
-            ),
-            GaugeMetricFamily(
-                "sentinel_restart_budget_slot_held",
-                "1 while this pod holds one of its pool's restart slots (a Lease).",
-            ),
-            GaugeMetricFamily(
-                "sentinel_restart_budget_mode",
-                "How the pool's restart budget applies: 1 on the current mode (off; pool: "
-                "coordinated through Leases; alone: no API access, restarting as without one).",
-                labels=["mode"],
-            ),
-        )

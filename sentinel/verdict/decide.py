@@ -111,7 +111,9 @@ def _new_epoch(state: VerdictState, epoch: int, now: float) -> VerdictState:
         liveness=_flip(state.liveness, ProbeAnswer(True, "no hang confirmed"), now),
         readiness=_flip(state.readiness, ProbeAnswer(False, "startup has not passed"), now),
         startup=_flip(
-            state.startup, ProbeAnswer(False, "waiting for the text canary to succeed"), now
+            state.startup,
+            ProbeAnswer(False, "waiting for the text canary to succeed", settling=True),
+            now,
         ),
     )
 
@@ -157,7 +159,8 @@ def _startup(state: VerdictState, evidence: Evidence) -> tuple[bool, bool, Probe
         # Why nothing answers at all, where that is so (sentinel.record.reachability's section).
         words = evidence.sections.get("reachability")
         head = f"target unreachable: {words}; " if isinstance(words, str) and words else ""
-        return False, False, ProbeAnswer(False, head + "waiting for canary kinds: " + missing)
+        waiting = head + "waiting for canary kinds: " + missing
+        return False, False, ProbeAnswer(False, waiting, settling=True)
     aside = [
         f"{k.kind.value} ({k.disabled_reason})"
         for k in evidence.kinds.values()
@@ -180,6 +183,12 @@ def _readiness_waits(evidence: Evidence) -> str:
     since = "the restart" if evidence.epoch > 0 else "sentinel started"
     waits = ", ".join(_why_not_started(k, evidence.epoch_started) for k in _unstarted(evidence))
     return f"readiness waits on {waits}: not yet passed since {since}"
+
+
+def _settling(evidence: Evidence) -> bool:
+    """Whether every kind readiness waits on has its canary in flight right now."""
+    waits = _unstarted(evidence)
+    return bool(waits) and all(k.outstanding for k in waits)
 
 
 @dataclass(frozen=True, slots=True)
@@ -286,10 +295,10 @@ def _readiness(
     gate = evidence.restart_gate
     if not startup_passed and life.phase is Phase.PAUSED:
         return ProbeAnswer(False, f"started paused: {life.why}")
+    if not startup_passed and served:
+        return ProbeAnswer(False, _readiness_waits(evidence), settling=_settling(evidence))
     if not startup_passed:
-        return ProbeAnswer(
-            False, _readiness_waits(evidence) if served else "startup has not passed"
-        )
+        return ProbeAnswer(False, "startup has not passed")
     if life.phase is Phase.SCALING:
         took = observed(life.since, now, evidence.unobserved)
         return ProbeAnswer(False, f"scaling (elastic EP) for {took:.0f}s: {life.why}")
@@ -385,4 +394,4 @@ def _describe(hangs: Iterable[Hang]) -> str:
 def _flip(previous: ProbeAnswer, current: ProbeAnswer, now: float) -> ProbeAnswer:
     """Keep the flip time while the pass/fail state stays the same."""
     since = previous.since if previous.ok == current.ok else now
-    return ProbeAnswer(current.ok, current.reason, since)
+    return ProbeAnswer(current.ok, current.reason, since, current.settling)

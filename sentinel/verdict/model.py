@@ -124,6 +124,10 @@ class ProbeAnswer:
     ok: bool
     reason: str
     since: float = 0.0  # when this answer last flipped
+    # A "not yet" that waits only on what is already under way (the first canaries of
+    # a server's start, each kind's canary in flight): it may turn any moment, so the
+    # HTTP probes hold it a moment (``probe_hold``) instead of failing a kubelet period.
+    settling: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -340,7 +344,9 @@ class VerdictState:
     confirmed: frozenset[HangKind] = frozenset()
     liveness: ProbeAnswer = ProbeAnswer(True, "no hang confirmed")
     readiness: ProbeAnswer = ProbeAnswer(False, "startup has not passed")
-    startup: ProbeAnswer = ProbeAnswer(False, "waiting for every canary kind to succeed")
+    startup: ProbeAnswer = ProbeAnswer(
+        False, "waiting for every canary kind to succeed", settling=True
+    )
 
     @property
     def episodes(self) -> tuple[float, ...]:

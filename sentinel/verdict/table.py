@@ -21,7 +21,7 @@ INTRO = """\
 
 Generated from the hang-rule registry (`sentinel/verdict/registry.py`, one
 module per rule under `sentinel/verdict/hangs/`) by
-`python -m sentinel.config.reference`; the reasoning behind each rule is in
+`python -m sentinel.reference`; the reasoning behind each rule is in
 [design.md](design.md). Every window is a setting of the same name
 ([configuration.md](configuration.md)); time sentinel itself did not run is
 left out of every window, which pauses and resumes instead of starting over.

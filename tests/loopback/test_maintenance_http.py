@@ -27,7 +27,7 @@ from sentinel.maintenance.endpoint import MaintenanceHook
 from sentinel.maintenance.window import MAX_BODY_BYTES, MaintenanceWindow, TokenFile
 from sentinel.serve.http import HttpServer
 from sentinel.serve.probe_thread import ThreadedHttpServer
-from sentinel.telemetry.metrics import SentinelMetrics
+from sentinel.serve.state_metrics import daemon_metrics
 from tests.loopback.sidecar import running_sidecar
 
 pytestmark = pytest.mark.timeout(120)
@@ -77,7 +77,7 @@ async def start(tmp_path: Path, *, token: bool = True) -> Served:
     clock = Clock()
     state = HealthState(clock=clock)
     registry = CollectorRegistry()
-    metrics = SentinelMetrics(registry, state, clock=clock)
+    metrics = daemon_metrics(registry, state, clock=clock)
     token_file = tmp_path / "token"
     write_token(token_file, TOKEN)
     window = MaintenanceWindow(600.0, on_expired=lambda _: metrics.maintenance_changed("expired"))

@@ -18,8 +18,9 @@ from sentinel.canary.spec import CanaryKind
 from sentinel.evaluation.health import HealthState, ProbeAnswer
 from sentinel.evaluation.status import PriorityReport, StatusInputs, Transition, status_document
 from sentinel.record.ledger import Ledger
-from sentinel.serve.http import AnswerBodies, HttpServer
-from sentinel.telemetry.metrics import SentinelMetrics
+from sentinel.serve.answers import AnswerBodies
+from sentinel.serve.http import HttpServer
+from sentinel.serve.state_metrics import daemon_metrics
 from sentinel.verdict import Action, Policy, VerdictState, evaluate
 from tests.metric_contract import CONTRACT
 
@@ -49,7 +50,7 @@ def state(clock: Clock) -> HealthState:
 @pytest.fixture
 async def server(state: HealthState, clock: Clock) -> AsyncIterator[HttpServer]:
     registry = CollectorRegistry()
-    SentinelMetrics(registry, state, clock=clock)
+    daemon_metrics(registry, state, clock=clock)
     http = HttpServer(
         state, registry, "127.0.0.1", 0, extra_routes=[web.get("/incidents", _incidents)]
     )

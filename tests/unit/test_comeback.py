@@ -10,6 +10,7 @@ cadence (no hot loop). The scheduler's harness is
 
 from __future__ import annotations
 
+import asyncio
 import json
 from dataclasses import dataclass
 
@@ -125,3 +126,32 @@ async def test_scrapes_come_sooner_while_the_server_refuses_before_startup() -> 
         assert h.suspicion.scrape_interval(2.0) == 2.0  # refused, but this server started
         h.ledger.new_epoch("server went away", h.clock())
         assert h.suspicion.scrape_interval(2.0) == COMEBACK_SCRAPE_S
+
+
+async def test_a_comebacks_results_wake_the_verdict_until_every_kind_passed() -> None:
+    async with scheduling(SPECS, server=restarting, suspicion=True) as h:
+        server = h.server
+        assert isinstance(server, Restarting)
+        assert h.suspicion is not None
+        comeback = h.suspicion.comeback
+        slept: list[float] = []
+
+        async def sleep(seconds: float) -> None:
+            slept.append(seconds)
+            await h.clock.sleep(seconds)
+
+        judge = asyncio.ensure_future(comeback.judge_sleeper(sleep)(30.0))
+        await h.clock.run_until(T0 + 1)
+        comeback.judge_soon()  # no comeback raised yet: the verdict's own cadence
+        await h.clock.run_until(T0 + 2)
+        assert not judge.done()
+        await _away_and_back(h, server, T0 + 17.3)
+        await h.clock.run_until(T0 + 17.5)  # both kinds passed on the server back
+        comeback.judge_soon()  # the result that proved the last kind: one wake
+        await h.clock.run_until(T0 + 17.5)  # lets the loop settle; no virtual time passes
+        assert judge.done()
+        again = asyncio.ensure_future(comeback.judge_sleeper(sleep)(30.0))
+        comeback.judge_soon()  # every kind passed in this epoch: no more wakes
+        await h.clock.run_until(T0 + 20)
+        assert not again.done()
+        again.cancel()

@@ -27,6 +27,7 @@ from sentinel.evaluation.incidents import IncidentRecorder
 from sentinel.evaluation.node import PodNode, node_name
 from sentinel.record.ledger import Ledger
 from sentinel.record.observers import Observations
+from sentinel.serve.state_metrics import daemon_metrics
 from sentinel.telemetry.events import EventReason
 from sentinel.telemetry.metrics import SentinelMetrics
 from sentinel.verdict import (
@@ -234,7 +235,7 @@ def _samples(registry: CollectorRegistry) -> dict[tuple[str, ...], float]:
 async def test_the_metric_names_the_node_and_the_cause_only_while_it_holds() -> None:
     state = HealthState()
     registry = CollectorRegistry()
-    SentinelMetrics(registry, state)
+    daemon_metrics(registry, state)
     assert _samples(registry) == {}
     held = Ineffective("dead engine 1", 3, NODE)
     await state.publish(replace(initial_snapshot(), restart_ineffective=held))

@@ -88,7 +88,7 @@ def test_tokens_per_second_needs_two_tokens_and_a_first_token_time() -> None:
 
 
 def _exporter_doc_names() -> set[str]:
-    from sentinel.config.reference import DOCS
+    from sentinel.reference import DOCS
 
     text = (DOCS / "exporter.md").read_text(encoding="utf-8")
     return set(re.findall(r"^\| `([a-z_:*]+)` \|", text, re.MULTILINE))

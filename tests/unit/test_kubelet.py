@@ -301,3 +301,30 @@ async def test_restart_sidecar_moves_the_probes_and_leaves_the_container() -> No
     assert kubelet.restarts == 0
     with pytest.raises(RuntimeError, match="hook"):
         await Kubelet(["true"], "http://127.0.0.1:1", SETTINGS).restart_sidecar()
+
+
+async def test_readiness_is_probed_the_moment_startup_succeeds() -> None:
+    """As the kubelet's UpdatePodStatus does: not on readiness's next period tick."""
+    settings = KubeletSettings(
+        startup=ProbeSpec("/startupz", period=0.2, timeout=1, failure_threshold=100),
+        liveness=None,
+        readiness=ProbeSpec("/readyz", period=30, timeout=1, failure_threshold=1),
+        grace=1,
+    )
+    startups = 0
+
+    async def startup(spec: ProbeSpec) -> tuple[bool, str]:
+        nonlocal startups
+        startups += 1
+        return startups >= 3, "200" if startups >= 3 else "503"  # passes at about 0.4 s
+
+    async def readiness(spec: ProbeSpec) -> tuple[bool, str]:
+        return True, "200"
+
+    checks = {"startup": startup, "readiness": readiness}
+    async with Kubelet(["sleep", "60"], "http://127.0.0.1:1", settings, checks=checks) as kubelet:
+        await kubelet.wait_for("ready", within=5)
+        started_at = kubelet.of("started")[0].at
+        ready_at = kubelet.of("ready")[0].at
+    # Without the trigger readiness would wait for its 30 s tick.
+    assert 0 <= ready_at - started_at < 1.0

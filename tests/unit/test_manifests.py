@@ -757,7 +757,7 @@ def test_metric_names_exist_in_sentinel_exposition() -> None:
     from dataclasses import replace
 
     from sentinel.evaluation.health import HealthState
-    from sentinel.telemetry.metrics import SentinelMetrics
+    from sentinel.serve.state_metrics import daemon_metrics
     from sentinel.verdict.model import Ineffective
 
     state = HealthState()
@@ -770,7 +770,7 @@ def test_metric_names_exist_in_sentinel_exposition() -> None:
     )
     asyncio.run(state.publish(snapshot))
     registry = CollectorRegistry()
-    SentinelMetrics(registry, state)
+    daemon_metrics(registry, state)
     exposed = exposed_names(generate_latest(registry).decode())
     missing = {
         name: sorted(where)

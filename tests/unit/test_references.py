@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from pydantic import BaseModel
 
-from sentinel.config.reference import DOCS, REFERENCES
 from sentinel.config.settings import CanaryOverride, RestartBudget, Settings
 from sentinel.knob import help_of, span_of
+from sentinel.reference import DOCS, REFERENCES
 
 MODELS: tuple[type[BaseModel], ...] = (Settings, RestartBudget, CanaryOverride)
 
@@ -15,7 +15,7 @@ MODELS: tuple[type[BaseModel], ...] = (Settings, RestartBudget, CanaryOverride)
 @pytest.mark.parametrize("name", sorted(REFERENCES))
 def test_reference_is_current(name: str) -> None:
     assert (DOCS / name).read_text(encoding="utf-8") == REFERENCES[name](), (
-        "regenerate: .venv/bin/python -m sentinel.config.reference"
+        "regenerate: .venv/bin/python -m sentinel.reference"
     )
 
 

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from chaos import answers
 from chaos.kubelet_state import Event
-from chaos.supervised import SupervisedRecord
+from chaos.supervised import SupervisedRecord, fault_time
 from chaos.supervised_report import runs_markdown, spread, write, write_docs
 
 
@@ -85,3 +87,17 @@ def test_a_report_of_several_runs_leads_with_the_medians(tmp_path: Path) -> None
     text = paths["markdown"].read_text(encoding="utf-8")
     assert text.startswith("## Runs per checker: median (min-max)")
     assert "| sim-engine-hang #2 |" in text
+
+
+def test_each_run_puts_its_fault_at_the_same_place_in_the_liveness_period() -> None:
+    # Probes tick at 100, 105, 110, ...; the fault may not come before 112.
+    assert fault_time(112.0, 100.0, 5.0, 0.5) == pytest.approx(112.5)
+    assert fault_time(113.0, 100.0, 5.0, 0.5) == pytest.approx(117.5)
+    # Run 0 of 3 at 1/6 of a period past a tick, run 2 at 5/6: whatever the checker's ready time.
+    for earliest in (112.0, 112.9, 114.99):
+        first = fault_time(earliest, 100.0, 5.0, 1 / 6)
+        last = fault_time(earliest, 100.0, 5.0, 5 / 6)
+        assert (first - 100.0) % 5.0 == pytest.approx(5 / 6)
+        assert (last - 100.0) % 5.0 == pytest.approx(25 / 6)
+        assert earliest <= first < earliest + 5.0
+        assert earliest <= last < earliest + 5.0

@@ -19,6 +19,7 @@ from sentinel.canary.kinds import KINDS
 from sentinel.canary.result import CanaryResult, Reason
 from sentinel.canary.spec import CanaryKind
 from sentinel.evaluation.health import HealthState, ProbeAnswer
+from sentinel.serve.state_metrics import daemon_metrics
 from sentinel.telemetry.logging import (
     REDACTED,
     configure_default_logging,
@@ -65,7 +66,7 @@ def state(clock: Clock) -> HealthState:
 
 @pytest.fixture
 def metrics(state: HealthState, clock: Clock) -> SentinelMetrics:
-    return SentinelMetrics(CollectorRegistry(), state, clock=clock)
+    return daemon_metrics(CollectorRegistry(), state, clock=clock)
 
 
 async def test_every_contract_name_is_exposed_once_state_is_known(

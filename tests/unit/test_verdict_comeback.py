@@ -97,3 +97,24 @@ def test_the_first_server_says_since_sentinel_started() -> None:
         2.0, kind(TEXT, result(TEXT, 1.0)), kind(STRUCTURED), epoch=0, started=0.0
     )
     assert verdict.readiness.reason.endswith("not yet passed since sentinel started")
+
+
+def test_a_not_yet_that_waits_only_on_canaries_in_flight_is_settling() -> None:
+    """What ``/startupz`` and ``/readyz`` hold a moment (sentinel.serve.http)."""
+    sidecar = Sidecar()
+    before = sidecar.at(101.0, kind(TEXT), kind(STRUCTURED))
+    assert not before.startup.ok
+    assert before.startup.settling
+    text = kind(TEXT, result(TEXT, 101.0))
+    in_flight = KindEvidence(STRUCTURED, path=True, outstanding=(101.0,))
+    served = sidecar.at(101.5, text, in_flight)
+    assert served.startup.ok
+    assert not served.readiness.ok
+    assert served.readiness.settling  # structured's canary is under way
+    # Nothing in flight for the kind readiness waits on: a period's wait is no loss.
+    failed = kind(STRUCTURED, result(STRUCTURED, 101.0, Reason.TIMEOUT))
+    idle = sidecar.at(112.0, text, failed)
+    assert not idle.readiness.ok
+    assert not idle.readiness.settling
+    # Readiness before the server served is not held: the kubelet asks it after startup.
+    assert not Sidecar().at(1.0, kind(TEXT), epoch=0, started=0.0).readiness.settling

@@ -16,7 +16,7 @@ SKIP = ("build",)  # chaos/vllm_plugin/build: a build output, not a module of ou
 INTRO = """\
 # Layout
 
-Generated from each module's docstring by `python -m sentinel.config.reference`;
+Generated from each module's docstring by `python -m sentinel.reference`;
 a test fails when a module is added, removed or re-described without it. The
 layers these packages form, and which may import which, are the contracts in
 `.importlinter` ([design.md](design.md), "Layering").

@@ -5,16 +5,16 @@ flag, environment variable, default, range and what it is for), read from
 the one declaration of each field (:func:`sentinel.knob.setting`) in
 :mod:`sentinel.config.settings`, or in the rules' knobs that
 :class:`sentinel.verdict.Policy` composes for the verdict's thresholds; and
-``docs/metrics.md`` every ``sentinel_*`` family a daemon's collectors declare; ``docs/verdict.md``
-the hang rules as registered (:mod:`sentinel.verdict.table`); ``docs/layout.md``
-every module (:mod:`sentinel.config.layout`). A unit
-test regenerates them and fails when the files drift;
-``python -m sentinel.config.reference`` writes them.
+``docs/metrics.md`` every ``sentinel_*`` family a daemon's collectors declare
+(the event metrics, the state collector beside the servers, the restart
+budget's own series); ``docs/verdict.md`` the hang rules as registered
+(:mod:`sentinel.verdict.table`); ``docs/layout.md`` every module
+(:mod:`sentinel.reference.layout`). A unit test regenerates them and fails
+when the files drift; ``python -m sentinel.reference`` writes them.
 """
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -25,12 +25,12 @@ from prometheus_client.registry import Collector
 from pydantic import BaseModel
 
 from sentinel.canary.kinds import path_kinds
-from sentinel.config.layout import layout
 from sentinel.config.loader import env_name
 from sentinel.config.settings import CanaryOverride, RestartBudget, Settings
 from sentinel.evaluation.health import HealthState
 from sentinel.knob import help_of, span_of
-from sentinel.telemetry.metrics import SentinelMetrics
+from sentinel.reference.layout import layout
+from sentinel.serve.state_metrics import daemon_metrics
 from sentinel.verdict.table import verdict_reference
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
@@ -70,7 +70,7 @@ def configuration() -> str:
         "",
         "Generated from `sentinel/config/settings.py` (the verdict's thresholds from the",
         "rules' knobs that `Policy` in `sentinel/verdict/policy.py` composes) by",
-        "`python -m sentinel.config.reference`; a test fails when this file and the code",
+        "`python -m sentinel.reference`; a test fails when this file and the code",
         "disagree. Every setting is a flag of",
         "`sentinel run`, a `SENTINEL_*` environment variable and a key of the YAML",
         "file given with `--config`; flags win over the environment, which wins over",
@@ -132,7 +132,7 @@ def declared_families() -> list[tuple[str, str, tuple[str, ...], str]]:
     in some states (``sentinel_priority_effective`` while known) is listed too.
     """
     registry = _Declared()
-    SentinelMetrics(registry, HealthState())
+    daemon_metrics(registry, HealthState())
     rows = []
     for collector in registry.collectors:
         describe: Callable[[], Iterable[Metric]] | None = getattr(collector, "describe", None)
@@ -153,7 +153,7 @@ def metrics() -> str:
         "# Metrics reference",
         "",
         "Generated from the families the daemon's collectors declare (their `describe()`,",
-        "the state collector's included) by `python -m sentinel.config.reference`; a unit",
+        "the state collector's included) by `python -m sentinel.reference`; a unit",
         "test fails when this file and the code disagree, and a loopback test",
         "(`tests/loopback/test_metrics_documented.py`) when a live sentinel's `/metrics`",
         "exposes a family this file lacks. The contract names (the ones dashboards and",
@@ -181,14 +181,3 @@ REFERENCES = {
     "verdict.md": verdict,
     "layout.md": layout,
 }
-
-
-def main() -> int:
-    for name, build in REFERENCES.items():
-        (DOCS / name).write_text(build(), encoding="utf-8")
-        print(f"wrote docs/{name}", file=sys.stderr)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
