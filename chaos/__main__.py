@@ -145,6 +145,7 @@ def _supervise(args: argparse.Namespace) -> int:
         return 2
     runs = len(scenarios) * len(checkers) * args.runs
     console.log(f"{runs} supervised run(s); report in {out_dir}")
+    measured = supervised_report.commit()  # the code measured is the code at the start
     try:
         asyncio.run(supervised.run_supervised(scenarios, out_dir, console, options, on_result))
     finally:
@@ -156,7 +157,9 @@ def _supervise(args: argparse.Namespace) -> int:
     if args.docs is not None:  # the figures written where they are read, by this command
         said = [a for a in sys.argv[2:] if a != args.note and a != "--note"]
         how = "python -m chaos supervise " + " ".join(said)
-        supervised_report.write_docs(done, Path(args.docs), args.docs_section, how, args.note)
+        supervised_report.write_docs(
+            done, Path(args.docs), args.docs_section, how, args.note, measured=measured
+        )
     return 0 if all(r.passed for r in done if r.checker == "sentinel") else 1
 
 

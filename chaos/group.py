@@ -17,8 +17,11 @@ leader starts again); under ``None`` the leader restarts alone and finds the
 stopped rank still there, and its start-up waits on it for good.
 
 One simplification: LeaderWorkerSet recreates the leader *pod*, sentinel
-with it; here sentinel runs on across the restart (docs/groups.md says what
-a fresh sentinel changes: nothing in detection, the restart-loop brake's count).
+with it; here sentinel runs on across the restart. A fresh sentinel changes
+nothing in detection; the restart-loop brake's count, which a fresh process
+would lose, is kept in the pod's Lease (:mod:`sentinel.fleet.brake_memory`,
+tested across sidecar restarts against a fake API server in
+tests/loopback/test_brake_memory.py; docs/groups.md).
 """
 
 from __future__ import annotations

@@ -179,7 +179,7 @@ def runs_markdown(records: Sequence[SupervisedRecord]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _commit() -> str:
+def commit() -> str:
     """The commit measured (``+ local changes`` where the tree differs from it)."""
     try:
         head = subprocess.run(
@@ -197,11 +197,20 @@ def _commit() -> str:
 
 
 def write_docs(
-    records: Sequence[SupervisedRecord], page: Path, section: str, how: str, note: str = ""
+    records: Sequence[SupervisedRecord],
+    page: Path,
+    section: str,
+    how: str,
+    note: str = "",
+    *,
+    measured: str | None = None,
 ) -> None:
-    """Replace the page's ``section`` (between its markers; appended if absent) with the tables."""
+    """Replace the page's ``section`` (between its markers; appended if absent) with the tables.
+
+    ``measured``: the commit measured, taken when the runs began (default: now).
+    """
     begin, end = f"<!-- supervised:{section} -->", f"<!-- /supervised:{section} -->"
-    said = f"Written by `{how}` at commit {_commit()}."
+    said = f"Written by `{how}` at commit {measured or commit()}."
     said += f" {note}" if note else ""
     body = "\n".join([begin, said, "", runs_markdown(records), markdown(records) + end])
     text = page.read_text(encoding="utf-8") if page.exists() else ""

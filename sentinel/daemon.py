@@ -50,6 +50,7 @@ from sentinel.record.fault_tolerance import FaultToleranceWatch
 from sentinel.record.kv_transfer import KvTransferWatch
 from sentinel.record.ledger import Ledger
 from sentinel.record.observers import LoopFailures, Observers, Step, every, supervised
+from sentinel.record.planner import Planner
 from sentinel.record.provider import Provider
 from sentinel.record.reachability import Reachability
 from sentinel.scheduling.auto_sleep import CanaryHold
@@ -100,6 +101,9 @@ class Daemon:
         self.maintenance_hook = MaintenanceHook.build(settings, clock, self.metrics)
         self.maintenance = self.maintenance_hook.window
         self.ledger = Ledger(self._kinds(), clock())
+        # The one place kinds are set aside or fall back; the evaluator and the scheduler
+        # each tell it when, and scheduling reads the plan it publishes.
+        self.planner = Planner(self.ledger, self.specs)
         self.fingerprints = build_book(settings, self.specs)
         self.started = asyncio.Event()
         self.http: ThreadedHttpServer | None = None
@@ -145,6 +149,7 @@ class Daemon:
             ),
             budget=self.budget,
             brake=brake or BrakeMemory.in_pod(settings),
+            planner=self.planner,
         )
 
     def _maintenance_reason(self, now: float) -> str | None:
@@ -318,6 +323,7 @@ class Daemon:
             late_wait=self.settings.late_wait,
             suspicion=self.suspicion,
             hold=CanaryHold(self.auto_sleep, self.ledger, clock=self.clock),
+            planner=self.planner,
         )
 
     def _observer_steps(self, client: httpx.AsyncClient) -> list[tuple[str, float, Step]]:

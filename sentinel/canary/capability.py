@@ -25,7 +25,7 @@ BROKEN_INPUT_WORDS = re.compile(
     re.IGNORECASE,
 )
 # Refusals of who asked or when, never of what: credentials, a proxy's request
-# timeout, rate limits (:mod:`sentinel.scheduling.set_aside` keeps them out too).
+# timeout, rate limits (:mod:`sentinel.record.set_aside` keeps them out too).
 NOT_A_CAPABILITY = frozenset({401, 403, 407, 408, 429})
 # Statuses a missing route answers with: nothing serves the path, or not that method.
 NO_ROUTE_STATUSES = frozenset({404, 405})

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from importlib.resources.abc import Traversable
 from typing import Any, Final
 
 from sentinel.canary.protocol import (
@@ -38,6 +37,7 @@ from sentinel.canary.protocol import (
     KindDefaults,
     Reply,
     ServerFacts,
+    WithoutFields,
     base_body,
     nothing_generated,
 )
@@ -62,7 +62,7 @@ def prompts_of(request: Mapping[str, Any]) -> tuple[str, ...]:
     return ("messages",)  # a chat request is one conversation
 
 
-class CorrectnessCanary:
+class CorrectnessCanary(WithoutFields):
     """Fixed prompts at temperature 0, with token ids and log-probabilities per token."""
 
     kind = CORRECTNESS
@@ -74,11 +74,7 @@ class CorrectnessCanary:
     unsupported_skipped = True
     traffic_counter: str | None = None
     defaults = KindDefaults(deadline=8.0, interval=10.0, jitter=0.1)
-    spec_fields: frozenset[str] = frozenset()
     endpoints = frozenset({COMPLETIONS_ENDPOINT, CHAT_ENDPOINT})
-
-    def load_fields(self, given: Mapping[str, Any], assets: Traversable) -> Mapping[str, Any]:
-        return {}
 
     def build(self, spec: CanarySpec, *, model: str, nonce: str) -> CanaryRequest:
         body = base_body(spec, model=model, nonce=nonce)

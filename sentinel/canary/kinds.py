@@ -12,7 +12,7 @@ call; nothing else enumerates or names kinds.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
 
 from sentinel.canary import correctness, multimodal, structured, text
@@ -54,28 +54,30 @@ def names() -> tuple[CanaryKind, ...]:
     return tuple(_REGISTRY)
 
 
+def _declares(kind: CanaryKind, trait: Callable[[CanaryKindProbe], bool]) -> bool:
+    """Whether ``kind`` is registered and its probe declares ``trait`` (unknown kinds: no)."""
+    probe = _REGISTRY.get(kind)
+    return probe is not None and trait(probe)
+
+
 def is_path(kind: CanaryKind) -> bool:
     """Whether ``kind`` is a registered path kind (judged against a text control)."""
-    probe = _REGISTRY.get(kind)
-    return probe is not None and probe.path
+    return _declares(kind, lambda probe: probe.path)
 
 
 def is_paired(kind: CanaryKind) -> bool:
     """Whether canaries of ``kind`` go out with a :data:`CONTROL` canary beside them."""
-    probe = _REGISTRY.get(kind)
-    return probe is not None and probe.paired
+    return _declares(kind, lambda probe: probe.paired)
 
 
 def is_idle_gated(kind: CanaryKind) -> bool:
     """Whether real traffic that recently proved the engine alive stands in for ``kind``."""
-    probe = _REGISTRY.get(kind)
-    return probe is not None and probe.idle_gated
+    return _declares(kind, lambda probe: probe.idle_gated)
 
 
 def skips_unsupported(kind: CanaryKind) -> bool:
     """Whether an UNSUPPORTED canary of ``kind`` is a skip (the model lacks the input)."""
-    probe = _REGISTRY.get(kind)
-    return probe is not None and probe.unsupported_skipped
+    return _declares(kind, lambda probe: probe.unsupported_skipped)
 
 
 def path_kinds() -> tuple[CanaryKind, ...]:

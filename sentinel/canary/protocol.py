@@ -21,14 +21,16 @@ from __future__ import annotations
 import copy
 from collections.abc import Mapping
 from dataclasses import dataclass
-from importlib.resources.abc import Traversable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from sentinel.canary.result import Generation, Reason
 
 # Re-exported for the runner, which names the endpoint from here.
 from sentinel.canary.spec import CHAT_ENDPOINT as CHAT_ENDPOINT
 from sentinel.canary.spec import CanaryKind, CanarySpec
+
+if TYPE_CHECKING:
+    from importlib.resources.abc import Traversable  # annotations only: the catalog passes it
 
 # The OpenAI ``user`` field carries the run's nonce. vLLM 0.32 declares it on
 # ChatCompletionRequest and CompletionRequest ("NOTE this will be ignored by
@@ -252,6 +254,19 @@ class CanaryKindProbe(Protocol):
         nothing. ``spec.reasoning == "keep"`` is the operator's override.
         """
         ...
+
+
+class WithoutFields:
+    """The side of a kind that has no spec fields of its own: nothing to require or load.
+
+    Shared by the kinds whose canaries are the template alone (text,
+    correctness), so each declares only what it is.
+    """
+
+    spec_fields: frozenset[str] = frozenset()
+
+    def load_fields(self, given: Mapping[str, Any], assets: Traversable) -> Mapping[str, Any]:
+        return {}
 
 
 def base_body(spec: CanarySpec, *, model: str, nonce: str) -> dict[str, Any]:

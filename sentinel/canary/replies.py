@@ -17,7 +17,7 @@ import httpx_sse
 
 from sentinel.canary.capability import missing_endpoint
 from sentinel.canary.protocol import CanaryKindProbe, Reply
-from sentinel.canary.refusal import Refusal, known_refusal, refusal_of
+from sentinel.canary.refusal import Refusal, refusal_of
 from sentinel.canary.result import Generation, Reason
 from sentinel.transport import TransportFailure, classify_transport
 
@@ -111,11 +111,6 @@ def error_of(payload: Any) -> tuple[int | None, str]:
         message = inner if isinstance(inner, str) else ""
     code = source.get("code")
     return (code if isinstance(code, int) and not isinstance(code, bool) else None), message
-
-
-def admission_refusal(message: str) -> bool:
-    """Whether an error's message is vLLM's admission refusal (as a body or a stream event)."""
-    return known_refusal(message) is Refusal.ADMISSION
 
 
 def refusal_failure(status: int | None, message: str, where: str) -> CanaryFailure | None:

@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from importlib.resources.abc import Traversable
-from typing import Any
-
 from sentinel.canary.degenerate import DEGENERATE_PREFIX, degenerate_shape
 from sentinel.canary.protocol import (
     OK,
@@ -14,6 +10,7 @@ from sentinel.canary.protocol import (
     KindDefaults,
     Reply,
     ServerFacts,
+    WithoutFields,
     base_body,
     nothing_generated,
 )
@@ -21,7 +18,7 @@ from sentinel.canary.result import Reason
 from sentinel.canary.spec import CHAT_ENDPOINT, COMPLETIONS_ENDPOINT, TEXT, CanarySpec
 
 
-class TextCanary:
+class TextCanary(WithoutFields):
     """A fixed short prompt; any generated token passes.
 
     Generated *tokens* are the proof of life, not visible text: a model whose
@@ -52,11 +49,7 @@ class TextCanary:
     unsupported_skipped = False
     traffic_counter: str | None = None
     defaults = KindDefaults(deadline=8.0, interval=5.0, jitter=0.1)
-    spec_fields: frozenset[str] = frozenset()
     endpoints = frozenset({CHAT_ENDPOINT, COMPLETIONS_ENDPOINT})
-
-    def load_fields(self, given: Mapping[str, Any], assets: Traversable) -> Mapping[str, Any]:
-        return {}
 
     def build(self, spec: CanarySpec, *, model: str, nonce: str) -> CanaryRequest:
         return CanaryRequest(body=base_body(spec, model=model, nonce=nonce), nonce=nonce)

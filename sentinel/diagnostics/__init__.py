@@ -1,17 +1,30 @@
 """Hang diagnostics: the evidence a restart would destroy, captured before it happens.
 
-The package owns the diagnostics bundle and everything it is made of:
+The package owns the diagnostics bundle, everything it is made of, and the
+commands that read a pod's setup:
 
-- ``bundle``: :func:`~sentinel.diagnostics.bundle.capture`, the collector (all
-  sections concurrently, under one time budget, never raising);
-- ``procs``: the vLLM process tree through psutil (status read first);
-- ``stacks``: Python stacks through py-spy (the only user of py-spy);
-- ``gpu``: GPU state through NVML (the only importer of nvidia-ml-py);
-- ``cgroup``: the container's CPU quota, throttling and OpenMP oversubscription;
-- ``redact``: secret removal for bundles and logs;
-- ``cause``: the one-line cause class;
-- ``store``: one directory per incident, atomic writes, retention;
-- ``doctor`` and ``commands``: ``sentinel doctor`` and ``sentinel diagnose``.
+- capture: :mod:`.bundle` (the collector: all sections concurrently, under one
+  time budget, never raising), run in a child process by :mod:`.child`
+  (``python -m sentinel.diagnostics``), stored by :mod:`.store` (one directory
+  per incident, atomic writes, retention);
+- sections: :mod:`.procs` (the process tree through psutil), :mod:`.stacks`
+  (py-spy, its only user), :mod:`.gpu` (NVML, the only importer of
+  nvidia-ml-py), :mod:`.cgroup` (CPU quota, throttling, OpenMP
+  oversubscription), :mod:`.watchdog` (vLLM's own stall dumps),
+  :mod:`.window` (recent ``/metrics`` samples), :mod:`.workload` (what the
+  engine had to do), :mod:`.access` (what could not be read, and why), with
+  :mod:`.sections` and :mod:`.sizes` bounding what is kept;
+- reading a bundle: :mod:`.cause` (the one-line cause class), :mod:`.stuck`
+  (which engine or rank), :mod:`.headline`, :mod:`.summary` and
+  :mod:`.timeline` (``timeline.png``);
+- commands: :mod:`.commands` (``sentinel diagnose`` and ``sentinel doctor``),
+  :mod:`.doctor`, :mod:`.doctor_kinds`, :mod:`.checkup` and :mod:`.running`.
+
+The face holds :func:`find_py_spy` only. Every other name others use (the
+collector, the store, the child, the commands, the sample window) stays at its
+module: importing it loads psutil, prometheus_client, httpx or the canary
+catalog, and the face is run by every import of the package, the light
+:mod:`.stacks` among them.
 
 Stack dumps and permissions
 ---------------------------
@@ -42,3 +55,7 @@ metrics and canary sections are unaffected. Reading another process's
 ``/proc/PID/environ`` (for ``OMP_NUM_THREADS``) needs the same access; a
 non-readable environment is reported as unknown.
 """
+
+from sentinel.diagnostics.stacks import find_py_spy
+
+__all__ = ["find_py_spy"]

@@ -54,13 +54,6 @@ _TMP_PREFIX = ".tmp-"
 _STALE_TMP_S = 3600.0
 
 
-def default_diagnostics_dir(env: dict[str, str] | None = None) -> Path:
-    values = os.environ if env is None else env
-    if values.get("SENTINEL_DIAGNOSTICS_DIR"):
-        return Path(values["SENTINEL_DIAGNOSTICS_DIR"])
-    return Path("/tmp/sentinel-diagnostics")
-
-
 @dataclass(frozen=True, slots=True)
 class RetentionPolicy:
     max_count: int = 20

@@ -301,13 +301,7 @@ def _draw_answers(
                 if end < left:
                     continue  # over before the incident's data begins
                 start = max(start, left)
-            axis.plot(
-                [start, max(end, start + 0.05)],
-                [row, row],
-                color="tab:green" if ok else "tab:red",
-                linewidth=8,
-                solid_capstyle="butt",
-            )
+            _bar(axis, row, start, end, ok, width=8)
             if not ok and kinds:
                 axis.annotate(kinds, (start, row - 0.3), fontsize=7, va="bottom")
     for at, kinds in asks:
@@ -342,19 +336,24 @@ def _draw_canaries(
         if waiting.get(kind):
             axis.annotate("unanswered", (0.0, row), fontsize=7, va="center", ha="right")
         for sent, answered, ok, _ in kinds.get(kind, ()):
-            axis.plot(
-                [sent, max(answered, sent + 0.05)],
-                [row, row],
-                color="tab:green" if ok else "tab:red",
-                linewidth=6,
-                solid_capstyle="butt",
-            )
+            _bar(axis, row, sent, answered, ok, width=6)
         failed = [(a, reason) for _, a, ok, reason in kinds.get(kind, ()) if not ok]
         if failed:
             axis.annotate(failed[-1][1], (failed[-1][0], row), fontsize=7, va="center")
     axis.set_yticks(range(len(names)), names or [])
     axis.set_ylim(-0.7, max(len(names), 1) - 0.3)
     axis.set_title("canaries (green passed, red failed, gray unanswered)", fontsize=9, loc="left")
+
+
+def _bar(axis: Any, row: float, start: float, end: float, ok: bool, *, width: float) -> None:
+    """One span on a row, green where it passed, red where not, never too short to see."""
+    axis.plot(
+        [start, max(end, start + 0.05)],
+        [row, row],
+        color="tab:green" if ok else "tab:red",
+        linewidth=width,
+        solid_capstyle="butt",
+    )
 
 
 def _draw_lines(

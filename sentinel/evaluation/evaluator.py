@@ -8,7 +8,10 @@ outcome in the log), a suspicion (opens an incident), a canary kind set aside
 bounded history, with the hang kinds behind a red answer and the restart
 ask, that ``/status`` shows and each diagnostics bundle carries), and the
 engine's scheduling policy (the priority report). It then builds the
-``/status`` document and publishes one snapshot.
+``/status`` document and publishes one snapshot, and publishes its word on
+startup into the plan scheduling goes by (:class:`~sentinel.record.planner.Planner`,
+which also sets aside, before each judgement, what the server's command line
+rules out). It never writes the ledger.
 
 It also accounts for time sentinel did not observe: when its own loop did not
 run for a while (CPU starvation, a pause), that span is handed to the verdict,
@@ -26,9 +29,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from sentinel.canary.kinds import unvalidatable
-from sentinel.canary.protocol import ServerFacts
-from sentinel.canary.spec import CanaryKind, CanarySpec
+from sentinel.canary.spec import CanarySpec
 from sentinel.config.settings import Settings
 from sentinel.evaluation.health import HealthSnapshot, HealthState
 from sentinel.evaluation.incidents import IncidentRecorder, hang_outcome
@@ -43,6 +44,7 @@ from sentinel.fleet.budget import Wish
 from sentinel.fleet.lease import PoolBudget
 from sentinel.record.ledger import Ledger
 from sentinel.record.observers import Observations
+from sentinel.record.planner import Planner
 from sentinel.record.provider import Provider, fragments, gather
 from sentinel.telemetry.logging import get_logger
 from sentinel.telemetry.metrics import PROBES, SentinelMetrics
@@ -82,6 +84,7 @@ class Evaluator:
         providers: Sequence[Provider] = (),
         budget: PoolBudget | None = None,
         brake: BrakeMemory | None = None,
+        planner: Planner | None = None,
     ) -> None:
         self.settings = settings
         self.policy = settings.policy()
@@ -94,6 +97,8 @@ class Evaluator:
         self.on_server_restart = on_server_restart
         self.maintenance = maintenance  # the reason of the window in force, if any
         self.specs = tuple(specs)  # the canaries run: which kinds the command line rules out
+        # Where the judgement's word on startup goes (and what it rules out, before it).
+        self.planner = planner if planner is not None else Planner(ledger, self.specs)
         # Evidence beyond the ledger, one frozen section each (the fingerprint
         # checks are judged against, the restart budget's gate, ...).
         # The brake's memory kept in a Lease (sentinel.fleet.brake_memory): seeded, then told.
@@ -101,7 +106,6 @@ class Evaluator:
         self.providers = (*providers, PodNode(incidents.node), self.brake)  # node: verdict.cause
         # The pool's restart budget: each verdict's wish is its input (its gate a provider).
         self.budget = budget if budget is not None and budget.enabled else None
-        self._disabled_said: set[tuple[CanaryKind, str]] = set()
         self.kind_notices = KindNotices()  # the kinds set aside, announced once per epoch
         self.refusal_notices = RefusalNotices()  # unknown refusals, announced once per run
         self.verdict_state = VerdictState()
@@ -139,7 +143,7 @@ class Evaluator:
     async def evaluate(self, now: float) -> Verdict:
         """Judge the ledger at ``now`` and publish the result."""
         ledger = self.ledger
-        ledger.end_if_gone(now, self.settings.dead_grace)
+        self.planner.end_if_gone(now, self.settings.dead_grace)  # a departed server's epoch ends
         if ledger.epoch != self._seen_epoch:
             self._seen_epoch = ledger.epoch
             self.metrics.server_restarted()
@@ -151,7 +155,7 @@ class Evaluator:
                 departures_recent=len(ledger.departures.within(now)),
             )
         self._check_own_stall(now)
-        self._disable_unvalidatable()
+        self.planner.set_aside_unvalidatable()  # what the server's command line rules out
         evidence = ledger.evidence(
             now,
             freshness=self.settings.evidence_freshness,
@@ -167,7 +171,7 @@ class Evaluator:
         self.verdict = verdict
         # Whether this server passed startup (the verdict's state), not the
         # /startupz answer, which also fails while a restart is asked for.
-        ledger.startup_passed = self.verdict_state.startup_passed
+        self.planner.judged(self.verdict_state.startup_passed)
         if self.budget is not None:
             self.budget.observe(
                 Wish(
@@ -248,26 +252,6 @@ class Evaluator:
                 **({"hangs": list(flip.hangs)} if flip.hangs else {}),
                 **({"restart": True} if flip.restart else {}),
             )
-
-    def _disable_unvalidatable(self) -> None:
-        """Disable each kind the server's command line says cannot be validated; log it once.
-
-        Known from the command line (``ProcessSnapshot.reasoning_parser``), not
-        guessed from replies. Runs before the verdict and again after a server
-        restart, whose new epoch re-enables every kind.
-        """
-        snapshot = self.ledger.processes
-        if snapshot is None or not self.specs:
-            return
-        facts = ServerFacts(reasoning_parser=snapshot.reasoning_parser)
-        for kind, why in unvalidatable(self.specs, facts).items():
-            record = self.ledger.records.get(kind)
-            if record is None or not record.enabled:
-                continue
-            self.ledger.disable(kind, why)
-            if (kind, why) not in self._disabled_said:
-                self._disabled_said.add((kind, why))
-                log.warning("canary_kind_disabled", kind=kind.value, why=why)
 
     def _update_priority(self) -> None:
         configured = self.settings.scheduling_policy

@@ -1,13 +1,14 @@
 """Which canary kinds a server is not judged on: announced once per kind per server epoch.
 
-A kind leaves the judging for one server epoch in three ways: the scheduler
-sets it aside before startup (:mod:`sentinel.scheduling.set_aside`: replies
-that only reason until ``max_tokens``, a capability refused with a 4xx), the
-model does not take its input (``unsupported``), or the server's command line
-says it cannot be validated (the evaluator). Each already shows in
-``/status`` (``canaries.<kind>.disabled_reason``) and ``/startupz``; an
-operator reading ``kubectl describe pod`` or an event pipeline should see it
-too, since a kind set aside is a path sentinel no longer watches.
+A kind leaves the judging for one server epoch in three ways, each decided by
+the planner (:mod:`sentinel.record.planner`): it is set aside before startup
+(:mod:`sentinel.record.set_aside`: replies that only reason until
+``max_tokens``, a capability refused with a 4xx), the model does not take its
+input (``unsupported``), or the server's command line says it cannot be
+validated. Each already shows in ``/status``
+(``canaries.<kind>.disabled_reason``) and ``/startupz``; an operator reading
+``kubectl describe pod`` or an event pipeline should see it too, since a
+kind set aside is a path sentinel no longer watches.
 
 :class:`KindNotices` finds them in the judged evidence, a kind going from
 enabled to disabled with its reason, not in the scheduler: whoever disabled

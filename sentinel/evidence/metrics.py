@@ -90,7 +90,6 @@ ENGINE_LABEL = "engine"  # the data-parallel engine index on every vLLM sample
 PROGRESS_FINISH_REASONS = frozenset({"stop", "length"})
 
 PROGRESS_COUNTERS = (*COUNTER_SAMPLES.values(), "completions")
-PROGRESS_GAUGES = tuple(GAUGE_SAMPLES.values())
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,4 +11,11 @@ allow/refuse decision), :mod:`.target` (parsing, resolution and the pinned
 connection), :mod:`.state` (per-target memory and progress), :mod:`.prober`
 (one probe), :mod:`.exposition` (its series), :mod:`.own_metrics` (the
 exporter's own ``/metrics``) and :mod:`.server` (HTTP and the command).
+
+The face is the command (:func:`exporter_main` and its arguments), the only
+names used outside the package.
 """
+
+from sentinel.exporter.server import add_exporter_arguments, exporter_main
+
+__all__ = ["add_exporter_arguments", "exporter_main"]

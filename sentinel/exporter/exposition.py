@@ -18,8 +18,6 @@ from sentinel.canary.result import CanaryResult
 from sentinel.canary.spec import CanaryKind
 from sentinel.exporter.prober import ProbeOutcome, TargetEvidence
 
-PHASE_VALUES = ("serving", "asleep", "paused")
-
 
 class _GaugeFactory(Protocol):
     def __call__(self, name: str, doc: str, labels: Sequence[str] = ()) -> Gauge: ...

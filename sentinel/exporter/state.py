@@ -156,6 +156,3 @@ class TargetStore:
         while len(self._targets) > self._max:
             self._targets.popitem(last=False)
         return state
-
-    def peek(self, key: str) -> TargetState | None:
-        return self._targets.get(key)

@@ -23,8 +23,8 @@ from typing import Any
 
 from sentinel.evidence.metrics import SLEEP_PREFIX, MetricsSample
 from sentinel.evidence.sleep_flags import sleep_idle_ttl
-from sentinel.record.ledger import Ledger
 from sentinel.record.observers import Observers
+from sentinel.record.reading import LedgerReading
 from sentinel.telemetry.logging import get_logger
 from sentinel.verdict import Phase
 from sentinel.verdict.hangs.wake import SECTION, AutoSleepSection
@@ -37,7 +37,7 @@ class AutoSleepWatch:
 
     name = SECTION
 
-    def __init__(self, ledger: Ledger, configured: float | None, *, hold: float) -> None:
+    def __init__(self, ledger: LedgerReading, configured: float | None, *, hold: float) -> None:
         self._ledger = ledger
         self._configured = configured  # auto_sleep_idle (None: read the command line)
         self.hold = hold  # auto_sleep_hold: real traffic this recent keeps canaries flowing

@@ -23,8 +23,8 @@ from typing import Any
 
 from sentinel.canary.spec import CanaryKind
 from sentinel.evidence.metrics import MetricsSample
-from sentinel.record.ledger import Ledger
 from sentinel.record.observers import Observers
+from sentinel.record.reading import LedgerReading
 from sentinel.verdict.hangs.kv_transfer import SECTION, KvTransferSection
 
 #: Counters that move when a transfer lands, by the words ``/status`` names them with.
@@ -40,7 +40,7 @@ class KvTransferWatch:
 
     name = SECTION
 
-    def __init__(self, ledger: Ledger, bound: float) -> None:
+    def __init__(self, ledger: LedgerReading, bound: float) -> None:
         self._ledger = ledger
         self._bound = bound  # kv_transfer_bound: /status shows it beside the age
         self._epoch = ledger.epoch

@@ -35,6 +35,7 @@ from sentinel.record.departures import Departures
 from sentinel.record.elastic_ep import gate_of_canary, observe_gate
 from sentinel.record.freeze import freeze
 from sentinel.record.lifecycle import LifecycleTracker
+from sentinel.record.plan import Plan
 from sentinel.record.refusals import Refusals
 from sentinel.verdict import Action, Evidence
 
@@ -59,7 +60,7 @@ class KindRecord:
     # What the kind sends instead of its spec's request in this epoch, and why
     # (the text canary on /v1/completions for a model without a chat template).
     fallback: str = ""
-    set_aside_waiting: str = ""  # "refused 2 of 5 before it is set aside" (scheduling.set_aside)
+    set_aside_waiting: str = ""  # "refused 2 of 5 before it is set aside" (record.set_aside)
     results: deque[CanaryResult] = field(default_factory=lambda: deque(maxlen=HISTORY))
     controls: deque[CanaryResult | None] = field(default_factory=lambda: deque(maxlen=HISTORY))
     outstanding: dict[int, float] = field(default_factory=dict)  # token -> send time
@@ -107,7 +108,7 @@ class Ledger:
         self.down_ranks: tuple[int, ...] = ()  # tensor-parallel ranks of the down processes
         # Titles and placements seen (pid, start time): a zombie keeps only its short name.
         self._placements: dict[tuple[int, float], ProcessInfo] = {}
-        self.startup_passed = False
+        self.plan = Plan.fresh(self.epoch)  # what scheduling goes by (sentinel.record.plan)
         self._token = 0
         self.lifecycle = LifecycleTracker()
         self.traffic = PathTraffic()  # real traffic on each path (its kind's counter)
@@ -138,7 +139,7 @@ class Ledger:
         self.engine_down_detail = ""
         self.engine_down_stopped = False
         self.down_engines, self.down_ranks = (), ()
-        self.startup_passed = False
+        self.plan = Plan.fresh(self.epoch)
         self.lifecycle.reset()
         self.traffic.reset()
         self.waiting_since, self.waiting_real = None, 0.0
@@ -173,19 +174,6 @@ class Ledger:
         self.reachable = True
         self.refused_since = None
         self.answered = True
-
-    def end_if_gone(self, now: float, grace: float) -> None:
-        """End the epoch when the server went away: refused past ``grace``, its API server unseen.
-
-        A restarted vLLM refuses connections while it loads its model, and
-        without process evidence nothing else tells the new server from the
-        old: the old one's confirmed hang would stay confirmed and its
-        startup passed, and the kubelet would kill the new one mid-load.
-        """
-        since = self.refused_since
-        if since is None or not self.answered or self.api_alive() is True or now - since < grace:
-            return
-        self.new_epoch(f"server went away: connections refused for {now - since:.0f}s", now)
 
     def api_alive(self) -> bool | None:
         """Whether the target's API-server process lives (None: no process evidence)."""
@@ -309,12 +297,19 @@ class Ledger:
         observe_gate(self, gate_of_canary(result), result.started, now)  # elastic EP's gate
 
     def disable(self, kind: CanaryKind, reason: str) -> None:
+        """The kind is set aside for the rest of this epoch: its record and the plan say so."""
         record = self.records[kind]
         record.enabled, record.disabled_reason, record.set_aside_waiting = False, reason, ""
+        self.plan = self.plan.without(kind, reason)
 
     def fall_back(self, kind: CanaryKind, note: str) -> None:
         """The kind sends its fallback request for the rest of this epoch (a new one clears it)."""
         self.records[kind].fallback = note
+        self.plan = self.plan.falling_back(kind, note)
+
+    def startup_judged(self, passed: bool) -> None:
+        """The verdict's word on startup, into this epoch's plan (a new epoch clears it)."""
+        self.plan = self.plan.started(passed)
 
     def busy(self, now: float, idle_window: float) -> bool:
         """Real (not sentinel's) completions happened within the idle window, on every engine.

@@ -18,8 +18,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from sentinel.canary.result import Reason
-from sentinel.record.ledger import Ledger
 from sentinel.record.observers import Observations
+from sentinel.record.reading import LedgerReading
 from sentinel.telemetry.logging import get_logger
 
 log = get_logger("sentinel.reachability")
@@ -42,7 +42,7 @@ _NAME_ERRORS = (
 )
 
 
-def unreachable_words(ledger: Ledger, last_health_error: str) -> str:
+def unreachable_words(ledger: LedgerReading, last_health_error: str) -> str:
     """'' while the target answers; else why nothing does (one of the closed words)."""
     if ledger.reachable is True:
         return ""
@@ -83,7 +83,7 @@ class Reachability:
 
     name = SECTION
 
-    def __init__(self, ledger: Ledger, observations: Observations, target: str) -> None:
+    def __init__(self, ledger: LedgerReading, observations: Observations, target: str) -> None:
         self._ledger = ledger
         self._observations = observations
         self._target = target  # already redacted: it goes to the log

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from sentinel.canary.result import CanaryResult, Reason
-from sentinel.record.ledger import Ledger
+from sentinel.record.reading import LedgerReading
 from sentinel.telemetry.logging import get_logger
 
 log = get_logger("sentinel.aiming")
@@ -29,7 +29,7 @@ MAX_ENGINE_INDEX = 4096
 class Aiming:
     """The engines one server's canaries are aimed at, and where each loop aimed last."""
 
-    def __init__(self, ledger: Ledger) -> None:
+    def __init__(self, ledger: LedgerReading) -> None:
         self.ledger = ledger
         self._last: dict[str, int] = {}  # per loop: the engine its last canary went to
         self._unaimable: set[int] = set()  # engines whose aimed canary was refused, this epoch

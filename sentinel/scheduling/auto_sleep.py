@@ -30,7 +30,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from sentinel.record.auto_sleep import AutoSleepWatch
-from sentinel.record.ledger import Ledger
+from sentinel.record.reading import LedgerReading
 from sentinel.telemetry.logging import get_logger
 
 log = get_logger("sentinel.scheduler")
@@ -42,7 +42,7 @@ class CanaryHold:
     """Whether canaries are held now; the one writer of the watch's ``held_since``."""
 
     def __init__(
-        self, watch: AutoSleepWatch, ledger: Ledger, *, clock: Callable[[], float]
+        self, watch: AutoSleepWatch, ledger: LedgerReading, *, clock: Callable[[], float]
     ) -> None:
         self.watch = watch
         self.ledger = ledger
@@ -69,7 +69,7 @@ class CanaryHold:
         return hold
 
     def _should_hold(self, now: float) -> bool:
-        if self.watch.ttl() is None or not self.ledger.startup_passed:
+        if self.watch.ttl() is None or not self.ledger.plan.startup_passed:
             return False
         if not self.watch.sleep_known():
             return False  # blind to the sleep and the wake: held canaries would hide a hang

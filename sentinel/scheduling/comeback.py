@@ -30,7 +30,7 @@ from collections.abc import Awaitable, Callable
 
 from sentinel.canary.spec import CanaryKind
 from sentinel.evidence.metrics import MetricsSample
-from sentinel.record.ledger import Ledger
+from sentinel.record.reading import LedgerReading
 
 COMEBACK_SCRAPE_S = 0.1  # the scrape interval while the server refuses before startup
 
@@ -52,7 +52,7 @@ async def sleep_or_wake(event: asyncio.Event, seconds: float, sleep: Sleep) -> N
 class Comeback:
     """Raised by the first answer of an epoch before startup; taken once by each canary loop."""
 
-    def __init__(self, ledger: Ledger) -> None:
+    def __init__(self, ledger: LedgerReading) -> None:
         self.ledger = ledger
         self.epoch: int | None = None  # the epoch whose server was seen answering
         self._wake: asyncio.Event | None = None  # made inside the event loop that waits
@@ -63,7 +63,7 @@ class Comeback:
     def observe(self, sample: MetricsSample | None = None) -> None:
         """The server answered (a ``/metrics`` sample): the first of an epoch raises a comeback."""
         ledger = self.ledger
-        if ledger.startup_passed or self.epoch == ledger.epoch:
+        if ledger.plan.startup_passed or self.epoch == ledger.epoch:
             return
         self.epoch = ledger.epoch
         self.rounds += 1
@@ -105,7 +105,8 @@ class Comeback:
         ledger = self.ledger
         if self.epoch is None or self.epoch != ledger.epoch or self._judged == ledger.epoch:
             return
-        records = [record for record in ledger.records.values() if record.enabled]
+        plan = ledger.plan
+        records = [record for kind, record in ledger.records.items() if plan.runs(kind)]
         if all(any(r.ok for r in record.results) for record in records):
             self._judged = ledger.epoch
         if self._judge is not None:
@@ -125,5 +126,5 @@ class Comeback:
     def scrape_interval(self, usual: float) -> float:
         """The next scrape's interval: short while connections are refused before startup."""
         ledger = self.ledger
-        waiting = ledger.refused_since is not None and not ledger.startup_passed
+        waiting = ledger.refused_since is not None and not ledger.plan.startup_passed
         return min(usual, COMEBACK_SCRAPE_S) if waiting else usual

@@ -11,23 +11,23 @@ The background waits are tasks of the scheduler's task group
 (:attr:`LateAnswers.group`, set while :meth:`Scheduler.run
 <sentinel.scheduling.scheduler.Scheduler.run>` runs): leaving it cancels them, which
 closes their connections; nothing outlives the run and nothing raises out of
-it. When a wait ends, its ``late`` result goes the way of every result: the
-ledger (:meth:`~sentinel.record.ledger.Ledger.canary_late`: it replaces the
-timed-out entry and closes the canary's progress credit, open until then),
-then the scheduler's ``observe`` (metrics, ``on_result``).
+it. When a wait ends, its result goes the way of every result, as an
+outcome flagged ``late``: into the result sink (:class:`~sentinel.record.sink.ResultSink`:
+the ledger replaces the timed-out entry and closes the canary's progress
+credit, open until then; then this side's :meth:`LateAnswers.closed`, the
+metrics and the listener).
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from dataclasses import dataclass, field
 
 from sentinel.canary.late import Adopter, LateCanary
-from sentinel.canary.result import CanaryResult
 from sentinel.canary.spec import CanaryKind, CanarySpec
-from sentinel.record.ledger import Ledger
+from sentinel.record.sink import Outcome, ResultSink
 from sentinel.telemetry.logging import get_logger
 
 __all__ = ["LateAnswers"]
@@ -40,6 +40,7 @@ class _Wait:
     """The one late canary of a kind being awaited."""
 
     token: int  # the ledger's token of the canary
+    deadline: float  # its spec's (how late the answer came is said from it)
     task: asyncio.Task[None] | None = None  # its follower, in the group
     # Set once the timed-out result is in the ledger (a path canary is recorded
     # with its control, maybe after its late answer came): the late result waits for it.
@@ -51,17 +52,16 @@ class LateAnswers:
 
     def __init__(
         self,
-        ledger: Ledger,
+        sink: ResultSink,
         *,
         late_wait: float,
-        clock: Callable[[], float],
-        observe: Callable[[CanaryResult], None],
+        outstanding: Callable[[CanaryKind], Container[int]],
         failed: Callable[[str, Exception], None],
     ) -> None:
-        self.ledger = ledger
+        self.sink = sink  # every result's way in; it closes our waits (closed, abandon)
+        sink.follow_waits(self)
         self.late_wait = late_wait  # seconds past the send (0: never await late)
-        self.clock = clock
-        self.observe = observe  # every result's way out: metrics, on_result
+        self.outstanding = outstanding  # a kind's canaries still in their step (tokens)
         self.failed = failed  # a follower's own failure, recorded like a loop's
         self.group: asyncio.TaskGroup | None = None  # the owner's, while it runs
         self._waits: dict[CanaryKind, _Wait] = {}
@@ -87,11 +87,28 @@ class LateAnswers:
         for late in adopted:
             await late.close()
 
-    def recorded(self, kind: CanaryKind, token: int) -> None:
-        """The canary's timed-out result is in the ledger: its late result may replace it."""
-        wait = self._waits.get(kind)
-        if wait is not None and wait.token == token:
+    def closed(self, outcome: Outcome) -> None:
+        """An outcome is in the ledger (the sink's step 2).
+
+        A canary's timed-out result: its late result may replace it now. A
+        late answer: its kind's slot is free before anyone hears of it.
+        """
+        kind, wait = outcome.kind, self._waits.get(outcome.kind)
+        if wait is None or wait.token != outcome.token:
+            return
+        if not outcome.late:
             wait.recorded.set()
+            return
+        del self._waits[kind]
+        result = outcome.result
+        log.info(
+            "canary_late_answer",
+            canary=result.name,
+            kind=kind.value,
+            reason=result.reason.value,
+            seconds_past_deadline=round(result.duration - wait.deadline, 3),
+            engine=result.engine,
+        )
 
     def abandon(self, kind: CanaryKind, token: int) -> None:
         """The canary's step ended without recording it: stop awaiting it (if it was)."""
@@ -104,9 +121,9 @@ class LateAnswers:
         group = self.group
         if group is None or spec.kind in self._waits:
             return False
-        if token not in self.ledger.records[spec.kind].outstanding:
+        if token not in self.outstanding(spec.kind):
             return False  # its step already ended without it (abandoned)
-        wait = _Wait(token)
+        wait = _Wait(token, spec.deadline)
         follow = self._follow(spec, epoch, late, wait)
         try:
             wait.task = group.create_task(follow, name=f"canary-late:{spec.name}")
@@ -129,7 +146,7 @@ class LateAnswers:
         """
         if self._waits.get(kind) is wait:
             del self._waits[kind]
-        self.ledger.canary_abandoned(kind, wait.token, self.clock())
+        self.sink.abandoned(kind, wait.token)
         late.cancel()
 
     async def _follow(self, spec: CanarySpec, epoch: int, late: LateCanary, wait: _Wait) -> None:
@@ -138,25 +155,14 @@ class LateAnswers:
         Cancelled (the run ends), the connection is closed and the canary is
         forgotten like any cancelled one (:meth:`_ended`): nothing is delivered.
         """
-        kind, token, name = spec.kind, wait.token, f"canary-late:{spec.name}"
+        name = f"canary-late:{spec.name}"
         try:  # the cleanup, however it ends, is _ended's
             result = await late.answer()
             await wait.recorded.wait()
         except Exception as exc:
             self.failed(name, exc)
             return
-        if self._waits.get(kind) is wait:  # the slot is free before anyone hears of it
-            del self._waits[kind]
-        try:
-            self.ledger.canary_late(kind, token, result, self.clock(), epoch=epoch)
-            log.info(
-                "canary_late_answer",
-                canary=spec.name,
-                kind=kind.value,
-                reason=result.reason.value,
-                seconds_past_deadline=round(result.duration - spec.deadline, 3),
-                engine=result.engine,
-            )
-            self.observe(result)  # its metrics: sentinel_canary_late_answers_total
+        try:  # its metrics: sentinel_canary_late_answers_total
+            self.sink.record(Outcome(spec.kind, wait.token, result, epoch, late=True))
         except Exception as exc:  # a broken hook must not take the task group down
             self.failed(name, exc)

@@ -26,6 +26,12 @@ The model each canary addresses is :mod:`.served_model`'s. A text canary refused
 on chat as a capability (a base model without a chat template) moves, with every
 control, to a plain completion for the epoch (:mod:`.text_fallback`).
 
+The scheduler records nothing itself: each result goes to the result sink
+(:mod:`sentinel.record.sink`), and what a step's results mean for the kinds
+(set aside, fall back) is the planner's (:mod:`sentinel.record.planner`),
+told when each step ends; what the scheduler goes by is the plan it
+publishes (:class:`~sentinel.record.plan.Plan`).
+
 A late answer is an answer: with ``late_wait`` set, a kind's first canary past its
 deadline is also awaited in the background (:mod:`.late`); a server back gets every
 kind at once (:mod:`.comeback`).
@@ -44,12 +50,13 @@ from sentinel.canary.runner import CanaryRunner
 from sentinel.canary.spec import CanaryKind, CanarySpec
 from sentinel.progress.tracker import canary_budget
 from sentinel.record.ledger import Ledger
+from sentinel.record.planner import Planner
+from sentinel.record.sink import Outcome, ResultSink
 from sentinel.scheduling.aiming import Aiming
 from sentinel.scheduling.auto_sleep import SKIP_REASON as AUTO_SLEEP_SKIP
 from sentinel.scheduling.auto_sleep import CanaryHold
 from sentinel.scheduling.late import LateAnswers
 from sentinel.scheduling.served_model import ServedModel
-from sentinel.scheduling.set_aside import review
 from sentinel.scheduling.suspicion import Suspicion
 from sentinel.scheduling.text_fallback import TextRoute
 from sentinel.telemetry.logging import get_logger
@@ -87,28 +94,35 @@ class Scheduler:
         late_wait: float = 0.0,
         suspicion: Suspicion | None = None,
         hold: CanaryHold | None = None,
+        planner: Planner | None = None,
     ) -> None:
         self.specs = tuple(s for s in specs if s.enabled)
         self.runner = runner
         self.ledger = ledger
         self.metrics = metrics
+        # Where every result is recorded (the ledger, late waits, reachability, metrics,
+        # on_result) and what decides the kinds' plan after each step.
+        self.sink = ResultSink(ledger, metrics, clock=clock, listener=on_result)
+        self.planner = planner if planner is not None else Planner(ledger, self.specs)
         self.idle_window = idle_window
         self.clock = clock
         self.sleep = sleep  # paired with the clock: a virtual clock brings its own sleep
         self.beat = beat
-        self.on_result = on_result
         self.on_error = on_error
         self.rng = rng or random.Random()
         self.hold = hold  # an auto-sleeping server's idle: no canary wakes it
         self.suspicion = suspicion  # a standstill in the samples sends the text canary at once
-        self.served_model = ServedModel(runner, ledger, clock=clock, configured=configured_model)
+        self.served_model = ServedModel(runner, self.sink, configured=configured_model)
         self.aim = Aiming(ledger)
         controls = [s for s in self.specs if s.kind == kinds.CONTROL]
         self.control_spec = controls[0] if controls else None
         self.route = TextRoute(self.specs)  # chat, or a plain completion for this epoch
         # Timed-out canaries still awaited, up to late_wait seconds past the send (0: none).
         self.late = LateAnswers(
-            ledger, late_wait=late_wait, clock=clock, observe=self._observe, failed=self._failed
+            self.sink,
+            late_wait=late_wait,
+            outstanding=lambda kind: ledger.records[kind].outstanding,
+            failed=self._failed,
         )
 
     async def run(self) -> None:
@@ -166,8 +180,7 @@ class Scheduler:
         (:mod:`sentinel.scheduling.suspicion`), so idle gating does not hold this one back.
         """
         ledger = self.ledger
-        record = ledger.records[spec.kind]
-        if not record.enabled:
+        if not self.planner.plan.runs(spec.kind):
             self.metrics.canary_skipped("disabled")
             return False
         if kinds.is_path(spec.kind) and self.late.awaited(spec.kind):
@@ -188,46 +201,14 @@ class Scheduler:
         if model is None:
             return False
         epoch = ledger.epoch
-        text = ledger.records.get(kinds.CONTROL)
+        text = self.planner.plan.fallback(kinds.CONTROL)
         if not kinds.is_paired(spec.kind) or self.control_spec is None:
             results = await self._send_each(self.route.spec(spec, text), model, epoch, targets)
         else:
             control = self.route.spec(replace(self.control_spec, priority=spec.priority), text)
             results = [await self._send_pair(spec, control, model, epoch, targets[0])]
-        unsupported = next((r for r in results if r.reason is Reason.UNSUPPORTED), None)
-        if unsupported is not None and epoch == ledger.epoch:
-            why = unsupported.detail
-            ledger.disable(spec.kind, why or "the model does not take this input")
-            log.warning("canary_kind_disabled", canary=spec.name, kind=spec.kind.value, why=why)
-        self._set_aside_if_never_conclusive(spec, epoch)
-        self._fall_back_if_chat_refused(epoch)
+        self.planner.after_step(spec, results, epoch)  # set aside, fall back
         return any(r.reason is Reason.TIMEOUT for r in results)
-
-    def _fall_back_if_chat_refused(self, epoch: int) -> None:
-        """Send text as a plain completion when chat cannot work (:mod:`.text_fallback`)."""
-        ledger = self.ledger
-        record = ledger.records.get(kinds.CONTROL)
-        if epoch != ledger.epoch:
-            return
-        why = self.route.review(record, epoch)
-        if why is not None:
-            ledger.fall_back(kinds.CONTROL, why)
-            log.warning("canary_kind_fell_back", kind=kinds.CONTROL.value, why=why)
-
-    def _set_aside_if_never_conclusive(self, spec: CanarySpec, epoch: int) -> None:
-        """Before startup, set aside a kind this server can never answer (:mod:`.set_aside`)."""
-        ledger = self.ledger
-        record = ledger.records.get(spec.kind)
-        if record is None or not record.enabled or spec.kind == kinds.CONTROL:
-            return
-        if epoch != ledger.epoch:
-            return
-        waiting, why = review(record, started=ledger.startup_passed)
-        if waiting is not None:
-            log.info("canary_kind_refused", canary=spec.name, kind=spec.kind.value, why=waiting)
-        if why is not None:
-            ledger.disable(spec.kind, why)
-            log.warning("canary_kind_set_aside", canary=spec.name, kind=spec.kind.value, why=why)
 
     async def _send_each(
         self, spec: CanarySpec, model: str, epoch: int, targets: tuple[int | None, ...]
@@ -254,19 +235,16 @@ class Scheduler:
 
         The control is recorded as soon as it ends, the pair once both have.
         """
-        ledger = self.ledger
-        token = ledger.canary_sent(spec.kind, self.clock(), self._budget(spec), engine=engine)
+        token = self.sink.sent(spec.kind, self._budget(spec), engine)
         try:
             result, control = await asyncio.gather(
                 self._run(spec, model, epoch, engine, token),
                 self._send_recorded(control_spec, model, epoch, engine),
             )
         except BaseException:
-            self._abandon(spec.kind, token)
+            self.sink.abandoned(spec.kind, token)
             raise
-        ledger.canary_done(spec.kind, token, result, self.clock(), control=control, epoch=epoch)
-        self.late.recorded(spec.kind, token)
-        self._observe(result)
+        self.sink.record(Outcome(spec.kind, token, result, epoch, control=control))
         return result
 
     def _failed(self, loop: str, exc: Exception) -> None:
@@ -294,7 +272,9 @@ class Scheduler:
         ledger = self.ledger
         gated = kinds.is_idle_gated(spec.kind) and not suspected
         # Real traffic vouches for the engines once startup passed, unless the lifecycle waits.
-        vouch = ledger.startup_passed and not (gated and self._lifecycle_waits(spec.kind, now))
+        vouch = self.planner.plan.startup_passed and not (
+            gated and self._lifecycle_waits(spec.kind, now)
+        )
         engines = self.aim.engines()
         if not engines:
             if gated and vouch and ledger.busy(now, self.idle_window):
@@ -331,20 +311,17 @@ class Scheduler:
     async def _send_recorded(
         self, spec: CanarySpec, model: str, epoch: int, engine: int | None = None
     ) -> CanaryResult:
-        ledger = self.ledger
-        token = ledger.canary_sent(spec.kind, self.clock(), self._budget(spec), engine=engine)
+        token = self.sink.sent(spec.kind, self._budget(spec), engine)
         try:
             result = await self._run(spec, model, epoch, engine, token)
         except BaseException:
             # Cancelled mid-flight: forget the canary rather than leave it outstanding.
-            self._abandon(spec.kind, token)
+            self.sink.abandoned(spec.kind, token)
             raise
         if engine is not None and self.aim.refused(engine, result):
-            ledger.canary_abandoned(spec.kind, token, self.clock())
+            self.sink.abandoned(spec.kind, token)
             return await self._send_recorded(spec, model, epoch)  # the same canary, unaimed
-        ledger.canary_done(spec.kind, token, result, self.clock(), epoch=epoch)
-        self.late.recorded(spec.kind, token)
-        self._observe(result)
+        self.sink.record(Outcome(spec.kind, token, result, epoch))
         return result
 
     async def _run(
@@ -359,11 +336,6 @@ class Scheduler:
             late_wait=self.late.late_wait,
             adopt_late=self.late.adopter(spec, token, epoch),
         )
-
-    def _abandon(self, kind: CanaryKind, token: int) -> None:
-        """A step ended without recording the canary: forget it, and stop awaiting it late."""
-        self.ledger.canary_abandoned(kind, token, self.clock())
-        self.late.abandon(kind, token)
 
     def _budget(self, spec: CanarySpec) -> dict[str, float]:
         """The most work one canary of ``spec`` can cause, per work counter.
@@ -387,14 +359,3 @@ class Scheduler:
         return canary_budget(
             reply_tokens=reply, prompt_tokens=prompt, requests=requests, side_requests=side
         )
-
-    def _observe(self, result: CanaryResult) -> None:
-        # Only a refusal says nothing listens; any other outcome (a reset,
-        # a timeout, an answer) reached a listener.
-        if result.reason is Reason.CONNECT:
-            self.ledger.saw_refusal(self.clock())
-        else:
-            self.ledger.saw_answer()
-        self.metrics.observe_canary(result)
-        if self.on_result is not None:
-            self.on_result(result)

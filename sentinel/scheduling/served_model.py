@@ -3,19 +3,19 @@
 Asked of the server (the first id ``/v1/models`` lists) at most once per
 server epoch: the answer is kept in the ledger, which forgets it when the
 server restarts, and loops that need it at the same moment wait for one
-question instead of asking together. The question is evidence like a canary:
+question instead of asking together. The question is evidence like a canary,
+recorded by the result sink (:meth:`~sentinel.record.sink.ResultSink.model_asked`):
 a refused connection starts the listener-down timer, an answer clears it.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 
 from sentinel.canary.result import Reason
 from sentinel.canary.runner import CanaryRunner, ModelResolutionError
 from sentinel.canary.spec import CanarySpec
-from sentinel.record.ledger import Ledger
+from sentinel.record.sink import ResultSink
 from sentinel.telemetry.logging import get_logger
 
 log = get_logger("sentinel.served_model")
@@ -27,14 +27,12 @@ class ServedModel:
     def __init__(
         self,
         runner: CanaryRunner,
-        ledger: Ledger,
+        sink: ResultSink,
         *,
-        clock: Callable[[], float],
         configured: str | None = None,
     ) -> None:
         self.runner = runner
-        self.ledger = ledger
-        self.clock = clock
+        self.sink = sink  # where the answer is recorded; its ledger keeps the model
         self.configured = configured
         self._lock = asyncio.Lock()
         self._unresolved: Reason | None = None  # the last cause logged, until one resolves
@@ -46,19 +44,18 @@ class ServedModel:
         if self.configured:
             return self.configured
         async with self._lock:
-            if self.ledger.model is not None:
-                return self.ledger.model
+            known = self.sink.ledger.model
+            if known is not None:
+                return known
             try:
                 model = await self.runner.resolve_model(deadline=spec.deadline)
             except ModelResolutionError as exc:
-                if exc.reason is Reason.CONNECT:
-                    self.ledger.saw_refusal(self.clock())
+                self.sink.model_asked(None, exc.reason)
                 if exc.reason is not self._unresolved:  # once per cause, not every tick
                     self._unresolved = exc.reason
                     log.info("model_unresolved", reason=exc.reason.value, detail=exc.detail)
                 return None
             self._unresolved = None
-            self.ledger.saw_answer()
-            self.ledger.model = model
+            self.sink.model_asked(model)
             log.info("model_resolved", model=model)
             return model

@@ -27,7 +27,7 @@ from collections.abc import Awaitable, Callable
 
 from sentinel.canary import kinds
 from sentinel.evidence.metrics import MetricsSample
-from sentinel.record.ledger import Ledger
+from sentinel.record.reading import LedgerReading
 from sentinel.scheduling.comeback import Comeback, sleep_or_wake
 
 SUSPECT_SCRAPE_S = 0.5  # the scrape interval while a text canary waits
@@ -37,7 +37,7 @@ WAITING_S = 1.0  # a text canary unanswered this long is waiting
 class Suspicion:
     """Raised by a standstill in the samples; taken by the text canary's loop."""
 
-    def __init__(self, ledger: Ledger, clock: Callable[[], float]) -> None:
+    def __init__(self, ledger: LedgerReading, clock: Callable[[], float]) -> None:
         self.ledger = ledger
         self.clock = clock
         self._raised = False
@@ -53,7 +53,7 @@ class Suspicion:
         compared = bool(progress.last_update.signals)  # a previous sample to compare with
         moved = sample.at in (progress.last_beat_at, progress.last_progress_at)  # own work too
         running = progress.gauges.get("running", 0.0)
-        if not compared or moved or running <= 0 or not self.ledger.startup_passed:
+        if not compared or moved or running <= 0 or not self.ledger.plan.startup_passed:
             self._standstill = False
             return
         if self._standstill:

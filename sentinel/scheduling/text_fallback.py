@@ -4,42 +4,42 @@ A base model whose tokenizer defines no chat template answers every
 ``/v1/chat/completions`` with HTTP 400 (vLLM: "As of transformers v4.44,
 default chat template is no longer allowed, so you must provide a chat
 template if the tokenizer does not define one."). The chat-needing path
-kinds are set aside for it (:mod:`sentinel.scheduling.set_aside`), but the
+kinds are set aside for it (:mod:`sentinel.record.set_aside`), but the
 text canary is the control, the proof that the engine produces tokens, and
 is never set aside: without somewhere else to go it would hold startup
 forever and the kubelet would restart the container for it again and again.
 
-So when the text canary's last :data:`FALLBACK_AFTER` canaries on chat were
+So when the text canary's last
+:data:`~sentinel.record.set_aside.FALLBACK_AFTER` canaries on chat were
 all refused as a capability (a 4xx other than credentials, a proxy's
-timeout or a rate limit: :func:`~sentinel.scheduling.set_aside.refused_capability`)
+timeout or a rate limit: :func:`~sentinel.record.set_aside.refused_capability`)
 and it never passed on chat in this server epoch, it asks for a plain
 completion of the same prompt on ``/v1/completions`` for the rest of the
-epoch, and so does every control sent beside a paired kind. The kind's
-record carries the note (``fallback``), shown with it in ``/status`` and
-``/startupz``. A new epoch (a restarted server, maybe another model) starts
-on chat again. Timeouts, 5xx and 401/403/429 never move it, and once the
-text canary passed on chat in an epoch it never leaves chat in that epoch:
-a chat path that worked and broke is a fault to report, not a server trait.
+epoch, and so does every control sent beside a paired kind. The plan
+(:class:`sentinel.record.plan.Plan`) and the kind's record carry the note
+(``fallback``), shown with it in ``/status`` and ``/startupz``. A new epoch
+(a restarted server, maybe another model) starts on chat again. Timeouts,
+5xx and 401/403/429 never move it, and once the text canary passed on chat
+in an epoch it never leaves chat in that epoch: a chat path that worked and
+broke is a fault to report, not a server trait.
 
-Three refusals in a row, not :data:`~sentinel.scheduling.set_aside.SET_ASIDE_AFTER`:
+Three refusals in a row, not :data:`~sentinel.record.set_aside.SET_ASIDE_AFTER`:
 a missing template refuses every chat request alike, three rule out a one-off
 refusal (a reload, a proxy hiccup), and a fallback costs little when wrong
 (the completion still proves the engine decodes), while every canary spent
-waiting is startup time a base model cannot use.
+waiting is startup time a base model cannot use. The decision is the record's
+(:class:`sentinel.record.set_aside.ChatFallback`); this module is the route.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
-from typing import Any, Protocol
+from typing import Any
 
 from sentinel.canary import kinds
-from sentinel.canary.result import CanaryResult
 from sentinel.canary.spec import CHAT_ENDPOINT, COMPLETIONS_ENDPOINT, CanarySpec
-from sentinel.scheduling.set_aside import refused_capability
 
-FALLBACK_AFTER = 3
 # Chat request fields a completion does not take (or takes with another meaning).
 CHAT_ONLY = frozenset(
     {
@@ -60,32 +60,6 @@ CHAT_ONLY = frozenset(
         "media_io_kwargs",
     }
 )
-
-
-class ControlRecord(Protocol):
-    """What the fallback reads of the text kind's history (a ledger ``KindRecord``)."""
-
-    @property
-    def results(self) -> Iterable[CanaryResult]: ...
-    @property
-    def fallback(self) -> str: ...
-
-
-def fallback_reason(results: Iterable[CanaryResult]) -> str | None:
-    """Why the text canary leaves chat for this epoch (its chat results, oldest first), or None."""
-    seen = list(results)
-    if any(r.ok for r in seen):
-        return None
-    last = seen[-FALLBACK_AFTER:]
-    if len(last) < FALLBACK_AFTER or not all(refused_capability(r) for r in last):
-        return None
-    newest = last[-1]
-    said = newest.detail.removeprefix(f"HTTP {newest.http_status}: ")
-    detail = f": {said[:160]}" if said else ""
-    return (
-        f"on {COMPLETIONS_ENDPOINT} for this server: {len(last)} canaries in a row on "
-        f"{CHAT_ENDPOINT} refused with HTTP {newest.http_status}{detail}"
-    )
 
 
 def prompt_of(messages: Any) -> str:
@@ -116,31 +90,17 @@ def as_completion(spec: CanarySpec) -> CanarySpec:
 class TextRoute:
     """Where the text canaries go in the current epoch: as configured, or the fallback.
 
-    The decision's inputs live in the ledger (the text kind's results and its
-    ``fallback`` note, both cleared by a new epoch); what is kept here is only
-    whether the text canary passed on chat in some epoch, since a pass can
-    leave the bounded history long before the refusals that follow it.
+    Whether to fall back is the plan's word (:class:`sentinel.record.plan.Plan`,
+    decided by :class:`sentinel.record.set_aside.ChatFallback`); this is only how.
     """
 
     def __init__(self, specs: Iterable[CanarySpec]) -> None:
         chat = [s for s in specs if s.kind == kinds.CONTROL and s.endpoint == CHAT_ENDPOINT]
         self._plain = {s.name: as_completion(s) for s in chat}
-        self._passed_on_chat: int | None = None  # the last epoch it did
 
-    def spec(self, spec: CanarySpec, record: ControlRecord | None) -> CanarySpec:
-        """``spec`` as it goes out now: on completions once its kind fell back in this epoch."""
-        if spec.kind != kinds.CONTROL or record is None or not record.fallback:
+    def spec(self, spec: CanarySpec, fallback: str) -> CanarySpec:
+        """``spec`` as it goes out now: on completions once its kind fell back (``fallback``)."""
+        if spec.kind != kinds.CONTROL or not fallback:
             return spec
         plain = self._plain.get(spec.name)
         return spec if plain is None else replace(plain, priority=spec.priority)
-
-    def review(self, record: ControlRecord | None, epoch: int) -> str | None:
-        """Why to fall back now (None: stay), from the text kind's results in ``epoch``."""
-        if record is None or record.fallback or not self._plain:
-            return None
-        chat = [r for r in record.results if r.name in self._plain]
-        if any(r.ok for r in chat):
-            self._passed_on_chat = epoch
-        if self._passed_on_chat == epoch:
-            return None
-        return fallback_reason(chat)

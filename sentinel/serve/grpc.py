@@ -35,7 +35,6 @@ from grpc_health.v1.health import aio as health_aio  # type: ignore[attr-defined
 from sentinel.evaluation.health import HealthSnapshot, HealthState, ProbeAnswer
 
 SIDECAR_SERVICE = ""
-SERVICES = ("liveness", "readiness", "startup")
 DEFAULT_TICK = 1.0
 DEFAULT_GRACE = 2.0
 MAX_CONNECTIONS = 128

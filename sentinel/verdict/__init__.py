@@ -26,8 +26,15 @@ brake, liveness and the readiness hysteresis).
   hang (unless observe-only), while the brake is engaged, and when recent
   canaries fail or run over their latency SLO (out after ``ready_out_after``
   bad results, back after ``ready_back_after`` good ones).
+
+The face adds what other packages read beside the verdict itself: a cause
+compared across restarts (:func:`describe`, :func:`recent`, ``NODE_LIMIT``),
+:class:`Ineffective` and the generated rule table (:func:`verdict_reference`).
+Each rule's own section key (``SECTION``) stays at its module, where its name
+is unambiguous.
 """
 
+from sentinel.verdict.cause import NODE_LIMIT, describe, recent
 from sentinel.verdict.decide import evaluate
 from sentinel.verdict.model import (
     Action,
@@ -35,6 +42,7 @@ from sentinel.verdict.model import (
     Evidence,
     Hang,
     HangKind,
+    Ineffective,
     KindEvidence,
     Lifecycle,
     Phase,
@@ -45,13 +53,16 @@ from sentinel.verdict.model import (
 )
 from sentinel.verdict.policy import Policy
 from sentinel.verdict.registry import hang_kinds
+from sentinel.verdict.table import verdict_reference
 
 __all__ = [
+    "NODE_LIMIT",
     "Action",
     "EngineProgress",
     "Evidence",
     "Hang",
     "HangKind",
+    "Ineffective",
     "KindEvidence",
     "Lifecycle",
     "Phase",
@@ -60,6 +71,9 @@ __all__ = [
     "RestartGate",
     "Verdict",
     "VerdictState",
+    "describe",
     "evaluate",
     "hang_kinds",
+    "recent",
+    "verdict_reference",
 ]

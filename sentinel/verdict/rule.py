@@ -14,8 +14,9 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Generic, TypeVar
 
+from sentinel.verdict.clock import held_for
 from sentinel.verdict.knobs import Knobs
-from sentinel.verdict.model import Evidence, Hang, HangKind
+from sentinel.verdict.model import Action, Evidence, Hang, HangKind
 
 K = TypeVar("K", bound=Knobs)
 
@@ -63,3 +64,25 @@ class HangRule(Generic[K]):
         if isinstance(found, Hang):
             return (found,)
         return tuple(found)
+
+
+def past_bound(
+    kind: HangKind,
+    action: Action,
+    since: float | None,
+    bound: float,
+    evidence: Evidence,
+    now: float,
+    says: Callable[[float], str],
+) -> Hang | None:
+    """The hang of a condition held since ``since`` for ``bound`` observed seconds.
+
+    The body every bound rule shares, so that each states only when its
+    condition began, its bound and its words: ``says`` words the reason from
+    the observed seconds. None while the condition does not hold (``since``
+    None) or has not held the whole bound; the hang starts at ``since``.
+    """
+    elapsed = held_for(since, bound, now, evidence.unobserved)
+    if since is None or elapsed is None:
+        return None
+    return Hang(kind, action, says(elapsed), since)

@@ -28,7 +28,7 @@ import pytest
 from chaos.vllm_engine import env as engine_env
 from chaos.vllm_engine.server import VllmServer
 from sentinel.canary.spec import CHAT_ENDPOINT, COMPLETIONS_ENDPOINT
-from sentinel.scheduling.set_aside import SET_ASIDE_AFTER
+from sentinel.record.set_aside import SET_ASIDE_AFTER
 from tests.loopback.sidecar import eventually, running_sidecar
 
 pytestmark = [pytest.mark.engine, pytest.mark.timeout(400)]

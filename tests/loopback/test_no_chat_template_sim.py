@@ -20,8 +20,7 @@ import httpx
 import pytest
 
 from sentinel.canary.spec import CHAT_ENDPOINT, COMPLETIONS_ENDPOINT
-from sentinel.scheduling.set_aside import SET_ASIDE_AFTER
-from sentinel.scheduling.text_fallback import FALLBACK_AFTER
+from sentinel.record.set_aside import FALLBACK_AFTER, SET_ASIDE_AFTER
 from sentinel_sim.launch import SimProcess
 from sentinel_sim.openai_request import NO_CHAT_TEMPLATE
 from tests.loopback.sidecar import Sidecar, eventually, running_sidecar

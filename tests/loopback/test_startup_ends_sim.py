@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from sentinel.scheduling.set_aside import SET_ASIDE_AFTER
+from sentinel.record.set_aside import SET_ASIDE_AFTER
 from sentinel_sim.launch import SimProcess
 from tests.loopback.sidecar import Sidecar, eventually, running_sidecar
 

@@ -12,8 +12,8 @@ import json
 
 import pytest
 
-from sentinel.canary.refusal import Refusal
-from sentinel.canary.replies import admission_refusal, status_failure
+from sentinel.canary.refusal import Refusal, known_refusal
+from sentinel.canary.replies import status_failure
 from sentinel.canary.result import CanaryResult, Reason
 from sentinel.canary.spec import CanaryKind
 from sentinel.verdict import Evidence, KindEvidence, Policy, VerdictState, evaluate
@@ -76,6 +76,6 @@ def test_refusals_at_the_cap_keep_a_started_server_ready() -> None:
 
 def test_the_refusal_is_told_in_a_stream_error_event_too() -> None:
     """A streamed canary gets vLLM's words as an error event after its 200."""
-    assert admission_refusal(QUEUE_FULL)
-    assert admission_refusal(BACKLOG)
-    assert not admission_refusal("Internal server error")
+    assert known_refusal(QUEUE_FULL) is Refusal.ADMISSION
+    assert known_refusal(BACKLOG) is Refusal.ADMISSION
+    assert known_refusal("Internal server error") is not Refusal.ADMISSION

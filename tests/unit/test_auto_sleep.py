@@ -69,7 +69,7 @@ async def _scheduled(
         correctness={"interval": 10.0, "jitter": 0.0},
     )
     ledger = _ledger(specs, clock)
-    ledger.startup_passed = True
+    ledger.startup_judged(True)
     if sleep_told:
         ledger.observe_lifecycle(clock(), gauges={"sleep_awake": 1.0})
     watch = AutoSleepWatch(ledger, configured, hold=hold)
@@ -281,7 +281,7 @@ def test_a_pause_read_from_refusals_holds_no_canary() -> None:
     """Paused by the canaries' word, only a canary sees the pause end: none is held then."""
     clock = VirtualClock()
     ledger = _ledger(_specs(text={"interval": 5.0, "jitter": 0.0}), clock)
-    ledger.startup_passed = True
+    ledger.startup_judged(True)
     ledger.observe_lifecycle(clock(), gauges={"sleep_awake": 1.0})
     hold = CanaryHold(AutoSleepWatch(ledger, 3.0, hold=12.0), ledger, clock=clock)
     assert hold.held(T0 + 20)

@@ -58,7 +58,7 @@ def restarting(clock: VirtualClock) -> Restarting:
 async def _away_and_back(h: Harness, server: Restarting, back_at: float) -> None:
     """Up and started at T0, gone at T0+3 (a new epoch at T0+4), back at ``back_at``."""
     await h.clock.run_until(T0 + 1)
-    h.ledger.startup_passed = True  # the evaluator's word: every kind passed
+    h.ledger.startup_judged(True)  # the evaluator's word: every kind passed
     server.down = True
     await h.clock.run_until(T0 + 4)
     h.ledger.new_epoch("server went away", h.clock())
@@ -87,7 +87,7 @@ async def test_no_comeback_without_a_new_server_or_after_startup() -> None:
     async with scheduling(SPECS, server=restarting, suspicion=True) as h:
         assert h.suspicion is not None
         await h.clock.run_until(T0 + 1)
-        h.ledger.startup_passed = True
+        h.ledger.startup_judged(True)
         await h.clock.run_until(T0 + 7.2)
         h.suspicion.observe(MetricsSample(h.clock(), counters={}, gauges={}))
         await h.clock.run_until(T0 + 9.9)
@@ -119,7 +119,7 @@ async def test_scrapes_come_sooner_while_the_server_refuses_before_startup() -> 
         assert h.suspicion is not None
         await h.clock.run_until(T0 + 1)
         assert h.suspicion.scrape_interval(2.0) == 2.0  # answering
-        h.ledger.startup_passed = True
+        h.ledger.startup_judged(True)
         server.down = True
         await h.clock.run_until(T0 + 5.5)
         assert h.ledger.refused_since is not None

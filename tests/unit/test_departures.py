@@ -23,6 +23,7 @@ from sentinel.record.departures import (
     went_away,
 )
 from sentinel.record.ledger import Ledger
+from sentinel.record.planner import end_if_gone
 from sentinel.verdict import Action, Policy, Verdict, VerdictState, evaluate
 
 GRACE = 5.0
@@ -159,7 +160,7 @@ def test_a_server_coming_and_going_is_counted_from_the_ledger_and_liveness_stays
     for _ in range(4):  # up, a canary passes, then gone past the grace: one departure each
         _answered(ledger, at)
         ledger.saw_refusal(at + 1.0)
-        ledger.end_if_gone(at + 1.0 + GRACE, GRACE)
+        end_if_gone(ledger, at + 1.0 + GRACE, GRACE)
         at += 30.0
     assert ledger.epoch == 4
     assert len(ledger.departures.within(at)) == 4

@@ -34,6 +34,7 @@ from sentinel.config.loader import ConfigError, load_settings
 from sentinel.config.settings import Settings
 from sentinel.evidence.metrics import MetricsSample
 from sentinel.record.ledger import HISTORY, Ledger
+from sentinel.record.sink import ResultSink
 from sentinel.scheduling.late import LateAnswers
 from sentinel.scheduling.scheduler import Scheduler
 from sentinel.telemetry.metrics import SentinelMetrics
@@ -403,8 +404,13 @@ async def test_a_late_wait_stopped_before_it_ever_ran_leaves_nothing_behind() ->
     token = ledger.canary_sent(TEXT_KIND, T0, BUDGET)
     timed_out = _result(TEXT_KIND, T0, Reason.TIMEOUT, awaiting_late=True)
     delivered: list[CanaryResult] = []
+    metrics = SentinelMetrics(CollectorRegistry())
+    sink = ResultSink(ledger, metrics, clock=lambda: T0 + 2, listener=delivered.append)
     late_answers = LateAnswers(
-        ledger, late_wait=LATE_WAIT, clock=lambda: T0 + 2, observe=delivered.append, failed=print
+        sink,
+        late_wait=LATE_WAIT,
+        outstanding=lambda kind: ledger.records[kind].outstanding,
+        failed=print,
     )
 
     async def hangs() -> CanaryResult:

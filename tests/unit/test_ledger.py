@@ -82,7 +82,7 @@ def test_a_new_epoch_forgets_the_previous_server() -> None:
     ledger.canary_done(TEXT, token, _result(at=1.0), 1.5, epoch=0)
     ledger.disable(STRUCTURED, "no grammar backend")
     ledger.model = "m"
-    ledger.startup_passed = True
+    ledger.startup_judged(True)
     ledger.observe_health(503, 2.0)
     ledger.progress.observe(MetricsSample(2.0, counters={"completions": 1.0}))
 
@@ -97,7 +97,7 @@ def test_a_new_epoch_forgets_the_previous_server() -> None:
     assert ledger.records[STRUCTURED].enabled  # a new server may take the kind again
     assert ledger.records[STRUCTURED].disabled_reason == ""
     assert ledger.model is None
-    assert not ledger.startup_passed
+    assert not ledger.plan.startup_passed
     assert ledger.health_failing_since is None
     assert ledger.progress.last_sample_at is None
 

@@ -363,7 +363,7 @@ def _paused_then_resumed_under_traffic() -> tuple[Ledger, list[tuple[float, Any]
     """Paused by refusals (canaries at 0, 5, 10), /resume at 12, real traffic after it and
     no canary at all (the text canary is idle-gated by it): what the evidence says every 2 s."""
     ledger = Ledger([(TEXT, Action.RESTART, None)], 0.0)
-    ledger.startup_passed = True
+    ledger.startup_judged(True)
     for t in (0.0, 5.0, 10.0):
         token = ledger.canary_sent(TEXT, t)
         ledger.canary_done(TEXT, token, refused(t, PAUSED, Refusal.PAUSED), t + 0.01, epoch=0)

@@ -250,7 +250,7 @@ def _real_traffic_at(at: float) -> Callable[[Ledger], None]:
     def prepare(ledger: Ledger) -> None:
         ledger.progress.observe(MetricsSample(at - 1, counters={"completions": 10.0}))
         ledger.progress.observe(MetricsSample(at, counters={"completions": 11.0}))
-        ledger.startup_passed = True
+        ledger.startup_judged(True)
 
     return prepare
 
@@ -267,7 +267,7 @@ async def test_text_canary_is_skipped_while_real_traffic_completes() -> None:
 async def test_idle_gating_waits_for_startup() -> None:
     def before_startup(ledger: Ledger) -> None:
         _real_traffic_at(T0)(ledger)
-        ledger.startup_passed = False
+        ledger.startup_judged(False)
 
     specs = _specs(text={"interval": 5.0, "jitter": 0.0})
     async with scheduling(specs, prepare=before_startup) as h:
@@ -428,7 +428,7 @@ async def test_a_pause_read_from_refusals_keeps_the_text_canary_going_under_real
             return await super().handle(request)
 
     def started(ledger: Ledger) -> None:
-        ledger.startup_passed = True
+        ledger.startup_judged(True)
 
     specs = _specs(text={"interval": 5.0, "jitter": 0.0})
     async with scheduling(specs, server=lambda c: Paused(c), prepare=started) as h:

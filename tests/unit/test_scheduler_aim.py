@@ -115,7 +115,7 @@ async def aiming(
 def _two_idle_engines(*, started: bool = True) -> Callable[[Ledger], None]:
     def prepare(ledger: Ledger) -> None:
         _engines(ledger, -20.0, **{"0": 5.0, "1": 5.0})
-        ledger.startup_passed = started
+        ledger.startup_judged(started)
 
     return prepare
 
@@ -222,7 +222,7 @@ EIGHT = tuple(str(e) for e in range(8))
 
 def _eight_idle_engines(ledger: Ledger) -> None:
     _engines(ledger, -20.0, **dict.fromkeys(EIGHT, 5.0))
-    ledger.startup_passed = True
+    ledger.startup_judged(True)
 
 
 async def test_eight_idle_engines_each_get_a_canary_within_one_interval() -> None:
@@ -265,7 +265,7 @@ async def test_prefills_without_decode_prove_no_engine() -> None:
 
     def prepare(ledger: Ledger) -> None:
         _engine_counters(ledger, -20.0, **{e: _decoding(0.0, 0.0) for e in ("0", "1")})
-        ledger.startup_passed = True
+        ledger.startup_judged(True)
 
     async with aiming(TEXT_ONLY, prepare) as (clock, fake, ledger, _):
         for second in range(0, 16):

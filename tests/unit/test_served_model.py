@@ -10,12 +10,15 @@ import asyncio
 from dataclasses import replace
 
 import httpx
+from prometheus_client import CollectorRegistry
 
 from sentinel.canary.catalog import load_catalog
 from sentinel.canary.runner import CanaryRunner
 from sentinel.canary.spec import CanaryKind, CanarySpec
 from sentinel.record.ledger import Ledger
+from sentinel.record.sink import ResultSink
 from sentinel.scheduling.served_model import ServedModel
+from sentinel.telemetry.metrics import SentinelMetrics
 from sentinel.verdict import Action
 
 TEXT = CanaryKind("text")
@@ -46,7 +49,8 @@ def _served(
     client: httpx.AsyncClient, ledger: Ledger, configured: str | None = None
 ) -> ServedModel:
     runner = CanaryRunner(client, "http://vllm")
-    return ServedModel(runner, ledger, clock=lambda: 5.0, configured=configured)
+    sink = ResultSink(ledger, SentinelMetrics(CollectorRegistry()), clock=lambda: 5.0)
+    return ServedModel(runner, sink, configured=configured)
 
 
 def _ledger() -> Ledger:

@@ -21,6 +21,7 @@ from sentinel.evidence.process_model import (
     ProcessState,
 )
 from sentinel.record.ledger import Ledger
+from sentinel.record.planner import end_if_gone
 from sentinel.verdict import Action, Policy, VerdictState, evaluate
 
 GRACE = 5.0
@@ -38,26 +39,26 @@ def _ledger() -> Ledger:
 def test_refusals_past_the_grace_without_process_evidence_end_the_epoch() -> None:
     ledger = _ledger()
     ledger.saw_refusal(10.0)
-    ledger.end_if_gone(14.9, GRACE)
+    end_if_gone(ledger, 14.9, GRACE)
     assert ledger.epoch == 0
-    ledger.end_if_gone(15.0, GRACE)
+    end_if_gone(ledger, 15.0, GRACE)
     assert (ledger.epoch, ledger.epoch_reason) == (
         1,
         "server went away: connections refused for 5s",
     )
     assert list(ledger.records[TEXT].results) == []  # the old server's history is gone
-    ledger.end_if_gone(60.0, GRACE)
+    end_if_gone(ledger, 60.0, GRACE)
     assert ledger.epoch == 1  # once per going away
     ledger.saw_answer()  # the new server answers: nothing more to end
     ledger.saw_refusal(70.0)
-    ledger.end_if_gone(76.0, GRACE)
+    end_if_gone(ledger, 76.0, GRACE)
     assert ledger.epoch == 2  # and it can go away in turn
 
 
 def test_a_server_that_never_answered_is_not_gone() -> None:
     ledger = Ledger([(TEXT, Action.RESTART, None)], 0.0)
     ledger.saw_refusal(1.0)  # sentinel started before the server listens
-    ledger.end_if_gone(100.0, GRACE)
+    end_if_gone(ledger, 100.0, GRACE)
     assert ledger.epoch == 0
 
 
@@ -67,7 +68,7 @@ def test_refusals_while_the_api_server_is_seen_alive_are_listener_down_not_gone(
     snapshot = ProcessSnapshot(at=9.0, api=api, attribution=Attribution.LISTENING_SOCKET)
     ledger.observe_processes(snapshot, 9.0)
     ledger.saw_refusal(10.0)
-    ledger.end_if_gone(100.0, GRACE)
+    end_if_gone(ledger, 100.0, GRACE)
     assert ledger.epoch == 0
 
 
@@ -80,7 +81,7 @@ def test_the_confirmed_hang_clears_startup_is_earned_again_and_the_restart_count
     state, verdict = evaluate(state, ledger.evidence(40.0, freshness=10.0), policy, 40.0)
     assert not verdict.liveness.ok  # no progress evidence: red after the no-evidence window
     ledger.saw_refusal(41.0)  # the kubelet killed it; the new one loads
-    ledger.end_if_gone(46.0, GRACE)
+    end_if_gone(ledger, 46.0, GRACE)
     state, verdict = evaluate(state, ledger.evidence(46.0, freshness=10.0), policy, 46.0)
     assert verdict.new_epoch
     assert verdict.liveness.ok

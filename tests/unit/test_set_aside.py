@@ -6,7 +6,7 @@ import pytest
 
 from sentinel.canary.result import CanaryResult, Reason
 from sentinel.canary.spec import CanaryKind
-from sentinel.scheduling.set_aside import (
+from sentinel.record.set_aside import (
     SET_ASIDE_AFTER,
     never_conclusive,
     set_aside_reason,

@@ -71,8 +71,9 @@ def test_the_docs_section_is_replaced_in_place_and_the_rest_kept(tmp_path: Path)
     write_docs(first, page, "sim", "python -m chaos supervise x", note="Pessimistic.")
     write_docs(first, page, "other", "python -m chaos supervise y")
     again = [_run("sentinel", i, 26.0, 30.0) for i in range(2)]
-    write_docs(again, page, "sim", "python -m chaos supervise x")
+    write_docs(again, page, "sim", "python -m chaos supervise x", measured="abc1234")
     text = page.read_text(encoding="utf-8")
+    assert "at commit abc1234." in text  # the commit the runs began at, not the one at the end
     assert text.startswith("# Title\n\nprose before\n")
     assert text.count("<!-- supervised:sim -->") == 1
     assert text.count("<!-- supervised:other -->") == 1

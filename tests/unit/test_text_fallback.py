@@ -16,13 +16,13 @@ import pytest
 
 from sentinel.canary.result import CanaryResult, Reason
 from sentinel.canary.spec import CHAT_ENDPOINT, COMPLETIONS_ENDPOINT, CanaryKind
-from sentinel.scheduling.set_aside import SET_ASIDE_AFTER
-from sentinel.scheduling.text_fallback import (
+from sentinel.record.set_aside import (
     FALLBACK_AFTER,
-    TextRoute,
-    as_completion,
+    SET_ASIDE_AFTER,
+    ChatFallback,
     fallback_reason,
 )
+from sentinel.scheduling.text_fallback import TextRoute, as_completion
 from sentinel.verdict import KindEvidence
 from tests.unit.test_scheduler import T0, VirtualClock, _kind_of, _specs, scheduling
 from tests.unit.test_verdict import evidence, once
@@ -144,7 +144,7 @@ class _Record:
 
 
 def test_once_passed_on_chat_in_an_epoch_it_stays_even_after_the_pass_leaves_history() -> None:
-    route = TextRoute(_specs(text={}))
+    route = ChatFallback(_specs(text={}))
     record = _Record([PASSED])
     assert route.review(record, epoch=0) is None
     record.results = [REFUSED] * 20  # the pass fell off the bounded history
@@ -157,11 +157,11 @@ def test_the_route_sends_text_as_configured_until_its_record_says_otherwise() ->
     specs = _specs(text={}, structured={})
     text, structured = specs
     route = TextRoute(specs)
-    assert route.spec(text, _Record()) is text
+    assert route.spec(text, _Record().fallback) is text
     record = _Record(fallback="on /v1/completions for this server: ...")
-    moved = route.spec(replace(text, priority=-7), record)
+    moved = route.spec(replace(text, priority=-7), record.fallback)
     assert (moved.endpoint, moved.priority) == (COMPLETIONS_ENDPOINT, -7)
-    assert route.spec(structured, record) is structured  # only the control moves
+    assert route.spec(structured, record.fallback) is structured  # only the control moves
 
 
 @dataclass

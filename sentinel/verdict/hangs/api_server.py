@@ -13,10 +13,9 @@ reasoning is in ``docs/design.md`` ("Verdict semantics").
 from __future__ import annotations
 
 from sentinel.knob import DAY, seconds, setting
-from sentinel.verdict.clock import held_for
 from sentinel.verdict.knobs import Knobs
 from sentinel.verdict.model import Action, Evidence, Hang, HangKind
-from sentinel.verdict.rule import HangRule
+from sentinel.verdict.rule import HangRule, past_bound
 
 
 class ApiKnobs(Knobs):
@@ -36,15 +35,14 @@ class ApiKnobs(Knobs):
 
 def api_server(evidence: Evidence, policy: ApiKnobs, now: float) -> Hang | None:
     """An API-server process stopped, or a connection unread, for the API window."""
-    since = evidence.api_stuck_since
-    elapsed = held_for(since, policy.api_window, now, evidence.unobserved)
-    if since is None or elapsed is None:
-        return None
-    return Hang(
+    return past_bound(
         HangKind.API_SERVER,
         policy.api_policy,
-        f"API server stuck: {evidence.api_stuck_detail} for {elapsed:.0f}s",
-        since,
+        evidence.api_stuck_since,
+        policy.api_window,
+        evidence,
+        now,
+        lambda elapsed: f"API server stuck: {evidence.api_stuck_detail} for {elapsed:.0f}s",
     )
 
 

@@ -11,10 +11,9 @@ from __future__ import annotations
 from sentinel.canary.result import Reason
 from sentinel.knob import DAY, seconds, setting
 from sentinel.verdict.answers import epoch_results, fast_failure, or_never
-from sentinel.verdict.clock import held_for
 from sentinel.verdict.knobs import Knobs
 from sentinel.verdict.model import Action, Evidence, Hang, HangKind
-from sentinel.verdict.rule import Gate, HangRule
+from sentinel.verdict.rule import Gate, HangRule, past_bound
 from sentinel.verdict.stall import floor as window_floor
 
 
@@ -44,17 +43,16 @@ def broken(evidence: Evidence, policy: BrokenKnobs, now: float) -> Hang | None:
     run: list[float] = []
     for r in sorted((r for r in results if r.started >= floor), key=lambda r: r.started):
         run = [*run, r.started] if fast_failure(r) else []
-    if not run:
-        return None
-    since = run[0]
-    elapsed = held_for(since, policy.broken_window, now, evidence.unobserved)
-    if elapsed is None:
-        return None
-    return Hang(
+    return past_bound(
         HangKind.BROKEN,
         policy.broken_policy,
-        f"broken: every canary failed fast for {elapsed:.0f}s and no other request completed",
-        since,
+        run[0] if run else None,
+        policy.broken_window,
+        evidence,
+        now,
+        lambda elapsed: (
+            f"broken: every canary failed fast for {elapsed:.0f}s and no other request completed"
+        ),
     )
 
 

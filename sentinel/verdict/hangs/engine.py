@@ -171,12 +171,7 @@ def still_engine(
         evidence.epoch_started,
         float("-inf") if resumed is None else resumed,
     )
-    paths = {k.kind for k in enabled if k.path}
-    waited = sends(
-        (r for r in results if r.reason is Reason.TIMEOUT and r.kind not in paths),
-        (k for k in enabled if not k.path),
-    )
-    candidates = server_wide(evidence, waited, floor, answered(results))
+    candidates = _timed_out_controls(evidence, enabled, results, floor)
     if not candidates:
         return None
     since = min(candidates)
@@ -223,12 +218,7 @@ def frozen_engine(
         return None
     resumed = evidence.lifecycle.resumed_at
     floor = max(last_success, evidence.epoch_started, float("-inf") if resumed is None else resumed)
-    paths = {k.kind for k in enabled if k.path}
-    waited = sends(
-        (r for r in results if r.reason is Reason.TIMEOUT and r.kind not in paths),
-        (k for k in enabled if not k.path),
-    )
-    candidates = server_wide(evidence, waited, floor, answered(results))
+    candidates = _timed_out_controls(evidence, enabled, results, floor)
     if not candidates:
         return None
     # Counted from the later of the send and the engine's last sign of life: a
@@ -249,6 +239,25 @@ def frozen_engine(
         "moving and the engine's processes using no CPU",
         since,
     )
+
+
+def _timed_out_controls(
+    evidence: Evidence,
+    enabled: Sequence[KindEvidence],
+    results: Sequence[CanaryResult],
+    floor: float,
+) -> list[float]:
+    """When the text controls that timed out since ``floor`` were sent, server-wide.
+
+    What the still and frozen engines count from: only canaries of kinds that
+    are not paths (a path's wait may be its own, before the engine).
+    """
+    paths = {k.kind for k in enabled if k.path}
+    waited = sends(
+        (r for r in results if r.reason is Reason.TIMEOUT and r.kind not in paths),
+        (k for k in enabled if not k.path),
+    )
+    return server_wide(evidence, waited, floor, answered(results))
 
 
 RULE = HangRule(

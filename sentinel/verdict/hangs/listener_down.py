@@ -8,10 +8,9 @@ startup: a server loading its model refuses connections by design.
 from __future__ import annotations
 
 from sentinel.knob import DAY, seconds, setting
-from sentinel.verdict.clock import held_for
 from sentinel.verdict.knobs import Knobs
 from sentinel.verdict.model import Action, Evidence, Hang, HangKind
-from sentinel.verdict.rule import Gate, HangRule
+from sentinel.verdict.rule import Gate, HangRule, past_bound
 
 
 class ListenerKnobs(Knobs):
@@ -25,15 +24,18 @@ class ListenerKnobs(Knobs):
 
 def listener_down(evidence: Evidence, policy: ListenerKnobs, now: float) -> Hang | None:
     """Connections refused past the grace while the API-server process lives."""
-    since = evidence.refused_since
-    elapsed = held_for(since, policy.listener_grace, now, evidence.unobserved)
-    if since is None or elapsed is None or evidence.api_alive is not True:
+    if evidence.api_alive is not True:
         return None
-    return Hang(
+    return past_bound(
         HangKind.LISTENER_DOWN,
         policy.listener_policy,
-        f"listener down: connections refused for {elapsed:.0f}s while the API server lives",
-        since,
+        evidence.refused_since,
+        policy.listener_grace,
+        evidence,
+        now,
+        lambda elapsed: (
+            f"listener down: connections refused for {elapsed:.0f}s while the API server lives"
+        ),
     )
 
 

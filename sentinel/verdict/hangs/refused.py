@@ -17,10 +17,10 @@ from __future__ import annotations
 from sentinel.canary.refusal import Refusal, RefusalSeen
 from sentinel.knob import DAY, seconds, setting
 from sentinel.verdict.answers import epoch_results
-from sentinel.verdict.clock import held_for, observed
+from sentinel.verdict.clock import observed
 from sentinel.verdict.knobs import Knobs
 from sentinel.verdict.model import Action, Evidence, Hang, HangKind
-from sentinel.verdict.rule import Gate, HangRule
+from sentinel.verdict.rule import Gate, HangRule, past_bound
 
 # The body quoted in a reason: /status shows reasons whole, and a body is hostile.
 QUOTED = 200
@@ -90,14 +90,18 @@ def refused_too_long(evidence: Evidence, policy: RefusedKnobs, now: float) -> Ha
     seen = current_refusal(evidence, Refusal.UNKNOWN)
     if seen is None:
         return None
-    elapsed = held_for(seen.since, policy.refusal_bound, now, evidence.unobserved)
-    if elapsed is None:
-        return None
-    reason = (
-        f"refusing with a body sentinel does not know for {elapsed:.0f}s, past "
-        f"{policy.refusal_bound:.0f}s: {quoted(seen)}"
+    return past_bound(
+        HangKind.REFUSED,
+        policy.refusal_policy,
+        seen.since,
+        policy.refusal_bound,
+        evidence,
+        now,
+        lambda elapsed: (
+            f"refusing with a body sentinel does not know for {elapsed:.0f}s, "
+            f"past {policy.refusal_bound:.0f}s: {quoted(seen)}"
+        ),
     )
-    return Hang(HangKind.REFUSED, policy.refusal_policy, reason, seen.since)
 
 
 RULE = HangRule(

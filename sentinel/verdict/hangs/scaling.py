@@ -29,7 +29,7 @@ from sentinel.knob import DAY, seconds, setting
 from sentinel.verdict.clock import held_for
 from sentinel.verdict.knobs import Knobs
 from sentinel.verdict.model import Action, Evidence, Hang, HangKind, Lifecycle, Phase
-from sentinel.verdict.rule import HangRule
+from sentinel.verdict.rule import HangRule, past_bound
 
 #: What a failed scale's lifecycle ``why`` begins with (sentinel.record.lifecycle).
 SCALE_FAILED_WHY = "elastic EP scale failed"
@@ -84,14 +84,18 @@ def scale_bound(evidence: Evidence, policy: ScalingKnobs, now: float) -> Hang | 
         if took is not None:
             reason = f"{life.why} ({took:.0f}s): every request is refused until a restart"
             return Hang(HangKind.SCALING, policy.scaling_policy, reason, failed)
-    elapsed = held_for(life.since, policy.scale_bound, now, evidence.unobserved)
-    if elapsed is None:
-        return None
-    reason = (
-        f"scaling (elastic EP) for {elapsed:.0f}s: the scale did not end within "
-        f"{policy.scale_bound:.0f}s ({life.why})"
+    return past_bound(
+        HangKind.SCALING,
+        policy.scaling_policy,
+        life.since,
+        policy.scale_bound,
+        evidence,
+        now,
+        lambda elapsed: (
+            f"scaling (elastic EP) for {elapsed:.0f}s: the scale did not end "
+            f"within {policy.scale_bound:.0f}s ({life.why})"
+        ),
     )
-    return Hang(HangKind.SCALING, policy.scaling_policy, reason, life.since)
 
 
 RULE = HangRule(

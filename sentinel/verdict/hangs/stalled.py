@@ -9,10 +9,9 @@ Sleep has no bound unless one is set.
 from __future__ import annotations
 
 from sentinel.knob import DAY, seconds, setting
-from sentinel.verdict.clock import observed
 from sentinel.verdict.knobs import Knobs
 from sentinel.verdict.model import Action, Evidence, Hang, HangKind, Phase
-from sentinel.verdict.rule import HangRule
+from sentinel.verdict.rule import HangRule, past_bound
 
 
 class StalledKnobs(Knobs):
@@ -41,14 +40,14 @@ def lifecycle_bound(evidence: Evidence, policy: StalledKnobs, now: float) -> Han
         bound, kind, action = policy.sleep_bound, HangKind.ASLEEP, policy.asleep_policy
     else:
         return None
-    elapsed = observed(life.since, now, evidence.unobserved)
-    if elapsed < bound:
-        return None
-    return Hang(
+    return past_bound(
         kind,
         action,
-        f"{life.phase.value} for {elapsed:.0f}s, past {bound:.0f}s: {life.why}",
         life.since,
+        bound,
+        evidence,
+        now,
+        lambda elapsed: f"{life.phase.value} for {elapsed:.0f}s, past {bound:.0f}s: {life.why}",
     )
 
 

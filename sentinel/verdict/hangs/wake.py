@@ -27,10 +27,9 @@ from dataclasses import dataclass
 from typing import Final
 
 from sentinel.knob import DAY, seconds, setting
-from sentinel.verdict.clock import observed
 from sentinel.verdict.knobs import Knobs
 from sentinel.verdict.model import Action, Evidence, Hang, HangKind, Phase
-from sentinel.verdict.rule import HangRule
+from sentinel.verdict.rule import HangRule, past_bound
 
 SECTION: Final = "auto_sleep"  # the evidence section (sentinel.record.auto_sleep)
 
@@ -88,16 +87,20 @@ def wake_hang(evidence: Evidence, policy: WakeKnobs, now: float) -> Hang | None:
     asked = [t for t in (section.wake_asked_at, section.waiting_since) if t is not None]
     if not asked:
         return None
-    start = max(min(asked), life.since)
-    elapsed = observed(start, now, evidence.unobserved)
-    if elapsed < policy.wake_bound:
-        return None
     sign = section.wake_sign or f"{section.waiting:.0f} real requests waiting"
-    reason = (
-        f"wake: still asleep ({life.why}) {elapsed:.0f}s after a wake was asked ({sign}): "
-        f"the auto-sleeping server does not wake (bound {policy.wake_bound:.0f}s)"
+    return past_bound(
+        HangKind.WAKE,
+        policy.wake_policy,
+        max(min(asked), life.since),
+        policy.wake_bound,
+        evidence,
+        now,
+        lambda elapsed: (
+            f"wake: still asleep ({life.why}) {elapsed:.0f}s after a wake was "
+            f"asked ({sign}): the auto-sleeping server does not wake (bound "
+            f"{policy.wake_bound:.0f}s)"
+        ),
     )
-    return Hang(HangKind.WAKE, policy.wake_policy, reason, start)
 
 
 RULE = HangRule(

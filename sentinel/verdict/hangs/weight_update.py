@@ -21,10 +21,9 @@ from __future__ import annotations
 from typing import Final
 
 from sentinel.knob import DAY, seconds, setting
-from sentinel.verdict.clock import held_for
 from sentinel.verdict.knobs import Knobs
 from sentinel.verdict.model import Action, Evidence, Hang, HangKind, Lifecycle, Phase
-from sentinel.verdict.rule import HangRule
+from sentinel.verdict.rule import HangRule, past_bound
 
 WEIGHT_UPDATE_WHY: Final = "a weight update is in flight"
 
@@ -53,15 +52,18 @@ def updating_since(life: Lifecycle) -> float | None:
 
 def weight_update_hang(evidence: Evidence, policy: WeightUpdateKnobs, now: float) -> Hang | None:
     """A weight update that outlasted its bound."""
-    since = updating_since(evidence.lifecycle)
-    elapsed = held_for(since, policy.weight_update_bound, now, evidence.unobserved)
-    if since is None or elapsed is None:
-        return None
-    reason = (
-        f"weight update in flight for {elapsed:.0f}s: the trainer may have died "
-        f"(bound {policy.weight_update_bound:.0f}s)"
+    return past_bound(
+        HangKind.WEIGHT_UPDATE,
+        policy.weight_update_policy,
+        updating_since(evidence.lifecycle),
+        policy.weight_update_bound,
+        evidence,
+        now,
+        lambda elapsed: (
+            f"weight update in flight for {elapsed:.0f}s: the trainer may have "
+            f"died (bound {policy.weight_update_bound:.0f}s)"
+        ),
     )
-    return Hang(HangKind.WEIGHT_UPDATE, policy.weight_update_policy, reason, since)
 
 
 RULE = HangRule(

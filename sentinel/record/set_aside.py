@@ -1,4 +1,4 @@
-"""Startup that ends: a canary kind the server can never answer conclusively is set aside.
+"""Startup that ends: when a canary kind is set aside, or the text canary falls back.
 
 Readiness waits for every enabled kind to pass once (startup, for the text
 canary: :func:`sentinel.verdict.decide.evaluate`). A reasoning model whose
@@ -8,13 +8,17 @@ refuses a capability with a 4xx (a chat request to a model without a chat
 template, a field it does not take). Such a kind would hold readiness
 forever (before, startup: the kubelet restarted the container for it again
 and again, a crash loop made by the health checker). So until every kind
-passed (the ledger's ``startup_passed``), a kind whose last
+passed (the plan's ``startup_passed``), a kind whose last
 :data:`SET_ASIDE_AFTER` canaries were all inconclusive or refused that way,
 and that never passed, is set aside for this server epoch with its reason;
 readiness counts the kinds the server can do. The text control is never set
 aside: it is the proof that the engine produces tokens at all. Refused on
-chat the same way, it asks the engine for a plain completion instead
-(:mod:`sentinel.scheduling.text_fallback`).
+chat the same way (:data:`FALLBACK_AFTER` times), it asks the engine for a
+plain completion instead (:func:`fallback_reason`; the route itself is
+:mod:`sentinel.scheduling.text_fallback`'s).
+
+Pure predicates over a kind's results; :class:`sentinel.record.plan.Planner`
+is the one place that applies them.
 """
 
 from __future__ import annotations
@@ -22,10 +26,16 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Protocol
 
+from sentinel.canary import kinds
 from sentinel.canary.capability import NOT_A_CAPABILITY
 from sentinel.canary.result import CanaryResult, Reason
+from sentinel.canary.spec import CHAT_ENDPOINT, COMPLETIONS_ENDPOINT, CanarySpec
 
 SET_ASIDE_AFTER = 5
+# Three refusals in a row, not SET_ASIDE_AFTER: a missing template refuses every chat
+# request alike, three rule out a one-off refusal (a reload, a proxy hiccup), and a
+# fallback costs little when wrong (sentinel.scheduling.text_fallback says more).
+FALLBACK_AFTER = 3
 
 
 def never_conclusive(result: CanaryResult) -> bool:
@@ -94,6 +104,15 @@ class _Record(Protocol):
     set_aside_waiting: str
 
 
+class ControlRecord(Protocol):
+    """What the fallback reads of the text kind's history (a ledger ``KindRecord``)."""
+
+    @property
+    def results(self) -> Iterable[CanaryResult]: ...
+    @property
+    def fallback(self) -> str: ...
+
+
 def review(record: _Record, *, started: bool) -> tuple[str | None, str | None]:
     """One kind after its canary: (the wait to say, newly; why to set it aside now).
 
@@ -105,3 +124,46 @@ def review(record: _Record, *, started: bool) -> tuple[str | None, str | None]:
     changed = (waiting or "") != record.set_aside_waiting
     record.set_aside_waiting = waiting or ""
     return (waiting if changed else None), (None if started else set_aside_reason(record.results))
+
+
+def fallback_reason(results: Iterable[CanaryResult]) -> str | None:
+    """Why the text canary leaves chat for this epoch (its chat results, oldest first), or None."""
+    seen = list(results)
+    if any(r.ok for r in seen):
+        return None
+    last = seen[-FALLBACK_AFTER:]
+    if len(last) < FALLBACK_AFTER or not all(refused_capability(r) for r in last):
+        return None
+    newest = last[-1]
+    said = newest.detail.removeprefix(f"HTTP {newest.http_status}: ")
+    detail = f": {said[:160]}" if said else ""
+    return (
+        f"on {COMPLETIONS_ENDPOINT} for this server: {len(last)} canaries in a row on "
+        f"{CHAT_ENDPOINT} refused with HTTP {newest.http_status}{detail}"
+    )
+
+
+class ChatFallback:
+    """Whether the text canary leaves chat for this epoch (:func:`fallback_reason`).
+
+    What is kept here is only whether the text canary passed on chat in some
+    epoch, since a pass can leave the bounded history long before the
+    refusals that follow it; the rest is the text kind's record.
+    """
+
+    def __init__(self, specs: Iterable[CanarySpec]) -> None:
+        self._chat = frozenset(
+            s.name for s in specs if s.kind == kinds.CONTROL and s.endpoint == CHAT_ENDPOINT
+        )
+        self._passed_on_chat: int | None = None  # the last epoch it did
+
+    def review(self, record: ControlRecord | None, epoch: int) -> str | None:
+        """Why to fall back now (None: stay), from the text kind's results in ``epoch``."""
+        if record is None or record.fallback or not self._chat:
+            return None
+        chat = [r for r in record.results if r.name in self._chat]
+        if any(r.ok for r in chat):
+            self._passed_on_chat = epoch
+        if self._passed_on_chat == epoch:
+            return None
+        return fallback_reason(chat)
