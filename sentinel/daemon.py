@@ -35,10 +35,10 @@ from sentinel.canary.spec import CanaryKind
 from sentinel.config.loader import effective_config, read_api_key
 from sentinel.config.settings import Settings, split_host_port
 from sentinel.diagnostics.bundle import DiagnosticsContext, Trigger
-from sentinel.diagnostics.procs import ProcessMatch
 from sentinel.evaluation.evaluator import Evaluator
 from sentinel.evaluation.health import HealthState
 from sentinel.evaluation.incidents import IncidentRecorder
+from sentinel.evaluation.views import bundle_context
 from sentinel.fingerprint.book import CorrectnessProvider, build_book, bundle_section, weights_steps
 from sentinel.fingerprint.endpoint import fingerprint_routes
 from sentinel.fleet.brake_memory import BrakeMemory
@@ -53,7 +53,9 @@ from sentinel.record.observers import LoopFailures, Observers, Step, every, supe
 from sentinel.record.planner import Planner
 from sentinel.record.provider import Provider
 from sentinel.record.reachability import Reachability
+from sentinel.record.sink import ResultSink
 from sentinel.scheduling.auto_sleep import CanaryHold
+from sentinel.scheduling.departure import Departure
 from sentinel.scheduling.scheduler import Scheduler
 from sentinel.scheduling.suspicion import Suspicion
 from sentinel.serve.probe_thread import ThreadedHttpServer
@@ -100,7 +102,8 @@ class Daemon:
         # "Paused until", set through /maintenance; evidence asks self.maintenance.active(now).
         self.maintenance_hook = MaintenanceHook.build(settings, clock, self.metrics)
         self.maintenance = self.maintenance_hook.window
-        self.ledger = Ledger(self._kinds(), clock())
+        self.departure = Departure()  # the server stopped listening: let go of our requests
+        self.ledger = Ledger(self._kinds(), clock(), on_refused=self.departure.left)
         # The one place kinds are set aside or fall back; the evaluator and the scheduler
         # each tell it when, and scheduling reads the plan it publishes.
         self.planner = Planner(self.ledger, self.specs)
@@ -318,12 +321,13 @@ class Daemon:
             clock=self.clock,
             sleep=self.sleep,
             beat=self.state.beat,
-            on_result=self._on_result,
+            sink=ResultSink(self.ledger, self.metrics, clock=self.clock, listener=self._on_result),
+            planner=self.planner,
             on_error=self.failures.record,
             late_wait=self.settings.late_wait,
             suspicion=self.suspicion,
             hold=CanaryHold(self.auto_sleep, self.ledger, clock=self.clock),
-            planner=self.planner,
+            departure=self.departure,
         )
 
     def _observer_steps(self, client: httpx.AsyncClient) -> list[tuple[str, float, Step]]:
@@ -374,17 +378,11 @@ class Daemon:
                 log.exception("result_listener_failed", listener=repr(listener))
 
     def _diagnostics_context(self, trigger: Trigger) -> DiagnosticsContext:
-        # Only the attributed server and its descendants: a shared host's other vLLM is not blamed.
-        snapshot = self.ledger.processes
-        roots = () if snapshot is None or snapshot.api is None else (snapshot.api.pid,)
-        return DiagnosticsContext(
-            trigger=trigger,
-            process_match=ProcessMatch(roots=roots),
-            metrics_text=tuple(self.observers.observations.metrics_texts),
-            canary_history={
-                str(kind): tuple(record.results) for kind, record in self.ledger.records.items()
-            },
-            outstanding={str(k): [*r.outstanding.values()] for k, r in self.ledger.records.items()},
+        # What the last verdict judged (sentinel.evaluation.views), never the live ledger.
+        return bundle_context(
+            trigger,
+            self.evaluator.evidence,
+            metrics_text=self.observers.observations.metrics_texts,
             config=self.config_json,
             section_max_bytes=self.settings.diagnostics_section_max_bytes,
             bundle_max_bytes=self.settings.diagnostics_bundle_max_bytes,

@@ -8,7 +8,8 @@ outcome in the log), a suspicion (opens an incident), a canary kind set aside
 bounded history, with the hang kinds behind a red answer and the restart
 ask, that ``/status`` shows and each diagnostics bundle carries), and the
 engine's scheduling policy (the priority report). It then builds the
-``/status`` document and publishes one snapshot, and publishes its word on
+``/status`` document and publishes one snapshot, both from the evidence it
+judged (kept for the diagnostics bundle's context too), and publishes its word on
 startup into the plan scheduling goes by (:class:`~sentinel.record.planner.Planner`,
 which also sets aside, before each judgement, what the server's command line
 rules out). It never writes the ledger.
@@ -39,6 +40,7 @@ from sentinel.evaluation.pace import in_play
 from sentinel.evaluation.refusal_events import RefusalNotices
 from sentinel.evaluation.status import PriorityReport, StatusInputs, Transition, status_document
 from sentinel.evaluation.suspicion import suspicion
+from sentinel.evaluation.views import health_snapshot, priority_of
 from sentinel.fleet.brake_memory import BrakeMemory
 from sentinel.fleet.budget import Wish
 from sentinel.fleet.lease import PoolBudget
@@ -110,6 +112,8 @@ class Evaluator:
         self.refusal_notices = RefusalNotices()  # unknown refusals, announced once per run
         self.verdict_state = VerdictState()
         self.verdict: Verdict | None = None
+        # The evidence the last verdict judged: every view renders from it, never the ledger.
+        self.evidence = Evidence()
         self.priority = PriorityReport()
         self.transitions: deque[Transition] = deque(maxlen=TRANSITIONS_KEPT)
         # Each capture's context carries the flips so far: the bundle draws them.
@@ -168,7 +172,7 @@ class Evaluator:
         self.verdict_state = await self.brake.seed(self.verdict_state, now)  # once, bounded
         self.verdict_state, verdict = evaluate(self.verdict_state, evidence, self.policy, now)
         self.brake.observe(self.verdict_state, now)
-        self.verdict = verdict
+        self.verdict, self.evidence = verdict, evidence
         # Whether this server passed startup (the verdict's state), not the
         # /startupz answer, which also fails while a restart is asked for.
         self.planner.judged(self.verdict_state.startup_passed)
@@ -189,7 +193,7 @@ class Evaluator:
         elif not verdict.hangs:
             self.incidents.all_clear()
         self._log_transitions(previous, verdict, now)
-        self._update_priority()
+        self._update_priority(evidence)
         self.in_play = "shutting down" if self.shutting_down else in_play(evidence, verdict)
         self._judged = (now, ledger.canaries_sent)
         await self.state.publish(self._snapshot(verdict, evidence, now))
@@ -253,18 +257,8 @@ class Evaluator:
                 **({"restart": True} if flip.restart else {}),
             )
 
-    def _update_priority(self) -> None:
-        configured = self.settings.scheduling_policy
-        if configured != "auto":
-            report = PriorityReport(configured, "config")
-        else:
-            snapshot = self.ledger.processes
-            found = None if snapshot is None else snapshot.scheduling_policy
-            report = (
-                PriorityReport()
-                if found is None
-                else PriorityReport(found.value, "engine command line")
-            )
+    def _update_priority(self, evidence: Evidence) -> None:
+        report = priority_of(self.settings.scheduling_policy, evidence)
         if report.policy == self.priority.policy:
             return
         self.priority = report
@@ -285,29 +279,20 @@ class Evaluator:
         if self.shutting_down:
             readiness = ProbeAnswer(False, SHUTTING_DOWN, now)
         incidents, budget = self.incidents, self.budget
-        return HealthSnapshot(
-            liveness=verdict.liveness,
-            readiness=readiness,
-            startup=verdict.startup,
+        return health_snapshot(
+            verdict,
+            evidence,
             enforce=self.settings.enforce,
-            priority_effective=self.priority.effective,
-            progress_at=self.ledger.progress.last_progress_at,
-            brake_engaged=verdict.brake_engaged,
-            restart_ineffective=verdict.ineffective,
-            budget_held=verdict.budget_held,
+            priority=self.priority,
+            readiness=readiness,
             budget_mode="off" if budget is None else budget.mode.value,
             budget_slot=budget is not None and budget.keeper.lease is not None,
-            phase=self.ledger.lifecycle.current.phase.value,
-            process_evidence=processes.access.available()
-            if (processes := self.ledger.processes) is not None and processes.access is not None
-            else {},
             status=status_document(
                 StatusInputs(
                     now=now,
                     target=self.settings.target,
                     enforce=self.settings.enforce,
                     config=self.config,
-                    ledger=self.ledger,
                     evidence=evidence,
                     verdict=verdict,
                     episodes=self.verdict_state.restarts,

@@ -20,8 +20,7 @@ from sentinel.diagnostics.store import IncidentRecord
 from sentinel.evaluation.incidents import OpenIncident
 from sentinel.evidence.process_model import ProcessInfo, ProcessSnapshot, SchedulingPolicy
 from sentinel.progress.tracker import STEP_COUNTER
-from sentinel.record.departures import departures_json, not_answering
-from sentinel.record.ledger import Ledger
+from sentinel.record.departures import Departure, departures_json, not_answering
 from sentinel.verdict import Evidence, Verdict
 
 RECENT_RESULTS = 10  # canary results shown per kind
@@ -47,15 +46,15 @@ class PriorityReport:
 class StatusInputs:
     """Everything the ``/status`` document is built from, gathered by the evaluator.
 
-    ``now`` is monotonic seconds, like every time held by the ledger and given
-    here; the document's ages are ``now`` minus those times.
+    ``now`` is monotonic seconds, like every time held by the evidence and given
+    here; the document's ages are ``now`` minus those times. No live record is
+    among them: what the document shows of the server is what the verdict judged.
     """
 
     now: float
     target: str
     enforce: bool
     config: Mapping[str, Any]
-    ledger: Ledger
     # The evidence the verdict judged: what it shows of the server is shown
     # from here, so /status never tells what the verdict did not see.
     evidence: Evidence
@@ -81,7 +80,7 @@ def status_document(inputs: StatusInputs) -> dict[str, Any]:
     return {
         "version": __version__,
         "target": inputs.target,
-        "model": inputs.ledger.model,
+        "model": inputs.evidence.model,
         "enforce": inputs.enforce,
         "server": _server(inputs),
         # Asleep, paused (or a weight update, or a maintenance window): since
@@ -109,21 +108,21 @@ def _age(now: float, t: float | None) -> float | None:
 
 
 def _server(inputs: StatusInputs) -> dict[str, Any]:
-    judged, ledger, now = inputs.evidence, inputs.ledger, inputs.now
-    departed = ledger.departures.within(now)
+    judged, now = inputs.evidence, inputs.now
+    departed = tuple(Departure(at, reason) for at, reason in judged.departures)
     return {
         "epoch": judged.epoch,
         "epoch_age": _age(now, judged.epoch_started),
-        "epoch_reason": ledger.epoch_reason,
-        "reachable": ledger.reachable,
-        "vllm_health_status": ledger.health_status,
+        "epoch_reason": judged.epoch_reason,
+        "reachable": judged.reachable,
+        "vllm_health_status": judged.health_status,
         # While connections are refused: for how long, how often the server
         # went away lately (a crash loop at load) and that sentinel adds no
         # restart of its own (sentinel.record.departures).
         "not_answering": not_answering(
             now,
             refused_since=judged.refused_since,
-            answered=ledger.answered,
+            answered=judged.answered,
             epoch=judged.epoch,
             api_alive=judged.api_alive,
             departures=departed,
@@ -173,30 +172,30 @@ def _priority(priority: PriorityReport) -> dict[str, Any]:
 
 
 def _evidence(inputs: StatusInputs) -> dict[str, Any]:
-    now, ledger, judged = inputs.now, inputs.ledger, inputs.evidence
-    processes = ledger.processes
+    now, judged = inputs.now, inputs.evidence
+    processes, signals = judged.processes, judged.progress_signals
     return {
-        "progress_signals": list(ledger.progress.signals),
-        "progress_available": bool(ledger.progress.signals),
+        "progress_signals": list(signals),
+        "progress_available": bool(signals),
         "progress_age": _age(now, judged.last_progress_at),
         "real_completion_age": _age(now, judged.last_real_completion_at),
         "last_scrape_age": _age(now, judged.sampled_at),
         "evidence_age": _age(now, judged.last_evidence_at),
         # The engine loop's heartbeat: any work counter moving at all
         # (sentinel's own canaries included), read by the still-engine rule.
-        "steps_available": STEP_COUNTER in ledger.progress.signals,
+        "steps_available": STEP_COUNTER in signals,
         "step_age": _age(now, judged.last_step_at),
         # Which work counters moved, by how much, and how much of it was
         # sentinel's own canaries (discounted at all times).
-        "progress": ledger.progress.report(now),
+        "progress": dict(judged.progress_report),
         "refused_age": _age(now, judged.refused_since),
         # Real requests waiting (by reason capacity where told, less
         # sentinel's canaries) and for how long: the starvation rule.
         "waiting_real": judged.waiting_real,
-        "waiting_for": _age(now, ledger.waiting_since),
+        "waiting_for": _age(now, judged.waiting_seen_since),
         # Work that moves no counter: a prompt prefilled in chunks (KV-cache
         # highs) and a compiler busy under the engine (a long compile step).
-        "prefill_age": _age(now, ledger.progress.last_prefill_at),
+        "prefill_age": _age(now, judged.prefill_seen_at),
         "compiling_for": _age(now, judged.compiling_since),
         "compiling": judged.compile_detail or None,
         "compiler_seen_age": _age(now, judged.compiler_seen_at),  # a storm: the last one seen

@@ -1,8 +1,10 @@
 """Freezing the ledger into the verdict's evidence at one instant.
 
 Progress counts only from a fresh ``/metrics`` sample; everything else is
-what the ledger holds now. Kept apart from :mod:`sentinel.record.ledger` so the
-ledger stays a list of small writers.
+what the ledger holds now, the views' share included (``/status``, the
+bundle's context and the state metrics read only what was judged). Kept
+apart from :mod:`sentinel.record.ledger` so the ledger stays a list of small
+writers.
 """
 
 from __future__ import annotations
@@ -18,8 +20,10 @@ from sentinel.canary.spec import CanaryKind
 from sentinel.evidence.api_watch import ApiWatch
 from sentinel.evidence.compilers import CompileWatch
 from sentinel.evidence.engine_cpu import EngineCpuWatch
+from sentinel.evidence.process_model import ProcessSnapshot
 from sentinel.progress.path_traffic import PathTraffic
 from sentinel.progress.tracker import STEP_COUNTER, ProgressTracker
+from sentinel.record.departures import Departures
 from sentinel.record.lifecycle import LifecycleTracker
 from sentinel.record.refusals import Refusals
 from sentinel.verdict import Action, EngineProgress, Evidence, KindEvidence, RestartGate
@@ -95,6 +99,21 @@ class LedgerView(Protocol):
     def waiting_since(self) -> float | None: ...
     @property
     def waiting_real(self) -> float: ...
+    # What only the views show (the verdict's rules read none of it).
+    @property
+    def model(self) -> str | None: ...
+    @property
+    def epoch_reason(self) -> str: ...
+    @property
+    def reachable(self) -> bool | None: ...
+    @property
+    def answered(self) -> bool: ...
+    @property
+    def health_status(self) -> int | None: ...
+    @property
+    def departures(self) -> Departures: ...
+    @property
+    def processes(self) -> ProcessSnapshot | None: ...
     def api_alive(self) -> bool | None: ...
 
 
@@ -175,6 +194,17 @@ def freeze(
         correctness=correctness if isinstance(correctness, CorrectnessEvidence) else None,
         restart_gate=gate if isinstance(gate, RestartGate) else RestartGate(),
         sections=MappingProxyType(given),
+        model=ledger.model,
+        epoch_reason=ledger.epoch_reason,
+        reachable=ledger.reachable,
+        answered=ledger.answered,
+        health_status=ledger.health_status,
+        departures=tuple((d.at, d.reason) for d in ledger.departures.within(now)),
+        processes=ledger.processes,
+        progress_signals=tuple(ledger.progress.signals),
+        progress_report=MappingProxyType(ledger.progress.report(now)),
+        waiting_seen_since=ledger.waiting_since,
+        prefill_seen_at=ledger.progress.last_prefill_at,
     )
 
 

@@ -1,9 +1,8 @@
 """The ledger: what sentinel has seen of the current server, in memory.
 
-Canary loops, the ``/metrics`` scraper, the ``/health`` poller and the process
-watcher append to it; the evaluation loop turns it into a frozen
-:class:`~sentinel.verdict.Evidence` at one instant. Everything runs on one
-event loop, so there are no locks: each method is a few synchronous lines.
+Only ``sentinel/record`` writes it (the observers, the result sink, the planner);
+the evaluation loop freezes it into :class:`~sentinel.verdict.Evidence`. One
+event loop, so no locks: each method is a few synchronous lines.
 
 A server (re)start — a new API server PID or start time, the attributed API
 server exiting, or vLLM's work counters all going down together — opens a new
@@ -19,7 +18,7 @@ failed canary: neither says the server's identity changed.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
 from sentinel.canary.result import CanaryResult
@@ -65,8 +64,7 @@ class KindRecord:
     controls: deque[CanaryResult | None] = field(default_factory=lambda: deque(maxlen=HISTORY))
     outstanding: dict[int, float] = field(default_factory=dict)  # token -> send time
     aims: dict[int, int] = field(default_factory=dict)  # token -> engine it was aimed at
-    # Tokens of timed-out canaries still awaited in the background (a late
-    # answer is an answer): recorded in ``results`` already, no longer
+    # Timed-out canaries still awaited late: in ``results`` already, no longer
     # outstanding, but still in the engine, so their progress credit stays open.
     awaited: set[int] = field(default_factory=set)
 
@@ -87,8 +85,15 @@ class KindRecord:
 class Ledger:
     """In-memory evidence about one target server."""
 
-    def __init__(self, kinds: Iterable[tuple[CanaryKind, Action, float | None]], now: float):
+    def __init__(
+        self,
+        kinds: Iterable[tuple[CanaryKind, Action, float | None]],
+        now: float,
+        *,
+        on_refused: Callable[[], None] = lambda: None,  # sentinel.scheduling.departure
+    ):
         self.records = {kind: KindRecord(kind, action, slo) for kind, action, slo in kinds}
+        self.on_refused = on_refused  # told of a server's first refusal (its listener gone)
         self.progress = ProgressTracker()
         self.epoch = 0
         self.epoch_started = now
@@ -168,6 +173,7 @@ class Ledger:
         """A refused connection: never a restart by itself; it starts the listener-down timer."""
         if self.refused_since is None:
             self.refused_since = now
+            self.on_refused()
         self.reachable = False
 
     def saw_answer(self) -> None:

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from sentinel.canary.late import Adopter, LateCanary
 from sentinel.canary.spec import CanaryKind, CanarySpec
 from sentinel.record.sink import Outcome, ResultSink
+from sentinel.scheduling.departure import Departure, unless_left
 from sentinel.telemetry.logging import get_logger
 
 __all__ = ["LateAnswers"]
@@ -57,8 +58,10 @@ class LateAnswers:
         late_wait: float,
         outstanding: Callable[[CanaryKind], Container[int]],
         failed: Callable[[str, Exception], None],
+        departure: Departure | None = None,
     ) -> None:
         self.sink = sink  # every result's way in; it closes our waits (closed, abandon)
+        self.departure = departure  # the server stopped listening: stop awaiting late
         sink.follow_waits(self)
         self.late_wait = late_wait  # seconds past the send (0: never await late)
         self.outstanding = outstanding  # a kind's canaries still in their step (tokens)
@@ -157,7 +160,9 @@ class LateAnswers:
         """
         name = f"canary-late:{spec.name}"
         try:  # the cleanup, however it ends, is _ended's
-            result = await late.answer()
+            answered, result = await unless_left(self.departure, late.answer())
+            if not answered or result is None:
+                return  # the server is going away: its shutdown must not wait on us
             await wait.recorded.wait()
         except Exception as exc:
             self.failed(name, exc)

@@ -49,12 +49,13 @@ from sentinel.canary.result import CanaryResult, Reason
 from sentinel.canary.runner import CanaryRunner
 from sentinel.canary.spec import CanaryKind, CanarySpec
 from sentinel.progress.tracker import canary_budget
-from sentinel.record.ledger import Ledger
 from sentinel.record.planner import Planner
+from sentinel.record.reading import LedgerReading
 from sentinel.record.sink import Outcome, ResultSink
 from sentinel.scheduling.aiming import Aiming
 from sentinel.scheduling.auto_sleep import SKIP_REASON as AUTO_SLEEP_SKIP
 from sentinel.scheduling.auto_sleep import CanaryHold
+from sentinel.scheduling.departure import LET_GO, Departure, unless_left
 from sentinel.scheduling.late import LateAnswers
 from sentinel.scheduling.served_model import ServedModel
 from sentinel.scheduling.suspicion import Suspicion
@@ -64,7 +65,6 @@ from sentinel.telemetry.metrics import SentinelMetrics
 
 log = get_logger("sentinel.scheduler")
 
-ResultHook = Callable[[CanaryResult], None]
 # Told the loop's name and the exception one cadence step raised (the daemon's
 # loop-failure record: /status, sentinel_loop_errors_total, a sparse log line).
 ErrorHook = Callable[[str, BaseException], None]
@@ -80,30 +80,32 @@ class Scheduler:
         self,
         specs: tuple[CanarySpec, ...],
         runner: CanaryRunner,
-        ledger: Ledger,
+        ledger: LedgerReading,
         metrics: SentinelMetrics,
         *,
+        sink: ResultSink,
+        planner: Planner,
         idle_window: float,
         configured_model: str | None = None,
         clock: Callable[[], float],
         sleep: Callable[[float], Awaitable[None]],
         beat: Callable[[str, float], None],
-        on_result: ResultHook | None = None,
         on_error: ErrorHook | None = None,
         rng: random.Random | None = None,
         late_wait: float = 0.0,
         suspicion: Suspicion | None = None,
         hold: CanaryHold | None = None,
-        planner: Planner | None = None,
+        departure: Departure | None = None,
     ) -> None:
         self.specs = tuple(s for s in specs if s.enabled)
         self.runner = runner
         self.ledger = ledger
         self.metrics = metrics
         # Where every result is recorded (the ledger, late waits, reachability, metrics,
-        # on_result) and what decides the kinds' plan after each step.
-        self.sink = ResultSink(ledger, metrics, clock=clock, listener=on_result)
-        self.planner = planner if planner is not None else Planner(ledger, self.specs)
+        # the daemon's listener) and what decides the kinds' plan after each step: both
+        # the daemon's, so the scheduler only reads the ledger.
+        self.sink = sink
+        self.planner = planner
         self.idle_window = idle_window
         self.clock = clock
         self.sleep = sleep  # paired with the clock: a virtual clock brings its own sleep
@@ -123,7 +125,9 @@ class Scheduler:
             late_wait=late_wait,
             outstanding=lambda kind: ledger.records[kind].outstanding,
             failed=self._failed,
+            departure=departure,
         )
+        self.departure = departure  # the server stopped listening: let go of what is in flight
 
     async def run(self) -> None:
         """One loop per enabled spec until cancelled.
@@ -311,9 +315,13 @@ class Scheduler:
     async def _send_recorded(
         self, spec: CanarySpec, model: str, epoch: int, engine: int | None = None
     ) -> CanaryResult:
+        sent = self.clock()
         token = self.sink.sent(spec.kind, self._budget(spec), engine)
         try:
-            result = await self._run(spec, model, epoch, engine, token)
+            answered, ran = await unless_left(
+                self.departure, self._run(spec, model, epoch, engine, token)
+            )
+            result = ran if answered and ran is not None else self._let_go(spec, sent, engine)
         except BaseException:
             # Cancelled mid-flight: forget the canary rather than leave it outstanding.
             self.sink.abandoned(spec.kind, token)
@@ -323,6 +331,13 @@ class Scheduler:
             return await self._send_recorded(spec, model, epoch)  # the same canary, unaimed
         self.sink.record(Outcome(spec.kind, token, result, epoch))
         return result
+
+    def _let_go(self, spec: CanarySpec, sent: float, engine: int | None) -> CanaryResult:
+        """A canary closed because the server stopped listening: what it met, a refusal."""
+        duration = max(0.0, self.clock() - sent)
+        return CanaryResult(
+            spec.name, spec.kind, Reason.CONNECT, sent, duration, LET_GO, engine=engine
+        )
 
     async def _run(
         self, spec: CanarySpec, model: str, epoch: int, engine: int | None, token: int

@@ -3,9 +3,11 @@
 A view of :class:`HealthState` like ``/livez`` and the gRPC health service,
 so it lives beside them: no one sets these gauges, the collector reads the
 snapshot the evaluator published when Prometheus scrapes, and ``/metrics``
-cannot disagree with ``/livez``. The event metrics it is registered beside
-(:class:`SentinelMetrics`) are recorded into by layers below the health
-state, which is why this collector is not among them.
+cannot disagree with ``/livez``. That snapshot is drawn from the judged
+evidence and the verdict alone
+(:func:`sentinel.evaluation.views.health_snapshot`). The event metrics it is
+registered beside (:class:`SentinelMetrics`) are recorded into by layers
+below the health state, which is why this collector is not among them.
 """
 
 from __future__ import annotations

@@ -10,12 +10,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from sentinel.canary.correctness import CorrectnessEvidence
 from sentinel.canary.refusal import Refusal, RefusalSeen
 from sentinel.canary.result import CanaryResult
 from sentinel.canary.spec import CanaryKind, OpenName
+
+if TYPE_CHECKING:  # a view's field: the verdict's modules load no process reader
+    from sentinel.evidence.process_model import ProcessSnapshot
 
 
 class HangKind(OpenName):
@@ -283,6 +286,20 @@ class Evidence:
     # The latest run of each deliberate refusal the server answered in this
     # epoch, by state (sentinel.record.refusals): a success ends every run.
     refusals: Mapping[Refusal, RefusalSeen] = field(default_factory=dict)
+    # What the views show that no rule reads, frozen with the rest: /status, the bundle's
+    # context and the state metrics render from the judged evidence, never the live record.
+    model: str | None = None  # the model the server named (None: not told yet)
+    epoch_reason: str = ""  # why the current epoch began
+    reachable: bool | None = None  # the last request connected (None: none made yet)
+    answered: bool = False  # the server answered in this epoch
+    health_status: int | None = None  # vLLM /health's last status code
+    departures: tuple[tuple[float, str], ...] = ()  # epochs ended lately: (at, reason)
+    processes: ProcessSnapshot | None = None  # the last process sample (None: none)
+    progress_signals: tuple[str, ...] = ()  # the work counters the server exposes
+    progress_report: Mapping[str, object] = field(default_factory=dict)  # what moved
+    # Waiting real requests and a chunked prefill as last seen, however old the sample.
+    waiting_seen_since: float | None = None
+    prefill_seen_at: float | None = None
 
     @property
     def enabled(self) -> tuple[KindEvidence, ...]:

@@ -36,6 +36,9 @@ FAST: dict[str, Any] = {
     "hang_window": 4.0,
     "no_evidence_window": 6.0,
     "dead_grace": 1.5,
+    # A test reads what sentinel says now: a "not yet" is answered at once, not held
+    # (the hold: tests/loopback/test_probe_hold.py and the supervised runs).
+    "probe_hold": 0.0,
     "canaries": {
         "text": {"interval": 1.0, "deadline": 2.0, "jitter": 0.0},
         "structured": {"interval": 1.0, "deadline": 2.0},

@@ -28,6 +28,9 @@ from sentinel.canary.runner import CanaryRunner
 from sentinel.canary.spec import CanaryKind, CanarySpec
 from sentinel.evidence.metrics import MetricsSample
 from sentinel.record.ledger import Ledger
+from sentinel.record.planner import Planner
+from sentinel.record.sink import ResultSink
+from sentinel.scheduling.departure import Departure
 from sentinel.scheduling.scheduler import Scheduler
 from sentinel.scheduling.suspicion import SUSPECT_SCRAPE_S, Suspicion
 from sentinel.telemetry.metrics import SentinelMetrics
@@ -172,10 +175,13 @@ async def scheduling(
     rng: random.Random | None = None,
     on_result: Callable[[Ledger, CanaryResult], None] | None = None,
     suspicion: bool = False,
+    departure: Departure | None = None,
 ) -> AsyncIterator[Harness]:
     clock = VirtualClock()
     fake = server(clock)
     ledger = _ledger(specs, clock)
+    if departure is not None:
+        ledger.on_refused = departure.left  # as the daemon builds it
     prepare(ledger)
     metrics = SentinelMetrics(CollectorRegistry())
     results: list[CanaryResult] = []
@@ -194,14 +200,16 @@ async def scheduling(
             runner,
             ledger,
             metrics,
+            sink=ResultSink(ledger, metrics, clock=clock, listener=record),
+            planner=Planner(ledger, specs),
             idle_window=30.0,
             configured_model="m",
             clock=clock,
             sleep=clock.sleep,
             beat=lambda name, gap: beats.__setitem__(name, gap),
-            on_result=record,
             rng=rng or random.Random(7),
             suspicion=suspect,
+            departure=departure,
         )
         task = asyncio.create_task(scheduler.run())
         try:
