@@ -28,6 +28,8 @@ from sentinel.canary.result import CanaryResult, Reason
 from sentinel.canary.runner import CanaryRunner
 from sentinel.canary.spec import CanaryKind
 from sentinel.record.ledger import Ledger
+from sentinel.record.planner import Planner
+from sentinel.record.sink import ResultSink
 from sentinel.scheduling.scheduler import Scheduler
 from sentinel.telemetry.metrics import SentinelMetrics
 from sentinel.verdict import Action
@@ -272,17 +274,19 @@ async def test_the_scheduler_keeps_one_late_canary_per_kind_and_closes_it_at_shu
             third_recorded.set()
 
     async with httpx.AsyncClient() as client:
+        metrics = SentinelMetrics(CollectorRegistry())
         scheduler = Scheduler(
             (TEXT,),
             CanaryRunner(client, server.url),
             ledger,
-            SentinelMetrics(CollectorRegistry()),
+            metrics,
+            sink=ResultSink(ledger, metrics, clock=time.monotonic, listener=record),
+            planner=Planner(ledger, (TEXT,)),
             idle_window=5.0,
             configured_model="m",
             clock=time.monotonic,
             sleep=never_elapses,
             beat=lambda name, gap: None,
-            on_result=record,
             late_wait=LATE_WAIT,
         )
         task = asyncio.create_task(scheduler.run())

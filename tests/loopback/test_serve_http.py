@@ -215,7 +215,6 @@ def test_status_document_is_built_from_its_inputs_alone() -> None:
                 target="http://vllm:8000",
                 enforce=True,
                 config={"listen": ":8081"},
-                ledger=ledger,
                 evidence=evidence,
                 verdict=verdict,
                 episodes=[0.0, 55.0, 109.0],

@@ -22,6 +22,8 @@ from sentinel.evidence.metrics import MetricsSample
 from sentinel.evidence.sleep_flags import sleep_idle_ttl
 from sentinel.record.auto_sleep import AutoSleepWatch
 from sentinel.record.ledger import Ledger
+from sentinel.record.planner import Planner
+from sentinel.record.sink import ResultSink
 from sentinel.scheduling.auto_sleep import CanaryHold
 from sentinel.scheduling.scheduler import Scheduler
 from sentinel.telemetry.metrics import SentinelMetrics
@@ -82,6 +84,8 @@ async def _scheduled(
             runner,
             ledger,
             metrics,
+            sink=ResultSink(ledger, metrics, clock=clock),
+            planner=Planner(ledger, specs),
             idle_window=0.0,
             configured_model="m",
             clock=clock,

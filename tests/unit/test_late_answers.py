@@ -34,6 +34,7 @@ from sentinel.config.loader import ConfigError, load_settings
 from sentinel.config.settings import Settings
 from sentinel.evidence.metrics import MetricsSample
 from sentinel.record.ledger import HISTORY, Ledger
+from sentinel.record.planner import Planner
 from sentinel.record.sink import ResultSink
 from sentinel.scheduling.late import LateAnswers
 from sentinel.scheduling.scheduler import Scheduler
@@ -193,12 +194,13 @@ async def scheduling(
             CanaryRunner(client, "http://vllm", nonce=lambda: "n"),
             ledger,
             metrics,
+            sink=ResultSink(ledger, metrics, clock=time.monotonic, listener=results.add),
+            planner=Planner(ledger, specs),
             idle_window=5.0,
             configured_model="m",
             clock=time.monotonic,
             sleep=never_elapses,
             beat=lambda name, gap: None,
-            on_result=results.add,
             late_wait=late_wait,
         )
         task = asyncio.create_task(scheduler.run())

@@ -26,6 +26,8 @@ from sentinel.canary.runner import DP_RANK_HEADER, CanaryRunner
 from sentinel.canary.spec import CanaryKind, CanarySpec
 from sentinel.evidence.metrics import MetricsSample
 from sentinel.record.ledger import Ledger
+from sentinel.record.planner import Planner
+from sentinel.record.sink import ResultSink
 from sentinel.scheduling.scheduler import Scheduler
 from sentinel.telemetry.metrics import SentinelMetrics
 from tests.unit.test_scheduler import T0, VirtualClock, _kind_of, _ledger, _specs
@@ -91,17 +93,19 @@ async def aiming(
     prepare(ledger)
     results: list[CanaryResult] = []
     async with httpx.AsyncClient(transport=httpx.MockTransport(fake.handle)) as client:
+        metrics = SentinelMetrics(CollectorRegistry())
         scheduler = Scheduler(
             specs,
             CanaryRunner(client, "http://vllm", clock=clock, nonce=lambda: "n"),
             ledger,
-            SentinelMetrics(CollectorRegistry()),
+            metrics,
+            sink=ResultSink(ledger, metrics, clock=clock, listener=results.append),
+            planner=Planner(ledger, specs),
             idle_window=IDLE_WINDOW,
             configured_model="m",
             clock=clock,
             sleep=clock.sleep,
             beat=lambda name, gap: None,
-            on_result=results.append,
             rng=random.Random(7),
         )
         task = asyncio.create_task(scheduler.run())

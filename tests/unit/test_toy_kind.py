@@ -26,6 +26,8 @@ from sentinel.canary.result import CanaryResult, Reason
 from sentinel.canary.runner import CanaryRunner
 from sentinel.canary.spec import TEXT
 from sentinel.record.ledger import Ledger
+from sentinel.record.planner import Planner
+from sentinel.record.sink import ResultSink
 from sentinel.scheduling.scheduler import Scheduler
 from sentinel.telemetry.metrics import SentinelMetrics, hang_kinds
 from sentinel.verdict import Action, HangKind, Policy, VerdictState, evaluate
@@ -141,12 +143,13 @@ async def test_a_hung_toy_path_is_confirmed_through_scheduler_and_verdict(
             CanaryRunner(client, "http://target.invalid"),
             ledger,
             metrics,
+            sink=ResultSink(ledger, metrics, clock=time.monotonic, listener=on_result),
+            planner=Planner(ledger, catalog.enabled()),
             idle_window=5.0,
             configured_model="m",
             clock=time.monotonic,
             sleep=never_elapses,
             beat=lambda name, gap: None,
-            on_result=on_result,
         )
         loops = asyncio.create_task(scheduler.run())
         try:
