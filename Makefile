@@ -60,9 +60,11 @@ check: lint typecheck contracts unit
 unit: $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider tests/unit
 
+# Two workers, a whole file each, slowest files first (tests/durations.py says why;
+# --no-loadscope-reorder keeps that order instead of xdist's by count of tests).
 loopback: $(STAMP)
-	$(PY) -m pytest -q -n 2 --dist loadfile -p no:cacheprovider -m "not slow and not engine" \
-		--ignore=tests/unit tests
+	$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder -p no:cacheprovider \
+		-m "not slow and not engine" --ignore=tests/unit tests
 
 # The pod as shipped: sentinel as uid 10001 with no capabilities in a read-only root
 # beside a root server (as root; part of `make test`). -rs prints a named skip's reason.
@@ -80,8 +82,8 @@ test: $(STAMP)
 	$(MAKE) check
 	$(MAKE) dist
 	$(MAKE) prometheus-tools
-	$(PY) -m pytest -q -rs -n 2 --dist loadfile -m "not slow and not engine" \
-		-p no:cacheprovider --ignore=tests/unit tests
+	$(PY) -m pytest -q -rs -n 2 --dist loadfile --no-loadscope-reorder \
+		-m "not slow and not engine" -p no:cacheprovider --ignore=tests/unit tests
 	$(PY) -m pytest -q -rs -m "engine and not slow" -p no:cacheprovider tests
 
 # promtool, prometheus and blackbox_exporter for tests/prometheus: installed with

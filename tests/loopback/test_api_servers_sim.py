@@ -17,6 +17,7 @@ import os
 import signal
 import time
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 
 import httpx
 import pytest
@@ -83,8 +84,19 @@ async def _red(sidecar: Sidecar) -> float:
     return await eventually(red, RED_WITHIN, "/livez 503")
 
 
-@pytest.mark.parametrize("spin", [False, True], ids=["blocked", "spinning"])
-async def test_a_wedged_api_server_holding_pooled_connections_is_named(spin: bool) -> None:
+@dataclass
+class Wedged:
+    """What one wedged API server's sentinel showed when it turned red."""
+
+    pid: int
+    took: float
+    judged_over: float  # seconds from the wedge to the red verdict and its metrics read
+    reason: str
+    users_answered: bool
+    metrics: str
+
+
+async def _wedged(spin: bool) -> Wedged:
     async with (
         SimProcess(api_server_count=2) as sim,
         running_sidecar(sim.base_url, api_window=API_WINDOW) as sidecar,
@@ -98,20 +110,27 @@ async def test_a_wedged_api_server_holding_pooled_connections_is_named(spin: boo
             try:
                 took = await _red(sidecar)
                 hang = await _hang(sidecar)
-                assert f"API-server process {wedged}" in str(hang["reason"]), hang
-                assert "unread" in str(hang["reason"])
-                assert not any(task.done() for task in waiting)  # its users still wait
+                answered = any(task.done() for task in waiting)
                 metrics = (await sidecar.client.get(sidecar.url + "/metrics")).text
-                assert 'sentinel_hang_detections_total{kind="api_server"} 1.0' in metrics
-                print(f"wedged API server ({'spinning' if spin else 'blocked'}) red in {took:.1f}s")
-                assert time.monotonic() - started >= API_WINDOW * 0.9  # judged over the window
+                judged_over = time.monotonic() - started
+                return Wedged(wedged, took, judged_over, str(hang["reason"]), answered, metrics)
             finally:
                 for task in waiting:
                     task.cancel()
                 await asyncio.gather(*waiting, return_exceptions=True)
 
 
-async def test_a_stopped_api_server_is_named_though_its_peer_answers_everything() -> None:
+@dataclass
+class Stopped:
+    """What the sentinel beside a stopped API server showed when it turned red."""
+
+    pid: int
+    took: float
+    reason: str
+    states: dict[int, str]
+
+
+async def _stopped() -> Stopped:
     async with (
         SimProcess(api_server_count=2) as sim,
         running_sidecar(sim.base_url, api_window=API_WINDOW) as sidecar,
@@ -122,16 +141,59 @@ async def test_a_stopped_api_server_is_named_though_its_peer_answers_everything(
         try:
             took = await _red(sidecar)
             reason = str((await _hang(sidecar))["reason"])
-            assert f"(pid {stopped}) stopped" in reason, reason
-            assert "VLLM::APIServer_1" in reason
             status = await sidecar.json("/status")
             states = {
                 p["pid"]: p["state"] for p in status["evidence"]["processes"]["api_processes"]
             }
-            assert states == {stopped: "stopped"}
-            print(f"stopped API server red in {took:.1f}s")
+            return Stopped(stopped, took, reason, states)
         finally:
             os.kill(stopped, signal.SIGCONT)
+
+
+Judged = tuple[Wedged | BaseException, Wedged | BaseException, Stopped | BaseException]
+
+
+@pytest.fixture(scope="module")
+def judged() -> Judged:
+    """Both wedges and the stopped server at once, each on its own simulator and sentinel.
+
+    The file pays for one API window rather than three; each test then asserts on
+    what its own server's sentinel showed.
+    """
+
+    async def all_three() -> Judged:
+        return await asyncio.gather(
+            _wedged(False), _wedged(True), _stopped(), return_exceptions=True
+        )
+
+    return asyncio.run(all_three())
+
+
+@pytest.mark.parametrize("spin", [False, True], ids=["blocked", "spinning"])
+def test_a_wedged_api_server_holding_pooled_connections_is_named(
+    judged: Judged, spin: bool
+) -> None:
+    got = judged[1] if spin else judged[0]
+    if isinstance(got, BaseException):
+        raise got
+    assert f"API-server process {got.pid}" in got.reason, got.reason
+    assert "unread" in got.reason
+    assert not got.users_answered  # its users still wait
+    assert 'sentinel_hang_detections_total{kind="api_server"} 1.0' in got.metrics
+    print(f"wedged API server ({'spinning' if spin else 'blocked'}) red in {got.took:.1f}s")
+    assert got.judged_over >= API_WINDOW * 0.9  # judged over the window
+
+
+def test_a_stopped_api_server_is_named_though_its_peer_answers_everything(
+    judged: Judged,
+) -> None:
+    got = judged[2]
+    if isinstance(got, BaseException):
+        raise got
+    assert f"(pid {got.pid}) stopped" in got.reason, got.reason
+    assert "VLLM::APIServer_1" in got.reason
+    assert got.states == {got.pid: "stopped"}
+    print(f"stopped API server red in {got.took:.1f}s")
 
 
 async def test_two_api_servers_under_load_with_pooled_connections_stay_green() -> None:

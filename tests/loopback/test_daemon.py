@@ -12,6 +12,7 @@ import shutil
 import signal
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -79,22 +80,45 @@ async def test_sigstop_of_engine_child_is_caught_and_sigcont_recovers(sim: SimPr
         await _wait_green(sidecar)
 
 
-@pytest.mark.parametrize(
-    ("fault", "kind"), [("structured_hang", "structured"), ("multimodal_hang", "multimodal")]
-)
-async def test_path_hang_names_its_kind_while_text_passes(
-    sim: SimProcess, fault: str, kind: str
+PATH_HANGS = {"structured": "structured_hang", "multimodal": "multimodal_hang"}
+Seen = tuple[str, dict[str, Any]] | BaseException  # /livez's reason and /status, when red
+
+
+async def _path_hang(fault: str) -> tuple[str, dict[str, Any]]:
+    """Red with the fault, then green again once it is cleared, on a server of its own."""
+    with SimProcess(scheduling_policy="priority") as sim:
+        async with running_sidecar(sim.base_url) as sidecar:
+            await _wait_green(sidecar)
+            sim.control.set_fault(fault)
+            reason = str((await _wait_red(sidecar, deadline=30))["reason"])
+            status = await sidecar.json("/status")
+            sim.control.clear_all()
+            await _wait_green(sidecar)
+            return reason, status
+
+
+@pytest.fixture(scope="module")
+def path_hangs() -> dict[str, Seen]:
+    """Both path hangs at once, each on its own simulator and sentinel (one wait, not two)."""
+
+    async def both() -> list[Seen]:
+        faults = PATH_HANGS.values()
+        return await asyncio.gather(*map(_path_hang, faults), return_exceptions=True)
+
+    return dict(zip(PATH_HANGS, asyncio.run(both()), strict=True))
+
+
+@pytest.mark.parametrize(("fault", "kind"), [(f, k) for k, f in PATH_HANGS.items()])
+def test_path_hang_names_its_kind_while_text_passes(
+    path_hangs: dict[str, Seen], fault: str, kind: str
 ) -> None:
-    async with running_sidecar(sim.base_url) as sidecar:
-        await _wait_green(sidecar)
-        sim.control.set_fault(fault)
-        body = await _wait_red(sidecar, deadline=30)
-        assert f"{kind} path hang" in str(body["reason"])
-        status = await sidecar.json("/status")
-        assert status["canaries"]["text"]["passing"] is True
-        assert [h["kind"] for h in status["verdict"]["hangs"]] == [kind]
-        sim.control.clear_all()
-        await _wait_green(sidecar)
+    got = path_hangs[kind]
+    if isinstance(got, BaseException):
+        raise got
+    reason, status = got
+    assert f"{kind} path hang" in reason
+    assert status["canaries"]["text"]["passing"] is True
+    assert [h["kind"] for h in status["verdict"]["hangs"]] == [kind]
 
 
 async def test_mid_stream_stall_of_a_streaming_canary_is_detected(
@@ -160,6 +184,10 @@ async def test_saturation_never_fails_liveness(policy: str) -> None:
                         concurrency=200,
                         duration=20,
                         max_tokens=256,
+                        # One request per client: 196 wait behind 4 running (2.56 s each
+                        # at 100 tokens/s), a queue that outlasts the 18 s watched many
+                        # times over, and none is sent again to wait another 22 s after it.
+                        max_requests=200,
                         # Those still queued when the 18 s watched are over time out
                         # rather than drain for a minute: saturation is what is tested.
                         timeout=22,

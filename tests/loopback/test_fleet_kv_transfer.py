@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -56,40 +57,69 @@ async def _deferred(sidecar: Sidecar) -> bool:
     return float(_section(await sidecar.json("/status")).get("deferred") or 0) >= 1
 
 
+@dataclass
+class Landing:
+    """What a working decode node's sentinel showed over HOLD, transfers landing."""
+
+    live_failures: int
+    ready_failures: int
+    deferred_samples: int
+    status: dict[str, Any]
+
+
+async def _landing(connector: str) -> Landing:
+    with SimProcess(scheduling_policy="priority", decode_tps=200) as sim:
+        sim.control.set_fault("remote_kv", seconds=LAND_S, connector=connector)
+        async with (
+            _load(_routed(sim.base_url)),
+            running_sidecar(sim.base_url, kv_transfer_bound=BOUND) as sidecar,
+        ):
+            await eventually(sidecar.green, 30, "green first")
+            await eventually(lambda: _deferred(sidecar), 10, "routed requests shown deferred")
+            live_failures = ready_failures = deferred_samples = samples = 0
+            end = time.monotonic() + HOLD
+            while time.monotonic() < end:
+                live_failures += await sidecar.code("/livez") != 200
+                ready_failures += await sidecar.code("/readyz") != 200
+                deferred_samples += await _deferred(sidecar)
+                samples += 1
+                await asyncio.sleep(0.5)  # the polling interval, not a wait for a state
+            status = await sidecar.json("/status")
+            print(
+                f"{connector} transfers landing: {live_failures} liveness and {ready_failures} "
+                f"readiness failures in {HOLD:.0f}s, deferred in {deferred_samples}/{samples} "
+                f"samples, section {_section(status)}"
+            )
+            return Landing(live_failures, ready_failures, deferred_samples, status)
+
+
+@pytest.fixture(scope="module")
+def landings() -> dict[str, Landing | BaseException]:
+    """Both connectors' working nodes held at once, each on its own simulator and sentinel."""
+
+    async def both() -> tuple[Landing | BaseException, Landing | BaseException]:
+        return await asyncio.gather(_landing("nixl"), _landing("mooncake"), return_exceptions=True)
+
+    nixl, mooncake = asyncio.run(both())
+    return {"nixl": nixl, "mooncake": mooncake}
+
+
 @pytest.mark.parametrize(
     ("connector", "landing"),
     [("nixl", "vllm:nixl_xfer_time_seconds"), ("mooncake", "no landing counter")],
 )
-async def test_a_decode_node_whose_transfers_land_stays_green_and_ready(
-    sim: SimProcess, connector: str, landing: str
+def test_a_decode_node_whose_transfers_land_stays_green_and_ready(
+    landings: dict[str, Landing | BaseException], connector: str, landing: str
 ) -> None:
-    sim.control.set_fault("remote_kv", seconds=LAND_S, connector=connector)
-    async with (
-        _load(_routed(sim.base_url)),
-        running_sidecar(sim.base_url, kv_transfer_bound=BOUND) as sidecar,
-    ):
-        await eventually(sidecar.green, 30, "green first")
-        await eventually(lambda: _deferred(sidecar), 10, "routed requests shown deferred")
-        live_failures = ready_failures = deferred_samples = samples = 0
-        end = time.monotonic() + HOLD
-        while time.monotonic() < end:
-            live_failures += await sidecar.code("/livez") != 200
-            ready_failures += await sidecar.code("/readyz") != 200
-            deferred_samples += await _deferred(sidecar)
-            samples += 1
-            await asyncio.sleep(0.5)  # the polling interval, not a wait for a state
-        status = await sidecar.json("/status")
-        section = _section(status)
-        print(
-            f"transfers landing: {live_failures} liveness and {ready_failures} readiness "
-            f"failures in {HOLD:.0f}s, deferred in {deferred_samples}/{samples} samples, "
-            f"section {section}"
-        )
-        assert (live_failures, ready_failures) == (0, 0)
-        assert deferred_samples >= 1
-        assert str(section["landing"]).startswith(landing)
-        assert (section["last_landed_ago"] is not None) == (connector == "nixl")
-        assert status["verdict"]["hangs"] == []
+    got = landings[connector]
+    if isinstance(got, BaseException):
+        raise got
+    section = _section(got.status)
+    assert (got.live_failures, got.ready_failures) == (0, 0)
+    assert got.deferred_samples >= 1
+    assert str(section["landing"]).startswith(landing)
+    assert (section["last_landed_ago"] is not None) == (connector == "nixl")
+    assert got.status["verdict"]["hangs"] == []
 
 
 @pytest.mark.parametrize(

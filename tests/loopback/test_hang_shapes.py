@@ -267,37 +267,72 @@ async def test_hangs_the_still_rule_keeps_out_of_wait_for_the_hang_window(
         assert not any("no engine step at all" in r for r in reasons), reasons
 
 
-async def test_slow_decode_never_trips_the_still_rule(sim: SimProcess) -> None:
+def test_slow_decode_never_trips_the_still_rule(slow_decode: SlowDecode) -> None:
     """A step every 2 s (2 s per token) against a 3 s step window: never red."""
-    async with _sidecar(sim.base_url, **{**SHIPPED_DEADLINES, "step_window": 3.0}) as sidecar:
-        sim.control.set_fault("slow_decode", token_s=2.0)
-        assert await _liveness_failures(sidecar, 2 * float(SHIPPED_DEADLINES["hang_window"])) == 0
+    assert _held(slow_decode, "still-rule") == 0
 
 
 # -- progress, however slow, is never a hang ----------------------------------
 
 
+async def _slow_decode_failures(observe: float, background: bool = False, **overrides: Any) -> int:
+    """Liveness failures over ``observe`` s of 2 s per token, on a server of its own."""
+    with SimProcess() as sim:
+        async with _sidecar(sim.base_url, **{**SHIPPED_DEADLINES, **overrides}) as sidecar:
+            sim.control.set_fault("slow_decode", token_s=2.0)
+            load = None
+            if background:
+                config = LoadConfig(
+                    target=sim.base_url, concurrency=2, duration=observe, max_tokens=32, stream=True
+                )
+                load = asyncio.create_task(run_load(config))
+            try:
+                return await _liveness_failures(sidecar, observe)
+            finally:
+                if load is not None:
+                    load.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await load
+
+
+SlowDecode = dict[str, int | BaseException]
+
+
+@pytest.fixture(scope="module")
+def slow_decode() -> SlowDecode:
+    """The three slow-decode servers held at once, each with its own simulator and sentinel.
+
+    The file pays for the longest hold rather than the sum; each test then asserts on
+    the liveness failures its own server's sentinel showed.
+    """
+    hang_window = float(SHIPPED_DEADLINES["hang_window"])
+
+    async def held() -> SlowDecode:
+        names = ("alone", "with-other-streams", "still-rule")
+        got = await asyncio.gather(
+            # Three hang windows: each canary kind misses its deadline several times over.
+            _slow_decode_failures(3 * hang_window),
+            _slow_decode_failures(3 * hang_window, background=True),
+            _slow_decode_failures(2 * hang_window, step_window=3.0),
+            return_exceptions=True,
+        )
+        return dict(zip(names, got, strict=True))
+
+    return asyncio.run(held())
+
+
+def _held(slow_decode: SlowDecode, name: str) -> int:
+    got = slow_decode[name]
+    if isinstance(got, BaseException):
+        raise got
+    return got
+
+
 @pytest.mark.parametrize("background", [False, True], ids=["alone", "with-other-streams"])
-async def test_slow_decode_two_seconds_per_token_never_fails_liveness(
-    sim: SimProcess, background: bool
+def test_slow_decode_two_seconds_per_token_never_fails_liveness(
+    slow_decode: SlowDecode, background: bool
 ) -> None:
-    async with _sidecar(sim.base_url, **SHIPPED_DEADLINES) as sidecar:
-        sim.control.set_fault("slow_decode", token_s=2.0)
-        # Three hang windows: each canary kind misses its deadline several times over.
-        observe = 3 * float(SHIPPED_DEADLINES["hang_window"])
-        load = None
-        if background:
-            config = LoadConfig(
-                target=sim.base_url, concurrency=2, duration=observe, max_tokens=32, stream=True
-            )
-            load = asyncio.create_task(run_load(config))
-        try:
-            assert await _liveness_failures(sidecar, observe) == 0
-        finally:
-            if load is not None:
-                load.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await load
+    assert _held(slow_decode, "with-other-streams" if background else "alone") == 0
 
 
 async def test_metrics_lapse_on_a_busy_server_within_the_no_evidence_window() -> None:

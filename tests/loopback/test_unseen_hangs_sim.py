@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 
 import httpx
 import pytest
@@ -86,7 +87,18 @@ async def test_real_traffic_starved_behind_a_passing_priority_canary_is_starved(
             assert status["canaries"]["text"]["passing"], "the priority canary still passes"
 
 
-async def test_a_saturated_server_whose_waiting_requests_progress_is_never_starved() -> None:
+# The two working servers below are held at once, each with its own simulator and
+# sentinel, so the file pays for one HOLD rather than two; each test then asserts on
+# what its own server showed.
+
+
+@dataclass
+class Held:
+    failures: int
+    text_passing: bool = False
+
+
+async def _saturated_held() -> Held:
     async with SimProcess(scheduling_policy="priority", max_num_seqs=4) as sim:
         load = LoadConfig(target=sim.base_url, concurrency=24, duration=30.0, max_tokens=16)
         async with _load(load), running_sidecar(sim.base_url) as sidecar:
@@ -97,7 +109,39 @@ async def test_a_saturated_server_whose_waiting_requests_progress_is_never_starv
                 return float(status["evidence"]["waiting_real"] or 0) >= 1
 
             await eventually(waiting, 20.0, "real requests shown waiting")
-            assert await _failures(sidecar, HOLD) == 0
+            return Held(await _failures(sidecar, HOLD))
+
+
+async def _one_token_held() -> Held:
+    async with SimProcess(scheduling_policy="priority") as sim:
+        one_token = LoadConfig(target=sim.base_url, concurrency=4, duration=30.0, max_tokens=1)
+        async with _load(one_token), running_sidecar(sim.base_url) as sidecar:
+            await eventually(sidecar.green, GREEN_WITHIN, "green first")
+            failures = await _failures(sidecar, HOLD)
+            status = await sidecar.json("/status")
+            return Held(failures, bool(status["canaries"]["text"]["passing"]))
+
+
+@pytest.fixture(scope="module")
+def held() -> dict[str, Held | BaseException]:
+    async def both() -> tuple[Held | BaseException, Held | BaseException]:
+        return await asyncio.gather(_saturated_held(), _one_token_held(), return_exceptions=True)
+
+    saturated, one_token = asyncio.run(both())
+    return {"saturated": saturated, "one_token": one_token}
+
+
+def _held(held: dict[str, Held | BaseException], name: str) -> Held:
+    got = held[name]
+    if isinstance(got, BaseException):
+        raise got
+    return got
+
+
+def test_a_saturated_server_whose_waiting_requests_progress_is_never_starved(
+    held: dict[str, Held | BaseException],
+) -> None:
+    assert _held(held, "saturated").failures == 0
 
 
 async def test_decode_stalled_behind_one_token_completions_is_an_engine_hang() -> None:
@@ -112,15 +156,13 @@ async def test_decode_stalled_behind_one_token_completions_is_an_engine_hang() -
             assert kinds == ["engine"]
 
 
-async def test_a_server_serving_only_one_token_requests_stays_green() -> None:
-    async with SimProcess(scheduling_policy="priority") as sim:
-        one_token = LoadConfig(target=sim.base_url, concurrency=4, duration=30.0, max_tokens=1)
-        async with _load(one_token), running_sidecar(sim.base_url) as sidecar:
-            await eventually(sidecar.green, GREEN_WITHIN, "green first")
-            assert await _failures(sidecar, HOLD) == 0
-            status = await sidecar.json("/status")
-            # one-token completions do not gate the text canary: it keeps proving decode
-            assert status["canaries"]["text"]["passing"]
+def test_a_server_serving_only_one_token_requests_stays_green(
+    held: dict[str, Held | BaseException],
+) -> None:
+    one_token = _held(held, "one_token")
+    assert one_token.failures == 0
+    # one-token completions do not gate the text canary: it keeps proving decode
+    assert one_token.text_passing
 
 
 async def test_a_caching_front_cannot_answer_for_a_hung_server() -> None:
