@@ -54,13 +54,13 @@ class Departure:
         return self._left
 
 
-async def unless_left(departure: Departure | None, work: Awaitable[T]) -> tuple[bool, T | None]:
-    """``(True, work's result)``; ``(False, None)``, ``work`` cancelled, if the server left first.
+async def unless_left(departure: Departure | None, work: Awaitable[T]) -> T | None:
+    """``work``'s result; None, ``work`` cancelled, if the server left first.
 
     Cancelling the caller cancels ``work`` too, as awaiting it directly would.
     """
     if departure is None:
-        return True, await work
+        return await work
     task = asyncio.ensure_future(work)
     left = asyncio.ensure_future(departure.watch().wait())
     try:
@@ -71,7 +71,7 @@ async def unless_left(departure: Departure | None, work: Awaitable[T]) -> tuple[
     finally:
         left.cancel()
     if task.done():
-        return True, task.result()
+        return task.result()
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)  # its connection closed before we go on
-    return False, None
+    return None

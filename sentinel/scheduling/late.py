@@ -160,8 +160,8 @@ class LateAnswers:
         """
         name = f"canary-late:{spec.name}"
         try:  # the cleanup, however it ends, is _ended's
-            answered, result = await unless_left(self.departure, late.answer())
-            if not answered or result is None:
+            result = await unless_left(self.departure, late.answer())
+            if result is None:
                 return  # the server is going away: its shutdown must not wait on us
             await wait.recorded.wait()
         except Exception as exc:

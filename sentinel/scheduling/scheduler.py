@@ -318,10 +318,8 @@ class Scheduler:
         sent = self.clock()
         token = self.sink.sent(spec.kind, self._budget(spec), engine)
         try:
-            answered, ran = await unless_left(
-                self.departure, self._run(spec, model, epoch, engine, token)
-            )
-            result = ran if answered and ran is not None else self._let_go(spec, sent, engine)
+            ran = await unless_left(self.departure, self._run(spec, model, epoch, engine, token))
+            result = ran if ran is not None else self._let_go(spec, sent, engine)
         except BaseException:
             # Cancelled mid-flight: forget the canary rather than leave it outstanding.
             self.sink.abandoned(spec.kind, token)

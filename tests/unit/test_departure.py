@@ -56,8 +56,8 @@ async def test_only_what_was_in_flight_at_the_departure_is_let_go() -> None:
         await asyncio.sleep(0)
         return "served"
 
-    assert await unless_left(departure, answer()) == (True, "served")
-    assert await unless_left(None, answer()) == (True, "served")
+    assert await unless_left(departure, answer()) == "served"
+    assert await unless_left(None, answer()) == "served"
 
     stopped = asyncio.Event()
 
@@ -71,6 +71,6 @@ async def test_only_what_was_in_flight_at_the_departure_is_let_go() -> None:
     pending = asyncio.ensure_future(unless_left(departure, forever()))
     await asyncio.sleep(0)
     departure.left()
-    assert await pending == (False, None)
+    assert await pending is None
     assert stopped.is_set()
     assert departure.count == 2

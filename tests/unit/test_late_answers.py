@@ -36,6 +36,7 @@ from sentinel.evidence.metrics import MetricsSample
 from sentinel.record.ledger import HISTORY, Ledger
 from sentinel.record.planner import Planner
 from sentinel.record.sink import ResultSink
+from sentinel.scheduling.departure import Departure
 from sentinel.scheduling.late import LateAnswers
 from sentinel.scheduling.scheduler import Scheduler
 from sentinel.telemetry.metrics import SentinelMetrics
@@ -182,10 +183,12 @@ async def scheduling(
     hold: Callable[[int, dict[str, Any]], bool],
     *,
     late_wait: float = LATE_WAIT,
+    departure: Departure | None = None,
 ) -> AsyncIterator[Harness]:
     server = HeldServer(hold)
     kinds = {s.kind: (s.kind, Action(s.policy), s.latency_slo) for s in specs}
-    ledger = Ledger(kinds.values(), time.monotonic())
+    left = departure.left if departure is not None else (lambda: None)
+    ledger = Ledger(kinds.values(), time.monotonic(), on_refused=left)
     metrics = SentinelMetrics(CollectorRegistry())
     results = Results()
     async with httpx.AsyncClient(transport=httpx.MockTransport(server.handle)) as client:
@@ -202,6 +205,7 @@ async def scheduling(
             sleep=never_elapses,
             beat=lambda name, gap: None,
             late_wait=late_wait,
+            departure=departure,
         )
         task = asyncio.create_task(scheduler.run())
         harness = Harness(scheduler, server, ledger, metrics, results, task)
@@ -322,6 +326,18 @@ async def test_shutdown_cancels_the_late_wait_and_closes_its_connection() -> Non
         assert len(h.results.items) == 2, "nothing is delivered for a cancelled wait"
         leftovers = [t for t in asyncio.all_tasks() if t.get_name().startswith("canary")]
         assert leftovers == [], "no exchange or late wait outlives the run"
+
+
+async def test_a_server_that_stops_listening_ends_the_late_wait_and_its_connection() -> None:
+    # uvicorn waits for every open request before it exits: the late wait must let go.
+    async with scheduling((text_spec(),), first(1), departure=Departure()) as h:
+        awaited, _ = await h.results.wait(2)
+        assert awaited.awaiting_late
+        h.ledger.saw_refusal(time.monotonic())  # a scrape met the closed listener
+        await poll(lambda: h.server.calls[0].closed, "the late canary's connection closed")
+        await poll(lambda: not h.scheduler.late.awaited(TEXT_KIND), "the late wait ended")
+        assert h.ledger.in_flight() == 0  # its credit closed
+        assert not any(r.late for r in h.results.items), "nothing delivered for it"
 
 
 async def test_the_credit_stays_open_while_the_canary_is_awaited() -> None:
