@@ -136,12 +136,28 @@ def _roots(pids: Iterable[int], excluded: set[int]) -> dict[int, psutil.Process]
 
 
 def _matching(match: ProcessMatch, excluded: set[int]) -> dict[int, psutil.Process]:
-    """Every process whose title or command line ``match`` recognises."""
+    """Every process whose title or command line ``match`` recognises.
+
+    A process seen only by its 15-character comm (a zombie, an unreadable
+    command line) is ambiguous: every vLLM on the machine shares it. It is
+    the target's only when its parent is.
+    """
     found: dict[int, psutil.Process] = {}
-    for proc in psutil.process_iter(["pid", "name", "cmdline"]):
+    by_comm: dict[int, tuple[psutil.Process, int | None]] = {}
+    for proc in psutil.process_iter(["pid", "ppid", "name", "cmdline"]):
         name, cmdline = proc.info.get("name") or "", proc.info.get("cmdline") or []
-        if proc.pid not in excluded and match.matches(name, cmdline):
+        if proc.pid in excluded or not match.matches(name, cmdline):
+            continue
+        if cmdline:
             found[proc.pid] = proc
+        else:
+            by_comm[proc.pid] = (proc, proc.info.get("ppid"))
+    added = True
+    while added:  # a zombie worker under a zombie engine under the server
+        kin = [pid for pid, (_, ppid) in by_comm.items() if ppid in found]
+        for pid in kin:
+            found[pid] = by_comm.pop(pid)[0]
+        added = bool(kin)
     return found
 
 

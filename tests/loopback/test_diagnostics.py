@@ -34,6 +34,15 @@ BEHAVIOURS = {
     "wait": "import threading; threading.Event().wait()",
     "pipe": "import sys; sys.stdin.buffer.read(1)",
     "spin": "while True:\n    pass",
+    # A server that starts a titled engine, never reaps it, and prints its pid.
+    "parent": (
+        "import subprocess, threading\n"
+        "engine = subprocess.Popen([sys.executable, '-c', "
+        "'import setproctitle, sys, threading; setproctitle.setproctitle(sys.argv[1]); "
+        "threading.Event().wait()', sys.argv[2]])\n"
+        "print(engine.pid, flush=True)\n"
+        "threading.Event().wait()"
+    ),
 }
 
 CHILD = """
@@ -75,6 +84,21 @@ class Pod:
         self.children.append(child)
         wait_until(lambda: bool(_cmdline(child.pid)), f"shell {child.pid}")
         return child
+
+    def spawn_parent(self, *argv: str) -> tuple[subprocess.Popen[bytes], int]:
+        """A server (``argv`` after the engine's title) with an engine it never reaps."""
+        env = dict(os.environ, OMP_NUM_THREADS="1")
+        server = subprocess.Popen(
+            [sys.executable, "-c", CHILD.format(behaviour=BEHAVIOURS["parent"]), "", *argv],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=env,
+        )
+        self.children.append(server)
+        assert server.stdout is not None
+        engine = int(server.stdout.readline())
+        wait_until(lambda: _cmdline(engine).startswith(argv[0]), f"title of {engine}")
+        return server, engine
 
     def api_server(self) -> subprocess.Popen[bytes]:
         return self.spawn("", "wait", "vllm", "serve", self.tag, "--api-key", API_KEY)
@@ -368,3 +392,27 @@ def test_discovery_by_roots_takes_the_attributed_server_only() -> None:
         # A root's descendants are the target's, whatever include_descendants says.
         alone = ProcessMatch(roots=(ours.api_pid,), include_descendants=False)
         assert {d.pid for d in discover(alone)} == rooted
+
+
+async def test_a_zombie_engine_is_the_targets_only_under_its_server(pod: Pod) -> None:
+    """A zombie keeps only its 15-character comm, which every vLLM engine shares.
+
+    The pod's own killed engine (its server matched) is in the bundle, and is
+    the cause; another server's zombie engine on the same host is not.
+    """
+    title = f"VLLM::EngineCore_{pod.tag}"
+    server, ours = pod.spawn_parent(title, "vllm", "serve", pod.tag)
+    foreign_server, theirs = pod.spawn_parent(title, "python", "other-server")
+    for pid in (ours, theirs):
+        os.kill(pid, signal.SIGKILL)
+    wait_until(lambda: _state(ours) == "Z" and _state(theirs) == "Z", "both engines zombies")
+
+    incident = await capture(context(pod, cpu_window_s=0.0, py_spy=None))
+
+    procs = by_pid(incident)
+    assert set(procs) == {server.pid, ours}, procs.keys()
+    assert procs[ours]["status"] == "zombie"
+    assert incident.cause is CauseClass.PROCESS_GONE
+    assert incident.bundle["cause"]["pid"] == ours
+    assert theirs not in procs
+    assert foreign_server.pid not in procs
