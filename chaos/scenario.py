@@ -16,11 +16,20 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from chaos.group_spec import GroupSpec
+from sentinel.canary.kinds import path_kinds
 from sentinel.config.loader import ConfigError, load_settings
 from sentinel.config.settings import Settings
+from sentinel.verdict.registry import hang_kinds as rule_kinds
 
 SCENARIO_DIR = Path(__file__).resolve().parent / "scenarios"
 MANIFEST = Path(__file__).resolve().parent.parent / "manifests" / "base" / "deployment.yaml"
@@ -291,22 +300,10 @@ class ExpectSpec(_Strict):
     #: at least one of them, and no other (:meth:`hang_kinds_met`). A fault
     #: two rules both describe lists both: every canary failing fast with no
     #: progress is an engine hang after H and broken after the broken window.
-    hang_kinds: (
-        list[
-            Literal[
-                "engine",
-                "structured",
-                "multimodal",
-                "dead",
-                "broken",
-                "listener_down",
-                "corrupt",
-                "starved",
-                "api_server",
-            ]
-        ]
-        | None
-    ) = None
+    #: Each must be a kind the registered hang rules confirm (a path rule's
+    #: once per path canary kind), so a rule added to sentinel is named here
+    #: without an edit.
+    hang_kinds: list[str] | None = None
     #: vLLM's own /health must answer 200 at every sample
     vllm_health_stays_200: bool | None = None
     #: every text canary must pass while the fault is on
@@ -317,6 +314,15 @@ class ExpectSpec(_Strict):
     green_again_within: float | None = Field(default=None, gt=0)
     #: after a restart, sentinel's startup turns red, then green, with no stale hang
     reenters_startup: bool | None = None
+
+    @field_validator("hang_kinds")
+    @classmethod
+    def _known_kinds(cls, kinds: list[str] | None) -> list[str] | None:
+        known = {str(kind) for kind in rule_kinds(path_kinds())}
+        unknown = sorted(set(kinds or ()) - known)
+        if unknown:
+            raise ValueError(f"unknown hang kinds {unknown}; the rules confirm {sorted(known)}")
+        return kinds
 
     def hang_kinds_met(self, seen: Iterable[str]) -> bool:
         """Whether the kinds ``seen`` during the fault are acceptable: some, all of them listed."""

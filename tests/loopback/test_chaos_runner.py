@@ -54,6 +54,7 @@ def _with(path: str, value: Any) -> dict[str, Any]:
         ("target.kind", "tgi", "target.kind"),
         ("load.concurrency", 0, "load.duration"),  # duration missing is reported too
         ("expect.detect_within", -1, "expect.detect_within"),
+        ("expect.hang_kinds", ["corupt"], "expect.hang_kinds"),  # no rule confirms it
         ("fault.process", "worker", "fault.process"),
         ("sentinel.hang_window", "soon", "sentinel"),
         ("sentinel.listen", "127.0.0.1:1", "sentinel.listen"),
