@@ -29,6 +29,7 @@ import psutil
 
 from sentinel.diagnostics.access import ACCESS_DENIED, denied, wchan_hidden
 from sentinel.diagnostics.cause import ProcessObservation
+from sentinel.diagnostics.sockets import connection_json, sockets_by_pid
 from sentinel.evidence.process_model import (
     GONE_STATES,
     VLLM_PATTERNS,
@@ -239,31 +240,8 @@ def describe(
     scrubber: SecretScrubber | None = None,
 ) -> list[ProcessRecord]:
     """Close the CPU window and read everything else about each discovered process."""
-    sockets = _sockets_by_pid()
+    sockets = sockets_by_pid()
     return [_describe_one(item, proc_root, scrubber, sockets) for item in discovered]
-
-
-# Above this many PIDs (a node, not a pod) sockets are read per process: the
-# namespace-wide read visits every process's descriptors.
-SOCKET_TABLE_MAX_PIDS = 256
-
-
-def _sockets_by_pid() -> dict[int, list[Any]] | None:
-    """Every inet socket by owning PID, read once (None: read per process instead).
-
-    A per-process read parses the network namespace's whole socket tables
-    again for each process, CPU work that holds the GIL while probes wait.
-    """
-    try:
-        if len(psutil.pids()) > SOCKET_TABLE_MAX_PIDS:
-            return None
-        table: dict[int, list[Any]] = {}
-        for conn in psutil.net_connections(kind="inet"):
-            if conn.pid is not None:
-                table.setdefault(conn.pid, []).append(conn)
-    except (psutil.Error, OSError):
-        return None
-    return table
 
 
 def _describe_one(
@@ -323,7 +301,7 @@ def _describe_one(
         omp_num_threads=None if env is None else env.get("OMP_NUM_THREADS"),
         cpu_affinity=_try(errors, "cpu_affinity", proc.cpu_affinity),
         open_files=[{"path": f.path, "fd": f.fd} for f in list(open_files)[:MAX_OPEN_FILES]],
-        connections=[_connection(c) for c in conns],
+        connections=[connection_json(c) for c in conns],
         errors=errors,
     )
 
@@ -361,12 +339,6 @@ def _inherited_environ(proc: psutil.Process) -> tuple[dict[str, str] | None, str
                 "(the process title overwrote this process's own environment)"
             )
     return None, "unknown (the process title overwrote it and no ancestor shows one)"
-
-
-def _connection(conn: Any) -> dict[str, Any]:
-    laddr = f"{conn.laddr.ip}:{conn.laddr.port}" if conn.laddr else None
-    raddr = f"{conn.raddr.ip}:{conn.raddr.port}" if conn.raddr else None
-    return {"fd": conn.fd, "status": conn.status, "local": laddr, "remote": raddr}
 
 
 def _wchan(proc_root: Path, pid: int, errors: dict[str, str]) -> str | None:
