@@ -426,10 +426,11 @@ def load_scenario(path: Path) -> Scenario:
     except yaml.YAMLError as exc:
         raise ScenarioError(f"{path}: not valid YAML: {exc}") from None
     if isinstance(data, dict) and isinstance(data.get("sentinel"), dict):
-        probes = data["sentinel"].get("probes")
-        if isinstance(probes, str) and not Path(probes).is_absolute():
-            # a catalog beside the scenario file, wherever the runner is started from
-            data["sentinel"]["probes"] = str(path.parent / probes)
+        for key in ("catalog", "probes"):  # the setting, and its old name
+            directory = data["sentinel"].get(key)
+            if isinstance(directory, str) and not Path(directory).is_absolute():
+                # a catalog beside the scenario file, wherever the runner is started from
+                data["sentinel"][key] = str(path.parent / directory)
     return parse_scenario(data, str(path))
 
 

@@ -367,7 +367,7 @@ class SupervisedRun:
 
     def _naive(self, container: Container) -> tuple[dict[str, Check], list[Job]]:
         settings = sentinel_settings(self.scenario, container.base_url, self.workdir)
-        specs = apply_overrides(load_catalog(settings.probes).enabled(), settings.canaries)
+        specs = apply_overrides(load_catalog(settings.catalog).enabled(), settings.canaries)
         spec = next(s for s in specs if s.kind == CanaryKind.TEXT)
         naive = NaiveCanary(
             container.base_url,

@@ -7,7 +7,7 @@ child) calls :func:`boot` first, before it imports anything heavy, and gets:
 - httpx and structlog imported with ``rich`` and ``click`` hidden
   (:func:`import_without_optional_extras`);
 - httpcore's per-exchange ``import sniffio`` made cheap
-  (:func:`settle_async_library_probe`);
+  (:func:`settle_async_library_detection`);
 - redacted log lines on stderr until a command configures its own
   (:func:`~sentinel.telemetry.logging.configure_default_logging`).
 
@@ -22,13 +22,13 @@ from __future__ import annotations
 import importlib.util
 import sys
 
-__all__ = ["boot", "import_without_optional_extras", "settle_async_library_probe"]
+__all__ = ["boot", "import_without_optional_extras", "settle_async_library_detection"]
 
 
 def boot() -> None:
     """Prepare the interpreter for sentinel: call once, first thing, from an entry point."""
     import_without_optional_extras()
-    settle_async_library_probe()
+    settle_async_library_detection()
     from sentinel.telemetry.logging import configure_default_logging
 
     configure_default_logging()
@@ -56,7 +56,7 @@ def import_without_optional_extras() -> None:
                 del sys.modules[name]
 
 
-def settle_async_library_probe() -> bool:
+def settle_async_library_detection() -> bool:
     """Make httpcore's per-exchange ``import sniffio`` cheap when sniffio is not installed.
 
     httpcore asks which async library runs it by importing sniffio inside

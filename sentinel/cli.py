@@ -38,6 +38,7 @@ def _bool(value: str) -> bool:
 
 
 def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    from sentinel.cli_flags import add_catalog_flag
     from sentinel.config.settings import Settings
 
     defaults = Settings()
@@ -46,7 +47,7 @@ def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--grpc-listen", help=f"gRPC health HOST:PORT (default {defaults.grpc_listen})"
     )
-    parser.add_argument("--probes", type=Path, help="canary catalog directory (default: built-in)")
+    add_catalog_flag(parser)
     parser.add_argument("--config", type=Path, help="YAML settings file")
     parser.add_argument(
         "--enforce",
@@ -76,7 +77,7 @@ RUN_FLAGS = (
     "target",
     "listen",
     "grpc_listen",
-    "probes",
+    "catalog",
     "enforce",
     "api_key_file",
     "maintenance_token_file",
@@ -291,13 +292,13 @@ def _configure_logging(settings: Settings) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     from sentinel.canary.catalog import CatalogError
-    from sentinel.commands.listeners import bind_failure, check_listeners
+    from sentinel.commands.listeners import ListenAddresses
     from sentinel.config.loader import ConfigError
 
     settings = settings_from_args(args)
-    flags, config = run_flags(args), getattr(args, "config", None)
+    listeners = ListenAddresses(settings, run_flags(args), getattr(args, "config", None))
     # One line, before anything starts or logs: a kubelet's "last state" shows the last line.
-    unbindable = check_listeners(settings, flags, config)
+    unbindable = listeners.check()
     if unbindable is not None:
         print(unbindable, file=sys.stderr)
         return ExitCode.UNHEALTHY
@@ -310,7 +311,7 @@ def _run(args: argparse.Namespace) -> int:
         raise ConfigError(str(exc)) from None
     _bound_memory_growth()
     _freeze_the_start()
-    return asyncio.run(_serve(daemon, lambda exc: bind_failure(exc, settings, flags, config)))
+    return asyncio.run(_serve(daemon, listeners.bind_failure))
 
 
 # Threads for blocking reads (/proc, metrics parsing, bundle sections). Each

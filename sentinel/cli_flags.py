@@ -1,11 +1,12 @@
-"""The flags every command shares: ``--sentinel URL`` for a running sentinel, ``--output``.
+"""The flags commands share: ``--sentinel URL`` (a running sentinel), ``--output``, ``--catalog``.
 
 A running sentinel used to be named three ways (``status [URL]``, ``--url
 URL``, ``doctor --sentinel [URL]``) and the output picked two ways
 (``--output``, ``--json``). Every command now takes ``--sentinel URL``
 (default :data:`DEFAULT_SENTINEL`) and ``--output text|json``; the old
 spellings still work, hidden from ``--help``, each with one note on stderr,
-so nothing a user scripted breaks. Values are checked here, as argparse
+so nothing a user scripted breaks; likewise ``--probes DIR``, now ``--catalog
+DIR`` (one name for the canary catalog). Values are checked here, as argparse
 types, so a malformed URL or number is one line and exit 2, never a traceback
 from the client that would have used it.
 """
@@ -16,6 +17,7 @@ import argparse
 import math
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from sentinel.target import http_url_error
@@ -88,6 +90,20 @@ def add_sentinel_flag(parser: argparse.ArgumentParser, *, optional: bool = False
         )
     parser.add_argument(
         "--url", dest="sentinel", type=sentinel_url, action=_OldSpelling, instead="--sentinel URL"
+    )
+
+
+def add_catalog_flag(parser: argparse.ArgumentParser) -> None:
+    """``--catalog DIR`` (and the old ``--probes DIR``): canary specs replacing the shipped ones.
+
+    Stored as ``catalog``, the setting's name, so ``sentinel run`` hands it to
+    the settings as it is.
+    """
+    parser.add_argument(
+        "--catalog", type=Path, metavar="DIR", help="canary catalog directory (default: built-in)"
+    )
+    parser.add_argument(
+        "--probes", dest="catalog", type=Path, action=_OldSpelling, instead="--catalog DIR"
     )
 
 

@@ -22,7 +22,7 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import httpx
 from prometheus_client import CollectorRegistry
@@ -51,6 +51,7 @@ from sentinel.record.kv_transfer import KvTransferWatch
 from sentinel.record.ledger import Ledger
 from sentinel.record.observers import LoopFailures, Observers, Step, every, supervised
 from sentinel.record.planner import Planner
+from sentinel.record.process_readings import process_readings
 from sentinel.record.provider import Provider
 from sentinel.record.reachability import Reachability
 from sentinel.record.sink import ResultSink
@@ -86,13 +87,13 @@ class Daemon:
         sleep: Sleep = asyncio.sleep,
         api_key: str | None = None,
         budget: PoolBudget | None = None,
-        providers: Sequence[Provider] = (),
+        providers: Sequence[Provider[Any]] = (),
         brake: BrakeMemory | None = None,
     ) -> None:
         self.settings = settings
         self.clock = clock
         self.sleep = sleep
-        self.catalog = catalog if catalog is not None else load_catalog(settings.probes)
+        self.catalog = catalog if catalog is not None else load_catalog(settings.catalog)
         self.specs = apply_overrides(self.catalog.enabled(), settings.canaries)
         self.api_key = api_key if api_key is not None else read_api_key(settings)
         self.config_json = effective_config(settings)  # settings are frozen: dump once
@@ -117,10 +118,8 @@ class Daemon:
         self.observers.sample_listeners.append(self.fingerprints.observe_sample)
         self.suspicion = Suspicion(self.ledger, clock)
         self.observers.sample_listeners.append(self.suspicion.observe)
-        self.auto_sleep = AutoSleepWatch.listening(
-            self.observers, settings.auto_sleep_idle, hold=settings.auto_sleep_hold
-        )
-        self.fault_tolerance = FaultToleranceWatch.for_settings(self.ledger, clock, settings)
+        self.auto_sleep = AutoSleepWatch.listening(self.observers, settings)
+        self.fault_tolerance = FaultToleranceWatch.for_settings(self.observers, settings)
         self.failures = LoopFailures(clock, self.metrics.loop_failed)
         self.observers.observations.failures = self.failures
         self.incidents = IncidentRecorder.for_settings(
@@ -128,8 +127,7 @@ class Daemon:
         )
         self.observers.sample_listeners.append(self.incidents.samples.observe)
         self.budget = budget or PoolBudget.in_pod(settings.restart_budget)
-        seen, target = self.observers.observations, redact_url(settings.target)
-        self.reachability = Reachability(self.ledger, seen, target)  # warns once a minute
+        self.reachability = Reachability.for_settings(self.observers, settings)  # warns a minute
         self.evaluator = Evaluator(
             settings,
             ledger=self.ledger,
@@ -145,7 +143,8 @@ class Daemon:
                 CorrectnessProvider(self.fingerprints),
                 *BudgetGate.of(self.budget),
                 self.reachability,
-                KvTransferWatch.listening(self.observers, settings.kv_transfer_bound),
+                *process_readings(self.observers),
+                KvTransferWatch.listening(self.observers, settings),
                 self.auto_sleep,
                 self.fault_tolerance,
                 *providers,

@@ -2,7 +2,7 @@
 
 They prove that a hang kind is one module plus one registration and that an
 evidence source is one provider: the provider owns a frozen section of the
-evidence (``evidence.sections["toy"]``) and its own ``/status`` fragment; the
+evidence (``evidence.section(SECTION)``, its typed key) and its own ``/status`` fragment; the
 rule reads that section and nothing else, with a knob of its own. Nothing in
 sentinel names either.
 """
@@ -20,9 +20,9 @@ from sentinel.verdict.clock import held_for
 from sentinel.verdict.knobs import Knobs
 from sentinel.verdict.registry import register, unregister
 from sentinel.verdict.rule import Gate, HangRule
+from sentinel.verdict.sections import SectionKey
 
 KIND = HangKind("toy_wedge")
-SECTION = "toy"
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,10 +32,13 @@ class ToySection:
     wedged_since: float | None = None
 
 
+SECTION = SectionKey("toy", ToySection)
+
+
 class ToySource:
     """The toy evidence provider: a switch a test flips, read at each evaluation."""
 
-    name = SECTION
+    key = SECTION
 
     def __init__(self, clock: Callable[[], float]) -> None:
         self.clock = clock
@@ -52,9 +55,7 @@ class ToySource:
         self.sections_read += 1
         return ToySection(self.wedged_since)
 
-    def status(self, section: object, now: float) -> Mapping[str, Any] | None:
-        if not isinstance(section, ToySection):
-            return {"wedged": None, "why": "no section"}
+    def status(self, section: ToySection, now: float) -> Mapping[str, Any] | None:
         since = section.wedged_since
         return {"wedged": since is not None, "for": None if since is None else now - since}
 
@@ -67,8 +68,8 @@ class ToyKnobs(Knobs):
 
 def toy_hang(evidence: Evidence, knobs: ToyKnobs, now: float) -> Hang | None:
     """The toy source wedged for the toy window."""
-    section = evidence.sections.get(SECTION)
-    if not isinstance(section, ToySection):
+    section = evidence.section(SECTION)
+    if section is None:
         return None
     since = section.wedged_since
     elapsed = held_for(since, knobs.toy_window, now, evidence.unobserved)

@@ -2,7 +2,7 @@
 
 The package owns everything about one canary request: its spec and kind
 (:mod:`.spec`, :mod:`.kinds`, one module per kind behind :mod:`.protocol`), the
-catalog that loads specs from ``probes/*.yaml`` (:mod:`.catalog`), the runner
+catalog that loads specs from ``specs/*.yaml`` (:mod:`.catalog`), the runner
 that sends one over HTTP (:mod:`.runner`), reading its reply (:mod:`.replies`,
 :mod:`.refusal`, :mod:`.capability`, :mod:`.degenerate`) and the frozen result
 every other package reads (:mod:`.result`), with the work it can explain

@@ -1,4 +1,4 @@
-"""The canary catalog: ``probes/*.yaml`` (and the images beside them) into frozen canary specs.
+"""The canary catalog: ``specs/*.yaml`` (and the images beside them) into frozen canary specs.
 
 It owns the file format and every rule a catalog must satisfy, so a bad
 ConfigMap is refused at start-up (or by ``check-config``) with the file and the
@@ -87,6 +87,20 @@ class Catalog:
         raise KeyError(name)
 
 
+# The spec's keys taken as the file wrote them (or its defaults): the name, the
+# kind's timing and the kind's own fields are resolved and checked above.
+AS_WRITTEN = (
+    "endpoint",
+    "request",
+    "stream",
+    "priority",
+    "policy",
+    "enabled",
+    "latency_slo",
+    "reasoning",
+)
+
+
 class _SpecFile(BaseModel):
     """The YAML file format. Strict: unknown keys and loose types are refused."""
 
@@ -111,13 +125,13 @@ class _SpecFile(BaseModel):
 
 def default_directory() -> Traversable:
     """The catalog shipped inside the wheel."""
-    return importlib.resources.files("sentinel.probes")
+    return importlib.resources.files("sentinel.canary.specs")
 
 
 def load_catalog(directory: Path | None = None) -> Catalog:
     """Load and check every ``*.yaml`` in ``directory`` (None: the shipped defaults)."""
     if directory is None:
-        return _load(default_directory(), "probes")
+        return _load(default_directory(), "sentinel/canary/specs")
     if not directory.is_dir():
         raise CatalogError(str(directory), "", "not a directory")
     return _load(directory, str(directory))
@@ -160,23 +174,23 @@ def _load_file(root: Traversable, file: Traversable, label: str) -> CanarySpec:
         raise CatalogError(label, key, _pydantic_problem(first)) from None
 
     kind = CanaryKind(parsed.kind)
-    probe = KINDS[kind]
+    driver = KINDS[kind]
     name = parsed.name if parsed.name is not None else _stem(file.name)
     if not NAME_PATTERN.match(name):
         raise CatalogError(label, "name", f"{name!r} must match {NAME_PATTERN.pattern}")
-    if parsed.endpoint not in probe.endpoints:
-        allowed = ", ".join(sorted(probe.endpoints))
+    if parsed.endpoint not in driver.endpoints:
+        allowed = ", ".join(sorted(driver.endpoints))
         raise CatalogError(label, "endpoint", f"a {kind} canary needs {allowed}")
     written = parsed.model_dump(by_alias=True)
     given = {key: written[key] for key in KIND_FIELDS if written[key] is not None}
     for key in KIND_FIELDS:
-        if key in probe.spec_fields and key not in given:
+        if key in driver.spec_fields and key not in given:
             raise CatalogError(label, key, f"required for a {kind} canary")
-        if key not in probe.spec_fields and key in given:
+        if key not in driver.spec_fields and key in given:
             raise CatalogError(label, key, f"not used by a {kind} canary")
     _check_request(label, parsed.request, parsed.endpoint)
 
-    defaults = probe.defaults
+    defaults = driver.defaults
     deadline = parsed.deadline if parsed.deadline is not None else defaults.deadline
     interval = parsed.interval if parsed.interval is not None else defaults.interval
     jitter = parsed.jitter if parsed.jitter is not None else defaults.jitter
@@ -193,25 +207,18 @@ def _load_file(root: Traversable, file: Traversable, label: str) -> CanarySpec:
     for key in ASSET_FIELDS & given.keys():
         _confine(label, key, given[key], root)
     try:
-        kind_values = probe.load_fields(given, root)
+        kind_values = driver.load_fields(given, root)
     except SpecFieldError as exc:
         raise CatalogError(label, exc.key, exc.problem) from None
 
     return CanarySpec(
         name=name,
         kind=kind,
-        endpoint=parsed.endpoint,
-        request=parsed.request,
-        stream=parsed.stream,
-        priority=parsed.priority,
         deadline=deadline,
         interval=interval,
         jitter=jitter,
-        policy=parsed.policy,
-        enabled=parsed.enabled,
-        latency_slo=parsed.latency_slo,
-        reasoning=parsed.reasoning,
         source=label,
+        **{key: getattr(parsed, key) for key in AS_WRITTEN},
         **kind_values,
     )
 

@@ -34,10 +34,9 @@ from sentinel.canary.protocol import (
     OK,
     CanaryRequest,
     Judgement,
+    KindBase,
     KindDefaults,
     Reply,
-    ServerFacts,
-    WithoutFields,
     base_body,
     nothing_generated,
 )
@@ -62,17 +61,20 @@ def prompts_of(request: Mapping[str, Any]) -> tuple[str, ...]:
     return ("messages",)  # a chat request is one conversation
 
 
-class CorrectnessCanary(WithoutFields):
-    """Fixed prompts at temperature 0, with token ids and log-probabilities per token."""
+class CorrectnessCanary(KindBase):
+    """Fixed prompts at temperature 0, with token ids and log-probabilities per token.
+
+    Not a path kind (judged against its fingerprint, not against a text
+    control) and not idle-gated (real traffic proves answers come, never that
+    they are right); token ids are token ids, thinking or not, so no server
+    makes it unvalidatable.
+    """
 
     kind = CORRECTNESS
-    path = False  # judged against its fingerprint, not against a text control
     paired = True  # a 5xx on the check while its control passed is a departure at once
-    idle_gated = False  # real traffic proves answers come, never that they are right
     # No log-probabilities (a server or proxy that returns none): nothing to compare
-    # with a fingerprint, no broken server; the probe and the exporter skip it alike.
+    # with a fingerprint, no broken server; ``sentinel probe`` and the exporter skip it alike.
     unsupported_skipped = True
-    traffic_counter: str | None = None
     defaults = KindDefaults(deadline=8.0, interval=10.0, jitter=0.1)
     endpoints = frozenset({COMPLETIONS_ENDPOINT, CHAT_ENDPOINT})
 
@@ -118,9 +120,6 @@ class CorrectnessCanary(WithoutFields):
         if status in (404, 405, 501) or (status == 400 and "logprob" in message.lower()):
             return Reason.UNSUPPORTED
         return None
-
-    def unvalidatable(self, spec: CanarySpec, facts: ServerFacts) -> str | None:
-        return None  # token ids are token ids, thinking or not
 
 
 def generations_lengths(generations: Sequence[Any]) -> tuple[int, ...]:

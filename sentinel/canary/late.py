@@ -46,7 +46,7 @@ class LateCanary:
 
         Judged on the reply as any result is; TIMEOUT when ``late_wait``
         passed without one (or the failure that ended it). Never raises for a
-        failed probe; cancelled, it closes the connection before re-raising.
+        failed canary; cancelled, it closes the connection before re-raising.
         """
         try:
             result = await asyncio.shield(self._attempt)

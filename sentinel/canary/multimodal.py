@@ -29,8 +29,8 @@ from sentinel.canary.protocol import (
     CanaryRequest,
     Judgement,
     KindDefaults,
+    PathKind,
     Reply,
-    ServerFacts,
     base_body,
     nothing_generated,
     thought_cut_short,
@@ -87,7 +87,7 @@ def _with_image(messages: list[Any], url: str) -> list[Any]:
     raise ValueError("the request has no user message to attach the image to")
 
 
-class MultimodalCanary:
+class MultimodalCanary(PathKind):
     """Sends the catalog image (stamped with the nonce) with the template's last user message.
 
     Cost: the baseline (the same prompt without the image, ``max_tokens`` 1,
@@ -98,15 +98,14 @@ class MultimodalCanary:
 
     Where the generated text lands does not matter here (the proof is the
     prompt token count), so a reasoning-only reply is judged like any other,
-    except one cut at ``max_tokens`` while thinking: INCONCLUSIVE.
+    except one cut at ``max_tokens`` while thinking: INCONCLUSIVE; prompt
+    tokens prove the image reached the model, thinking or not, so no server
+    makes it unvalidatable.
     """
 
     kind = MULTIMODAL
-    path = True
-    paired = True
-    idle_gated = False
     unsupported_skipped = True  # images refused as unsupported: a text-only model, not a fault
-    traffic_counter: str | None = "mm_queries"  # images preprocessed: vllm:mm_cache_queries
+    traffic_counter = "mm_queries"  # images preprocessed: vllm:mm_cache_queries
     defaults = KindDefaults(deadline=10.0, interval=10.0)
     spec_fields = frozenset({"image"})
     endpoints = frozenset({CHAT_ENDPOINT})
@@ -169,9 +168,6 @@ class MultimodalCanary:
         ):
             return Reason.UNSUPPORTED
         return None
-
-    def unvalidatable(self, spec: CanarySpec, facts: ServerFacts) -> str | None:
-        return None  # prompt tokens prove the image reached the model, thinking or not
 
 
 CANARY = MultimodalCanary()

@@ -151,8 +151,13 @@ def thought_cut_short(reply: Reply) -> Judgement | None:
     return None
 
 
-class CanaryKindProbe(Protocol):
-    """One canary kind: what the catalog requires of its specs, what it sends, how it judges."""
+class CanaryKindDriver(Protocol):
+    """One canary kind: what the catalog requires of its specs, what it sends, how it judges.
+
+    The object a kind module registers (:func:`sentinel.canary.kinds.register`)
+    and the runner, catalog and scheduler drive; :class:`KindBase` holds the
+    answers most kinds give alike.
+    """
 
     @property
     def kind(self) -> CanaryKind: ...
@@ -256,17 +261,48 @@ class CanaryKindProbe(Protocol):
         ...
 
 
-class WithoutFields:
-    """The side of a kind that has no spec fields of its own: nothing to require or load.
+class KindBase:
+    """The traits and answers most kinds give alike; a kind declares only where it differs.
 
-    Shared by the kinds whose canaries are the template alone (text,
-    correctness), so each declares only what it is.
+    One home for the defaults the kinds used to repeat line for line: not a
+    path kind and not paired (:class:`PathKind` is both), not idle-gated,
+    UNSUPPORTED a failure rather than a skip, no traffic counter, no spec
+    fields of its own, the template body sent as it is, every error answer a
+    plain HTTP_STATUS, and validatable on every server. A kind still declares
+    its ``kind``, ``defaults``, ``endpoints`` and :meth:`judge`: no default
+    could say what proves its path works.
     """
 
+    path: bool = False
+    paired: bool = False
+    idle_gated: bool = False
+    unsupported_skipped: bool = False
+    traffic_counter: str | None = None
     spec_fields: frozenset[str] = frozenset()
 
     def load_fields(self, given: Mapping[str, Any], assets: Traversable) -> Mapping[str, Any]:
         return {}
+
+    def build(self, spec: CanarySpec, *, model: str, nonce: str) -> CanaryRequest:
+        return CanaryRequest(body=base_body(spec, model=model, nonce=nonce), nonce=nonce)
+
+    def rejection(self, status: int, message: str) -> Reason | None:
+        return None
+
+    def unvalidatable(self, spec: CanarySpec, facts: ServerFacts) -> str | None:
+        return None
+
+
+class PathKind(KindBase):
+    """A kind that tests one path of the server against the text control sent beside it.
+
+    Paired because it is a path kind: its misses mean a path hang only while
+    the control beside them succeeds (the registry refuses a path kind that
+    is not paired).
+    """
+
+    path = True
+    paired = True
 
 
 def base_body(spec: CanarySpec, *, model: str, nonce: str) -> dict[str, Any]:

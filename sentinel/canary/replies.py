@@ -16,7 +16,7 @@ from typing import Any
 import httpx_sse
 
 from sentinel.canary.capability import missing_endpoint
-from sentinel.canary.protocol import CanaryKindProbe, Reply
+from sentinel.canary.protocol import CanaryKindDriver, Reply
 from sentinel.canary.refusal import Refusal, refusal_of
 from sentinel.canary.result import Generation, Reason
 from sentinel.transport import TransportFailure, classify_transport
@@ -142,7 +142,7 @@ def stream_failure(chunk: Mapping[str, Any]) -> CanaryFailure:
     return CanaryFailure(Reason.HTTP_STATUS, f"error in stream: {message}", http_status=status)
 
 
-def status_failure(status: int, raw: bytes, probe: CanaryKindProbe | None) -> CanaryFailure:
+def status_failure(status: int, raw: bytes, driver: CanaryKindDriver | None) -> CanaryFailure:
     try:
         payload: Any = json.loads(raw)
     except ValueError:
@@ -155,8 +155,8 @@ def status_failure(status: int, raw: bytes, probe: CanaryKindProbe | None) -> Ca
         return refused
     if missing_endpoint(status, message):
         message = f"no such endpoint on this server ({message.strip() or 'empty body'})"
-    if probe is not None:
-        special = probe.rejection(status, message)
+    if driver is not None:
+        special = driver.rejection(status, message)
         if special is not None:
             return CanaryFailure(special, f"HTTP {status}: {message}", http_status=status)
     return CanaryFailure(Reason.HTTP_STATUS, f"HTTP {status}: {message}", http_status=status)

@@ -1,6 +1,6 @@
 """The canary vocabulary shared by the runner, the scheduler, the verdict and every view.
 
-A canary never raises for a failed probe: it returns a frozen :class:`CanaryResult`
+A canary run never raises for a failure: it returns a frozen :class:`CanaryResult`
 whose ``reason`` is one member of the closed :class:`Reason` enum. That enum is
 the only failure label on metrics, so label cardinality stays bounded.
 """

@@ -3,7 +3,7 @@
 It owns the exchange (request, streaming, the event stream read under a byte
 cap); what the reply's bytes mean and which closed :class:`Reason` every
 exception maps to is :mod:`sentinel.canary.replies` (:func:`classify`), so a
-failed probe never raises; transport failures are named by
+failed canary never raises; transport failures are named by
 :mod:`sentinel.transport`, shared with the evidence adapters. It does not own
 time: the caller passes the deadline, the runner enforces it on the whole
 request or stream and, when it passes, closes the connection so vLLM aborts
@@ -37,7 +37,7 @@ from httpx_sse._decoders import SSEDecoder, SSELineDecoder
 
 from sentinel.canary.kinds import KINDS
 from sentinel.canary.late import Adopter, outlive
-from sentinel.canary.protocol import CHAT_ENDPOINT, CanaryKindProbe, CanaryRequest, Reply
+from sentinel.canary.protocol import CHAT_ENDPOINT, CanaryKindDriver, CanaryRequest, Reply
 from sentinel.canary.refusal import Refusal
 from sentinel.canary.replies import (
     CanaryFailure,
@@ -164,7 +164,7 @@ class CanaryRunner:
         late_wait: float = 0.0,
         adopt_late: Adopter | None = None,
     ) -> CanaryResult:
-        """Send one canary and judge it. Never raises for a failed probe.
+        """Send one canary and judge it. Never raises for a failed canary.
 
         ``engine``: the data-parallel engine to aim it at (None: let the
         server choose; the header is then not sent at all). ``late_wait``
@@ -194,18 +194,18 @@ class CanaryRunner:
         ``late_wait``: the bound is a late wait's, named so when it passes.
         Cancellation propagates, after the connection is closed.
         """
-        probe = KINDS[spec.kind]
+        driver = KINDS[spec.kind]
         started, headers = progress.started, self._headers
         if progress.engine is not None:
             headers = {**headers, DP_RANK_HEADER: str(progress.engine)}
         try:
-            sent = probe.build(spec, model=model, nonce=self._nonce())
+            sent = driver.build(spec, model=model, nonce=self._nonce())
             async with asyncio.timeout_at(until):
-                reply = await self._exchange(spec, probe, sent.body, progress, started, headers)
+                reply = await self._exchange(spec, driver, sent.body, progress, started, headers)
                 progress.reply = reply
                 duration = self._clock() - started
                 baseline = await self._baseline(sent, model, progress)
-            judgement = probe.judge(sent, reply, baseline_prompt_tokens=baseline)
+            judgement = driver.judge(sent, reply, baseline_prompt_tokens=baseline)
             reason, detail = judgement.reason, judgement.detail
         except Exception as exc:
             duration = self._clock() - started
@@ -269,7 +269,7 @@ class CanaryRunner:
     async def _exchange(
         self,
         spec: CanarySpec,
-        probe: CanaryKindProbe,
+        driver: CanaryKindDriver,
         body: Mapping[str, Any],
         progress: _Progress,
         started: float,
@@ -285,7 +285,7 @@ class CanaryRunner:
             progress.http_status = response.status_code
             if not response.is_success:
                 raw = await self._read_capped(response)
-                raise status_failure(response.status_code, raw, probe)
+                raise status_failure(response.status_code, raw, driver)
             # A server that answers a streamed request with one JSON body (it
             # does not stream, or a proxy buffered it) still answered: judge it.
             if not spec.stream or _is_json(response):

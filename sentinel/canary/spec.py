@@ -18,7 +18,7 @@ COMPLETIONS_ENDPOINT: Final = "/v1/completions"
 Endpoint = Literal["/v1/chat/completions", "/v1/completions"]
 Policy = Literal["restart", "unready", "alert"]
 # What a canary does when the server's command line says its kind cannot be
-# validated there (see ``CanaryKindProbe.unvalidatable``): ``auto`` lets the kind
+# validated there (see ``CanaryKindDriver.unvalidatable``): ``auto`` lets the kind
 # disable itself with a warning; ``keep`` is the operator vouching that the model
 # answers without thinking when asked, so the canary runs anyway.
 ReasoningOption = Literal["auto", "keep"]

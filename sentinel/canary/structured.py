@@ -34,6 +34,7 @@ from sentinel.canary.protocol import (
     CanaryRequest,
     Judgement,
     KindDefaults,
+    PathKind,
     Reply,
     ServerFacts,
     base_body,
@@ -56,21 +57,17 @@ RESPONSE_FORMAT_NAME = "sentinel_canary"
 FORMAT_SUBJECT = re.compile(r"response_format|json_schema|structured outputs?", re.IGNORECASE)
 
 
-class StructuredCanary:
+class StructuredCanary(PathKind):
     """Sends ``response_format: json_schema`` and validates the reply against the schema sent.
 
     ``response_format`` rather than vLLM's removed ``guided_json``: the old field
     is now accepted silently with unconstrained output, which would validate
-    nothing.
+    nothing. No traffic counter: vLLM counts no structured-output completions.
     """
 
     kind = STRUCTURED
-    path = True
-    paired = True
-    idle_gated = False
     # A server that says it has no structured outputs is no broken server: skipped.
     unsupported_skipped = True
-    traffic_counter: str | None = None  # vLLM counts no structured-output completions
     defaults = KindDefaults(deadline=10.0, interval=10.0)
     spec_fields = frozenset({"schema"})
     endpoints = frozenset({CHAT_ENDPOINT, COMPLETIONS_ENDPOINT})

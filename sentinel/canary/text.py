@@ -7,18 +7,16 @@ from sentinel.canary.protocol import (
     OK,
     CanaryRequest,
     Judgement,
+    KindBase,
     KindDefaults,
     Reply,
-    ServerFacts,
-    WithoutFields,
-    base_body,
     nothing_generated,
 )
 from sentinel.canary.result import Reason
-from sentinel.canary.spec import CHAT_ENDPOINT, COMPLETIONS_ENDPOINT, TEXT, CanarySpec
+from sentinel.canary.spec import CHAT_ENDPOINT, COMPLETIONS_ENDPOINT, TEXT
 
 
-class TextCanary(WithoutFields):
+class TextCanary(KindBase):
     """A fixed short prompt; any generated token passes.
 
     Generated *tokens* are the proof of life, not visible text: a model whose
@@ -40,19 +38,17 @@ class TextCanary(WithoutFields):
     A reply of degenerate shape (:mod:`sentinel.canary.degenerate`: one
     "!" (token 0) repeated to the limit, undecodable text) passes
     with the shape in its detail; the ``degenerate`` rule judges repeats.
+
+    Neither a path kind nor paired: the text canary is the control every path
+    kind is judged against. The template is sent as written, and any
+    generated token proves the engine, thinking or not, so no server makes
+    it unvalidatable (:class:`~sentinel.canary.protocol.KindBase`'s answers).
     """
 
     kind = TEXT
-    path = False  # the text canary is the control every path kind is judged against
-    paired = False
     idle_gated = True  # real work proves the engine as well as a text canary would
-    unsupported_skipped = False
-    traffic_counter: str | None = None
     defaults = KindDefaults(deadline=8.0, interval=5.0, jitter=0.1)
     endpoints = frozenset({CHAT_ENDPOINT, COMPLETIONS_ENDPOINT})
-
-    def build(self, spec: CanarySpec, *, model: str, nonce: str) -> CanaryRequest:
-        return CanaryRequest(body=base_body(spec, model=model, nonce=nonce), nonce=nonce)
 
     def judge(
         self, sent: CanaryRequest, reply: Reply, *, baseline_prompt_tokens: int | None
@@ -63,12 +59,6 @@ class TextCanary(WithoutFields):
         # A success still (the engine generated), noted for the degenerate rule.
         shape = degenerate_shape(reply.text or reply.reasoning, reply.finish_reason)
         return OK if shape is None else Judgement(Reason.OK, DEGENERATE_PREFIX + shape)
-
-    def rejection(self, status: int, message: str) -> Reason | None:
-        return None
-
-    def unvalidatable(self, spec: CanarySpec, facts: ServerFacts) -> str | None:
-        return None  # any generated token proves the engine, thinking or not
 
 
 CANARY = TextCanary()

@@ -12,6 +12,6 @@ its module's.
 """
 
 from sentinel.commands.check_config import add_check_config_arguments
-from sentinel.commands.listeners import bind_failure, check_listeners
+from sentinel.commands.listeners import ListenAddresses
 
-__all__ = ["add_check_config_arguments", "bind_failure", "check_listeners"]
+__all__ = ["ListenAddresses", "add_check_config_arguments"]

@@ -39,7 +39,7 @@ def check_config(path: Path, *, with_env: bool = False) -> int:
     """Validate ``path`` (raises :class:`ConfigError`), print the effective configuration."""
     settings = load_settings(path, env=dict(os.environ) if with_env else {}, flags={})
     try:
-        catalog = load_catalog(settings.probes)
+        catalog = load_catalog(settings.catalog)
         specs = apply_overrides(catalog.specs, settings.canaries, str(path))
     except CatalogError as exc:
         raise ConfigError(str(exc)) from None

@@ -8,7 +8,8 @@ line naming where the address came from (a flag, a ``SENTINEL_*`` variable,
 the settings file or the default) and what is wrong with it:
 ``sentinel: --listen: address 0.0.0.0:8471 already in use``. A bind that
 still fails later, in the moment between this check and the daemon's
-start, is recognised in the daemon's failure by :func:`bind_failure`.
+start, is recognised in the daemon's failure by
+:meth:`ListenAddresses.bind_failure`, in the same words.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import errno
 import os
 import socket
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from sentinel.config.loader import env_name
@@ -65,39 +67,36 @@ def _problem(address: str) -> str | None:
     return None
 
 
-def check_listeners(
-    settings: Settings,
-    flags: Mapping[str, object],
-    config: Path | None,
-    env: Mapping[str, str] | None = None,
-) -> str | None:
-    """The one line to print when a listen address cannot be bound, else None."""
-    env = os.environ if env is None else env
-    for field in LISTENERS:
-        address = getattr(settings, field)
-        if address is None:
-            continue
-        problem = _problem(address)
-        if problem is not None:
-            return f"sentinel: {origin(field, flags, env, config)}: address {address} {problem}"
-    return None
+@dataclass(frozen=True, slots=True)
+class ListenAddresses:
+    """``sentinel run``'s listen addresses, each named by where it came from.
 
+    ``flags`` are the command line's values, ``config`` the settings file (None:
+    none), ``env`` the environment the ``SENTINEL_*`` variables were read from.
+    """
 
-def bind_failure(
-    exc: BaseException,
-    settings: Settings,
-    flags: Mapping[str, object],
-    config: Path | None,
-    env: Mapping[str, str] | None = None,
-) -> str | None:
-    """The one line for a listener that failed to bind after the check passed, else None."""
-    env = os.environ if env is None else env
-    text = str(exc)
-    if isinstance(exc, OSError) and exc.errno == errno.EADDRINUSE:
-        field, problem = "listen", _WORDS[errno.EADDRINUSE]
-    elif isinstance(exc, RuntimeError) and "Failed to bind" in text:
-        field, problem = "grpc_listen", "cannot be bound"  # grpc's words for any bind failure
-    else:
+    settings: Settings
+    flags: Mapping[str, object]
+    config: Path | None
+    env: Mapping[str, str] = field(default_factory=lambda: os.environ)
+
+    def check(self) -> str | None:
+        """The one line to print when a listen address cannot be bound, else None."""
+        for name in LISTENERS:
+            address = getattr(self.settings, name)
+            problem = None if address is None else _problem(address)
+            if problem is not None:
+                return self._line(name, problem)
         return None
-    address = getattr(settings, field)
-    return f"sentinel: {origin(field, flags, env, config)}: address {address} {problem}"
+
+    def bind_failure(self, exc: BaseException) -> str | None:
+        """The one line for a listener that failed to bind after the check passed, else None."""
+        if isinstance(exc, OSError) and exc.errno == errno.EADDRINUSE:
+            return self._line("listen", _WORDS[errno.EADDRINUSE])
+        if isinstance(exc, RuntimeError) and "Failed to bind" in str(exc):
+            return self._line("grpc_listen", "cannot be bound")  # grpc's words for any bind failure
+        return None
+
+    def _line(self, name: str, problem: str) -> str:
+        where = origin(name, self.flags, self.env, self.config)
+        return f"sentinel: {where}: address {getattr(self.settings, name)} {problem}"

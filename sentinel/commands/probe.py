@@ -30,7 +30,7 @@ from sentinel.canary.outcome import outcome
 from sentinel.canary.result import CanaryResult, Reason
 from sentinel.canary.runner import CanaryRunner, ModelResolutionError
 from sentinel.canary.spec import CanaryKind, CanarySpec
-from sentinel.cli_flags import add_output_flag, positive_seconds
+from sentinel.cli_flags import add_catalog_flag, add_output_flag, positive_seconds
 from sentinel.config.loader import ConfigError, read_api_key
 from sentinel.exitcode import ExitCode
 from sentinel.target import http_url_error
@@ -285,12 +285,7 @@ def add_probe_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="file holding the API key (also SENTINEL_API_KEY_FILE, or SENTINEL_API_KEY)",
     )
-    parser.add_argument(
-        "--probes",
-        type=Path,
-        default=None,
-        help="canary catalog directory (default: the built-in one)",
-    )
+    add_catalog_flag(parser)
     parser.add_argument(
         "--concurrency", type=int, default=4, help="targets probed at once (default: 4)"
     )
@@ -311,7 +306,7 @@ def probe_main(args: argparse.Namespace) -> int:
     """Run the probe command; 0 all healthy, 1 any unhealthy, 2 usage or configuration error."""
     try:
         api_key = read_api_key(args.api_key_file)
-        catalog = load_catalog(args.probes)
+        catalog = load_catalog(args.catalog)
         kinds = [CanaryKind(k) for k in args.kinds] if args.kinds else None
         reports = asyncio.run(
             probe_targets(

@@ -23,7 +23,8 @@ from pydantic import ValidationError
 
 from sentinel.canary.catalog import CatalogError, apply_overrides, load_catalog
 from sentinel.capped import FileTooLarge, read_capped_file
-from sentinel.config.settings import Settings
+from sentinel.cli_flags import deprecated
+from sentinel.config.settings import RENAMED, Settings
 
 __all__ = [
     "ENV_PREFIX",
@@ -68,7 +69,7 @@ def load_settings(
     if config_file is None and env.get(env_name("config")):
         config_file = Path(env[env_name("config")])
     if config_file is not None:
-        for key, value in _read_file(config_file).items():
+        for key, value in _current_names(_read_file(config_file), str(config_file)).items():
             merged[key] = value
             origin[key] = str(config_file)
     unknown = unknown_env(env)
@@ -77,16 +78,13 @@ def load_settings(
             f"unknown environment variable{'s' if len(unknown) > 1 else ''} "
             f"{', '.join(unknown)} (known: {ENV_PREFIX}<setting>, e.g. {env_name('target')})"
         )
-    for field in FIELDS:
-        name = env_name(field)
-        if name not in env:
-            continue
+    for field, name in _env_names(env):
         value = env[name]
         where = f"environment variable {name}"
         _check_text(value, where)
         merged[field] = _parse_mapping(value, where) if field in STRUCTURED else value
         origin[field] = where
-    for key, value in (flags or {}).items():
+    for key, value in _current_names(flags or {}, None).items():
         if value is not None:
             where = f"flag --{key.replace('_', '-')}"
             if key in STRUCTURED and isinstance(value, str):  # one YAML mapping, as the variable
@@ -102,6 +100,54 @@ def load_settings(
     return settings
 
 
+def _current_names(given: Mapping[str, Any], where: str | None) -> dict[str, Any]:
+    """``given`` with each renamed key (:data:`RENAMED`) under its new name, noted on stderr.
+
+    ``where``: the file the keys come from (None: they are flags). A renamed
+    key given beside its new name is refused: which one was meant cannot be
+    told.
+    """
+    current: dict[str, Any] = {}
+    for key, value in given.items():
+        new = RENAMED.get(key)
+        if new is None:
+            current[key] = value
+            continue
+        old_name, new_name = (_flag(key), _flag(new)) if where is None else (key, new)
+        if new in given:
+            raise ConfigError(
+                f"{where or 'flags'}: {old_name} and {new_name} both given; "
+                f"{old_name} is the old name of {new_name}"
+            )
+        deprecated("sentinel", old_name if where is None else f"{key} (in {where})", new_name)
+        current[new] = value
+    return current
+
+
+def _flag(key: str) -> str:
+    return "--" + key.replace("_", "-")
+
+
+def _env_names(env: Mapping[str, str]) -> list[tuple[str, str]]:
+    """(setting, the variable that sets it) for every setting ``env`` sets, old names included.
+
+    An old variable (:data:`RENAMED`) counts, with one note on stderr, where
+    its new one is not set; both set are refused.
+    """
+    found = [(field, env_name(field)) for field in FIELDS if env_name(field) in env]
+    for old, new in RENAMED.items():
+        if env_name(old) not in env:
+            continue
+        if env_name(new) in env:
+            raise ConfigError(
+                f"environment variables {env_name(old)} and {env_name(new)} both set; "
+                f"{env_name(old)} is the old name"
+            )
+        deprecated("sentinel", env_name(old), env_name(new))
+        found.append((new, env_name(old)))
+    return found
+
+
 def _check_catalog_deadlines(
     settings: Settings, origin: Mapping[str, str], config_file: Path | None
 ) -> None:
@@ -112,7 +158,7 @@ def _check_catalog_deadlines(
     loaded, with its own message.
     """
     try:
-        specs = apply_overrides(load_catalog(settings.probes).specs, settings.canaries)
+        specs = apply_overrides(load_catalog(settings.catalog).specs, settings.canaries)
     except (CatalogError, OSError):
         return
     try:
@@ -134,7 +180,7 @@ SERVICE_LINK = re.compile(
 
 def unknown_env(env: Mapping[str, str]) -> list[str]:
     """``SENTINEL_*`` variables that name no setting: a typo there would be silently ignored."""
-    known = {env_name(field) for field in FIELDS} | OTHER_ENV
+    known = {env_name(field) for field in (*FIELDS, *RENAMED)} | OTHER_ENV
     return sorted(
         name
         for name in env

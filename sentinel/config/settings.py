@@ -29,11 +29,16 @@ __all__ = [
     "GRPC_OFF",
     "KIB",
     "MIB",
+    "RENAMED",
     "CanaryOverride",
     "RestartBudget",
     "Settings",
     "split_host_port",
 ]
+
+# Settings renamed, old name -> new: the old key, SENTINEL_* variable and flag still
+# work, each with one note on stderr naming the new one (sentinel.config.loader).
+RENAMED: Mapping[str, str] = {"probes": "catalog"}
 
 # Words meaning "no gRPC listener" for ``grpc_listen`` (flag, variable or file).
 GRPC_OFF = frozenset({"", "off", "none", "false", "disabled"})
@@ -135,8 +140,8 @@ class Settings(Policy, Ranged):
         "gRPC health listener (HOST:PORT) for the Kubernetes gRPC-probe variant; "
         "off: no gRPC listener.",
     )
-    probes: Path | None = setting(
-        None, "A directory of canary specs replacing the shipped catalog."
+    catalog: Path | None = setting(
+        None, "A directory of canary specs replacing the shipped catalog (formerly probes)."
     )
     api_key_file: Path | None = setting(
         None, "A file holding the server's API key (or SENTINEL_API_KEY); never logged."

@@ -58,6 +58,23 @@ SPINNING_CPU_PERCENT = 50.0
 
 _ENGINE_ROLES = (ProcessRole.ENGINE_CORE, ProcessRole.WORKER)
 
+# Rules 1 to 3, in order: a process in one of these states is the cause, whatever
+# the others do; ``{name}``, ``{state}`` and ``{wchan}`` are that process's.
+_STATE_RULES: tuple[tuple[frozenset[ProcessState], CauseClass, str], ...] = (
+    (GONE_STATES, CauseClass.PROCESS_GONE, "process gone: {name} is {state}"),
+    (
+        frozenset({ProcessState.STOPPED}),
+        CauseClass.PROCESS_STOPPED,
+        "process stopped: {name} is stopped (SIGSTOP or a tracer); "
+        "it cannot make progress until it is continued",
+    ),
+    (
+        frozenset({ProcessState.DISK_SLEEP}),
+        CauseClass.UNINTERRUPTIBLE_WAIT,
+        "uninterruptible wait: {name} sleeps in state D{wchan} (driver call or I/O)",
+    ),
+)
+
 
 @dataclass(frozen=True, slots=True)
 class ProcessObservation:
@@ -94,29 +111,14 @@ def classify(
     if not processes:
         return Cause(CauseClass.PROCESS_GONE, "process gone: no vLLM process is visible")
 
-    for proc in _by_role(processes):
-        if proc.status in GONE_STATES:
-            return Cause(
-                CauseClass.PROCESS_GONE,
-                f"process gone: {_name(proc)} is {proc.status.value}",
-                proc.pid,
-            )
-    for proc in _by_role(processes):
-        if proc.status is ProcessState.STOPPED:
-            return Cause(
-                CauseClass.PROCESS_STOPPED,
-                f"process stopped: {_name(proc)} is stopped (SIGSTOP or a tracer); "
-                "it cannot make progress until it is continued",
-                proc.pid,
-            )
-    for proc in _by_role(processes):
-        if proc.status is ProcessState.DISK_SLEEP:
-            return Cause(
-                CauseClass.UNINTERRUPTIBLE_WAIT,
-                f"uninterruptible wait: {_name(proc)} sleeps in state D"
-                f"{_in_wchan(proc)} (driver call or I/O)",
-                proc.pid,
-            )
+    ordered = _by_role(processes)
+    for states, cause, words in _STATE_RULES:
+        for proc in ordered:
+            if proc.status in states:
+                said = words.format(
+                    name=_name(proc), state=proc.status.value, wchan=_in_wchan(proc)
+                )
+                return Cause(cause, said, proc.pid)
 
     engine = _deciding_process(processes)
     cpu = engine.cpu_percent

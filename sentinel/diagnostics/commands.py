@@ -154,7 +154,7 @@ def doctor_main(args: argparse.Namespace) -> int:
 
     try:
         settings = _settings(args)
-        specs = apply_overrides(load_catalog(settings.probes).enabled(), settings.canaries)
+        specs = apply_overrides(load_catalog(settings.catalog).enabled(), settings.canaries)
         api_key = read_api_key(settings)  # the doctor sends one canary of each kind
     except (ConfigError, CatalogError) as exc:
         print(f"sentinel doctor: configuration error: {one_line(exc)}", file=sys.stderr)

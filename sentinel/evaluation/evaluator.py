@@ -59,6 +59,7 @@ from sentinel.verdict import (
     VerdictState,
     evaluate,
 )
+from sentinel.verdict.model import CORRECTNESS, RESTART_GATE
 
 log = get_logger("sentinel.evaluator")
 
@@ -83,7 +84,7 @@ class Evaluator:
         on_server_restart: Callable[[], None] = lambda: None,
         maintenance: Callable[[float], str | None] = lambda now: None,
         specs: Sequence[CanarySpec] = (),
-        providers: Sequence[Provider] = (),
+        providers: Sequence[Provider[Any]] = (),
         budget: PoolBudget | None = None,
         brake: BrakeMemory | None = None,
         planner: Planner | None = None,
@@ -105,7 +106,8 @@ class Evaluator:
         # checks are judged against, the restart budget's gate, ...).
         # The brake's memory kept in a Lease (sentinel.fleet.brake_memory): seeded, then told.
         self.brake = brake if brake is not None else BrakeMemory()
-        self.providers = (*providers, PodNode(incidents.node), self.brake)  # node: verdict.cause
+        node = PodNode(incidents.node)  # verdict.cause reads it
+        self.providers = (*providers, node, self.brake)
         # The pool's restart budget: each verdict's wish is its input (its gate a provider).
         self.budget = budget if budget is not None and budget.enabled else None
         self.kind_notices = KindNotices()  # the kinds set aside, announced once per epoch
@@ -356,7 +358,7 @@ def _hangs_behind(probe: str, answer: ProbeAnswer, verdict: Verdict) -> tuple[st
 def _all_sections(evidence: Evidence) -> dict[str, object]:
     """The sections the verdict judged, the typed built-in ones included, by provider name."""
     return {
-        "correctness": evidence.correctness,
-        "restart_gate": evidence.restart_gate,
+        CORRECTNESS.name: evidence.correctness,
+        RESTART_GATE.name: evidence.restart_gate,
         **evidence.sections,
     }

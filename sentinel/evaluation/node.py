@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from sentinel.verdict.cause import NODE_LIMIT, SECTION
+from sentinel.verdict.sections import SectionKey
 
 
 def node_name(env: Mapping[str, str] | None = None) -> str:
@@ -28,13 +29,13 @@ class PodNode:
     Fixed for the life of the process: a pod never moves between nodes.
     """
 
-    name = SECTION
+    key: SectionKey[str] = SECTION
 
     def __init__(self, node: str) -> None:
         self._node = node
 
-    def section(self, now: float) -> object:
+    def section(self, now: float) -> str:
         return self._node
 
-    def status(self, section: object, now: float) -> Mapping[str, Any] | None:
+    def status(self, section: str, now: float) -> Mapping[str, Any] | None:
         return {"name": section or None}

@@ -16,6 +16,8 @@ is ever quiet.
 from __future__ import annotations
 
 from sentinel.verdict import Evidence, Verdict
+from sentinel.verdict.hangs.api_server import api_stuck_since
+from sentinel.verdict.stall import COMPILE, CompileSection
 
 
 def in_play(evidence: Evidence, verdict: Verdict) -> str | None:
@@ -29,8 +31,8 @@ def in_play(evidence: Evidence, verdict: Verdict) -> str | None:
         "vLLM /health failing": evidence.health_failing_since,
         "connections refused": evidence.refused_since,
         "real requests waiting": evidence.waiting_since,
-        "a compiler busy": evidence.compiling_since,
-        "an API-server process stuck": evidence.api_stuck_since,
+        "a compiler busy": (evidence.section(COMPILE) or CompileSection()).since,
+        "an API-server process stuck": api_stuck_since(evidence),
     }
     for what, since in failing.items():
         if since is not None:

@@ -22,6 +22,7 @@ from sentinel.evidence.process_model import ProcessInfo, ProcessSnapshot, Schedu
 from sentinel.progress.tracker import STEP_COUNTER
 from sentinel.record.departures import Departure, departures_json, not_answering
 from sentinel.verdict import Evidence, Verdict
+from sentinel.verdict.stall import COMPILE, CompileSection
 
 RECENT_RESULTS = 10  # canary results shown per kind
 RECENT_INCIDENTS = 5
@@ -174,6 +175,7 @@ def _priority(priority: PriorityReport) -> dict[str, Any]:
 def _evidence(inputs: StatusInputs) -> dict[str, Any]:
     now, judged = inputs.now, inputs.evidence
     processes, signals = judged.processes, judged.progress_signals
+    compiler = judged.section(COMPILE) or CompileSection()
     return {
         "progress_signals": list(signals),
         "progress_available": bool(signals),
@@ -196,9 +198,9 @@ def _evidence(inputs: StatusInputs) -> dict[str, Any]:
         # Work that moves no counter: a prompt prefilled in chunks (KV-cache
         # highs) and a compiler busy under the engine (a long compile step).
         "prefill_age": _age(now, judged.prefill_seen_at),
-        "compiling_for": _age(now, judged.compiling_since),
-        "compiling": judged.compile_detail or None,
-        "compiler_seen_age": _age(now, judged.compiler_seen_at),  # a storm: the last one seen
+        "compiling_for": _age(now, compiler.since),
+        "compiling": compiler.detail or None,
+        "compiler_seen_age": _age(now, compiler.seen_at),  # a storm: the last one seen
         "last_scrape_error": inputs.last_scrape_error or None,
         # Why the last /health poll gave no evidence, and what each loop
         # survived (loop name -> errors, last, ago): failed reads and

@@ -15,7 +15,7 @@ scaling" like any other path: that body says a scale runs, with no phase.
 It is POST and asks the engine core, so it is asked only while another source
 shows a scale or a retired rank (:mod:`sentinel.record.observers`), never on an
 idle healthy server. 404 or 405: no elastic EP; it is then asked again only
-every :data:`ABSENT_RETRY` seconds. Each answer is capped at
+every :data:`~sentinel.evidence.endpoint_poll.ABSENT_RETRY` seconds. Each answer is capped at
 :data:`MAX_BODY_BYTES` and every text in it is cut short, since everything read
 from the target is hostile. Never raises for a failed poll.
 """
@@ -23,18 +23,14 @@ from the target is hostile. Never raises for a failed poll.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
-
-from sentinel.transport import small_exchange
+from sentinel.evidence.endpoint_poll import EndpointPoller
 
 PATH = "/is_scaling_elastic_ep"
 MAX_BODY_BYTES = 4 * 1024
 MAX_TEXT = 240  # characters kept of the error and the epoch
-ABSENT_RETRY = 300.0  # seconds before a route that answered "not here" is asked again
 #: The phases vLLM 0.33+ names (``ExternalElasticEPScalePhase``), a closed set.
 PHASES = frozenset({"idle", "preparing", "committing", "failed", "completed"})
 RUNNING = frozenset({"preparing", "committing"})
@@ -121,40 +117,21 @@ def _message(body: bytes) -> str:
     return _text(inner) or ""
 
 
-class ElasticEpPoller:
+class ElasticEpPoller(EndpointPoller):
     """Asks the route when told to; remembers when it is absent and asks that rarely."""
 
-    def __init__(
-        self,
-        client: httpx.AsyncClient,
-        base_url: str,
-        clock: Callable[[], float],
-        *,
-        timeout: float = 2.0,
-    ) -> None:
-        self._client = client
-        self._url = base_url.rstrip("/") + PATH
-        self._clock = clock
-        self._timeout = timeout
-        self._absent_until = float("-inf")
+    max_body_bytes = MAX_BODY_BYTES
 
     async def poll(self) -> ScalePoll:
         now = self._clock()
-        if now < self._absent_until:
+        if self._absent(PATH, now):
             return ScalePoll()
-        answer = await small_exchange(
-            self._client,
-            "POST",
-            self._url,
-            what=f"POST {PATH}",
-            limit=MAX_BODY_BYTES,
-            deadline=self._timeout,
-        )
+        answer = await self._exchange("POST", PATH)
         if answer.problem:
             return ScalePoll(problem=answer.problem)
         status, body = answer.status, answer.body
         if status in (404, 405):
-            self._absent_until = now + ABSENT_RETRY
+            self._mark_absent(PATH, now)
             return ScalePoll()
         if status != 200:
             message = _message(body)
@@ -172,7 +149,3 @@ class ElasticEpPoller:
         if isinstance(read, str):
             return ScalePoll(problem=f"POST {PATH}: {read}")
         return ScalePoll(read)
-
-    def forget(self) -> None:
-        """A new server: a route absent on the old one may be there now."""
-        self._absent_until = float("-inf")

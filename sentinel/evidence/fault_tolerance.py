@@ -23,24 +23,22 @@ What the document and the flags mean is read in
 Hostile like every read: a byte cap, a deadline, at most :data:`MAX_ENGINES`
 entries, strings cut short; never raises for a failed poll. 404 on both paths
 is "not here" (:attr:`FaultTolerancePoller.missing`: asked again after
-:data:`ABSENT_RETRY`, whatever the flags); 401/403 is "cannot tell", with the
-reason. sentinel only reads: it never sends ``apply``.
+:data:`~sentinel.evidence.endpoint_poll.ABSENT_RETRY`, whatever the flags);
+401/403 is "cannot tell", with the reason. sentinel only reads: it never sends
+``apply``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
-import httpx
-
+from sentinel.evidence.endpoint_poll import EndpointPoller
 from sentinel.evidence.ft_status import FtEngine, parse_status
-from sentinel.transport import small_exchange
 
 # The 0.34 path first: a server that has it answers at once, a 0.33 one 404s it once.
 PATHS = ("/v1/fault_tolerance/status", "/fault_tolerance/status")
 MAX_BODY_BYTES = 64 * 1024
-ABSENT_RETRY = 300.0  # seconds before a server without the endpoint is asked again
+_EITHER = "both status routes"  # the name the absence is kept under: neither gave a status
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,36 +57,22 @@ class FtPoll:
     problem: str = ""
 
 
-class FaultTolerancePoller:
+class FaultTolerancePoller(EndpointPoller):
     """Asks the status route that answers; remembers which, and an absent server's retry."""
 
-    def __init__(
-        self,
-        client: httpx.AsyncClient,
-        base_url: str,
-        clock: Callable[[], float],
-        *,
-        api_key: str | None = None,
-        timeout: float = 2.0,
-    ) -> None:
-        self._client = client
-        self._base = base_url.rstrip("/")
-        self._clock = clock
-        self._timeout = timeout
-        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._api_key = api_key
-        self._path = ""  # the route that last answered
-        self.absent_until = float("-inf")  # no status from either route: not asked again before
-        self._missing = False  # and both routes answered 404 (the route is not registered)
+    max_body_bytes = MAX_BODY_BYTES
+    _path = ""  # the route that last answered
+    _missing = False  # and both routes answered 404 when neither gave a status
 
     def forget(self) -> None:
         """A new server: its release and flags may differ from the old one's."""
-        self._path, self.absent_until, self._missing = "", float("-inf"), False
+        super().forget()
+        self._path, self._missing = "", False
 
     @property
     def absent(self) -> bool:
         """Both routes said "not here" and the retry is not yet due."""
-        return self._clock() < self.absent_until
+        return self._absent(_EITHER, self._clock())
 
     @property
     def missing(self) -> bool:
@@ -125,19 +109,10 @@ class FaultTolerancePoller:
             self._path = path
             return FtPoll(engines, path)
         self._path, self._missing = "", not problem
-        self.absent_until = self._clock() + ABSENT_RETRY
+        self._mark_absent(_EITHER, self._clock())
         return FtPoll(problem=problem) if problem else FtPoll(absent=True)
 
     async def _get(self, path: str) -> tuple[int | None, bytes, str]:
         """(HTTP status, body, what went wrong: "" when an answer came whole)."""
-        answer = await small_exchange(
-            self._client,
-            "GET",
-            self._base + path,
-            what=f"GET {path}",
-            limit=MAX_BODY_BYTES,
-            deadline=self._timeout,
-            headers=self._headers,
-            body_only_on_ok=True,
-        )
+        answer = await self._exchange("GET", path, body_only_on_ok=True)
         return answer.status, answer.body, answer.problem

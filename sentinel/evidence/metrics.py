@@ -147,24 +147,8 @@ def parse_vllm_metrics(text: str, at: float) -> MetricsSample:
 
     Raises ``ValueError`` when the text is not a valid exposition.
     """
-    counters: dict[str, float] = {}
-    gauges: dict[str, float] = {}
-    engines: dict[str, dict[str, float]] = {}
-    engine_gauges: dict[str, dict[str, float]] = {}
-
-    def gauge(key: str, value: float, labels: Mapping[str, str]) -> None:
-        gauges[key] = gauges.get(key, 0.0) + value
-        engine = labels.get(ENGINE_LABEL)
-        if engine is not None:
-            own = engine_gauges.setdefault(engine, {})
-            own[key] = own.get(key, 0.0) + value
-
-    def count(key: str, value: float, labels: Mapping[str, str]) -> None:
-        counters[key] = counters.get(key, 0.0) + value
-        engine = labels.get(ENGINE_LABEL)
-        if engine is not None:
-            own = engines.setdefault(engine, {})
-            own[key] = own.get(key, 0.0) + value
+    counters, gauges = _Sums(), _Sums()
+    count, gauge = counters.add, gauges.add
 
     # Nothing of vLLM's in it: parse it whole, so garbage is still reported.
     wanted = relevant_lines(text)
@@ -202,11 +186,33 @@ def parse_vllm_metrics(text: str, at: float) -> MetricsSample:
                 )
     return MetricsSample(
         at=at,
-        counters=MappingProxyType(counters),
-        gauges=MappingProxyType(gauges),
-        engines=MappingProxyType({k: MappingProxyType(v) for k, v in engines.items()}),
-        engine_gauges=MappingProxyType({k: MappingProxyType(v) for k, v in engine_gauges.items()}),
+        counters=MappingProxyType(counters.total),
+        gauges=MappingProxyType(gauges.total),
+        engines=counters.frozen_by_engine(),
+        engine_gauges=gauges.frozen_by_engine(),
     )
+
+
+class _Sums:
+    """One kind of series (counters or gauges) summed per key: over all engines, and per engine.
+
+    A sample labelled with an engine counts in both sums; one without counts
+    in the total alone.
+    """
+
+    def __init__(self) -> None:
+        self.total: dict[str, float] = {}
+        self.by_engine: dict[str, dict[str, float]] = {}
+
+    def add(self, key: str, value: float, labels: Mapping[str, str]) -> None:
+        self.total[key] = self.total.get(key, 0.0) + value
+        engine = labels.get(ENGINE_LABEL)
+        if engine is not None:
+            own = self.by_engine.setdefault(engine, {})
+            own[key] = own.get(key, 0.0) + value
+
+    def frozen_by_engine(self) -> Mapping[str, Mapping[str, float]]:
+        return MappingProxyType({k: MappingProxyType(v) for k, v in self.by_engine.items()})
 
 
 def _bucket_is_one(le: str) -> bool:

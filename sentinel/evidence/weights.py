@@ -6,14 +6,14 @@ weights' path) from ``/v1/models``, and the weight version vLLM reports at
 ``/weight_info`` (registered with ``VLLM_SERVER_DEV_MODE=1``; set by an RL
 controller through ``/finish_weight_update`` or ``/update_weight_version``).
 Where ``/weight_info`` answers "not here" (404, 401, 405), there is no
-declared version: ``""``, asked again every :data:`ABSENT_RETRY` seconds.
+declared version: ``""``, asked again every
+:data:`~sentinel.evidence.endpoint_poll.ABSENT_RETRY` seconds.
 Any other failure is no answer (None), and the caller keeps what it knew.
 Bodies are capped and bounded in time; never raises for a failed poll.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -21,13 +21,12 @@ from typing import Any
 
 import httpx
 
-from sentinel.transport import BodyDecodingError, BodyTooLarge, iter_capped
+from sentinel.evidence.endpoint_poll import EndpointPoller
 
 MODELS_PATH = "/v1/models"
 WEIGHT_INFO_PATH = "/weight_info"
 MAX_BODY_BYTES = 256 * 1024  # /v1/models lists a few models (LoRA adapters too)
 MAX_NAME = 512
-ABSENT_RETRY = 300.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,8 +37,10 @@ class Identity:
     weights: str | None = None  # the declared weight version; "" where none is declared
 
 
-class WeightsPoller:
+class WeightsPoller(EndpointPoller):
     """Asks ``/v1/models`` and ``/weight_info``; an absent ``/weight_info`` is asked rarely."""
+
+    max_body_bytes = MAX_BODY_BYTES
 
     def __init__(
         self,
@@ -51,57 +52,36 @@ class WeightsPoller:
         api_key: str | None = None,
         timeout: float = 2.0,
     ) -> None:
-        self._client = client
-        self._base = base_url.rstrip("/")
-        self._clock = clock
+        super().__init__(client, base_url, clock, api_key=api_key, timeout=timeout)
         self._addressed = addressed
-        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._timeout = timeout
-        self._absent_until = float("-inf")
 
     async def poll(self) -> Identity:
         model = model_of(await self._get(MODELS_PATH), self._addressed)
         now = self._clock()
-        if now < self._absent_until:
+        if self._absent(WEIGHT_INFO_PATH, now):
             return Identity(model, "")
         status, payload = await self._get_status(WEIGHT_INFO_PATH)
         if status in (401, 403, 404, 405):
-            self._absent_until = now + ABSENT_RETRY
+            self._mark_absent(WEIGHT_INFO_PATH, now)
             return Identity(model, "")
         version = payload.get("weight_version") if isinstance(payload, dict) else None
         if status == 200 and isinstance(version, str | int) and not isinstance(version, bool):
             return Identity(model, str(version)[:MAX_NAME])
         return Identity(model, None)
 
-    def forget(self) -> None:
-        """A new server: an endpoint absent on the old one may be there now."""
-        self._absent_until = float("-inf")
-
     async def _get(self, path: str) -> Any:
         status, payload = await self._get_status(path)
         return payload if status == 200 else None
 
     async def _get_status(self, path: str) -> tuple[int | None, Any]:
-        body = bytearray()
-        status: int | None = None
+        """The status (None: no answer came whole) and, for a 200, the decoded body."""
+        answer = await self._exchange("GET", path, body_only_on_ok=True)
+        if answer.status != 200:
+            return answer.status, None
         try:
-            async with asyncio.timeout(self._timeout):
-                async with self._client.stream(
-                    "GET",
-                    self._base + path,
-                    headers=self._headers,
-                    timeout=self._timeout,
-                    follow_redirects=False,
-                ) as response:
-                    status = response.status_code
-                    async for chunk in iter_capped(response, MAX_BODY_BYTES):
-                        body.extend(chunk)
-        except (TimeoutError, httpx.HTTPError, BodyTooLarge, BodyDecodingError):
-            return status, None
-        try:
-            return status, json.loads(bytes(body))
-        except ValueError:
-            return status, None
+            return answer.status, json.loads(answer.body)
+        except (ValueError, RecursionError):  # RecursionError: nested past the limit
+            return answer.status, None
 
 
 def model_of(payload: Any, addressed: str | None) -> str | None:

@@ -27,6 +27,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from sentinel.canary.catalog import Catalog
+from sentinel.cli_flags import add_catalog_flag
 from sentinel.config.loader import ConfigError
 from sentinel.config.settings import split_host_port
 from sentinel.exitcode import ExitCode
@@ -195,7 +196,7 @@ def add_exporter_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--check-config", action="store_true", help="validate the file and its modules, then exit"
     )
-    parser.add_argument("--probes", type=Path, help="canary catalog directory (default: built-in)")
+    add_catalog_flag(parser)
     parser.add_argument("--log-format", choices=["auto", "json", "console"], default="auto")
     parser.add_argument(
         "--log-level", choices=["debug", "info", "warning", "error"], default="info"
@@ -211,7 +212,7 @@ def exporter_main(args: argparse.Namespace) -> int:
         host, port = split_host_port(args.listen or config.listen)
     except ValueError as exc:
         raise ConfigError(f"--listen: {exc}") from None
-    exporter = Exporter.build(config, read_catalog(args.probes))
+    exporter = Exporter.build(config, read_catalog(args.catalog))
     if args.check_config:
         names = ", ".join(f"{m.name} ({'+'.join(m.kinds)})" for m in exporter.modules.values())
         print(f"{args.config}: ok; listen {host}:{port}; modules: {names}")

@@ -51,6 +51,8 @@ from sentinel.fingerprint.store import (
 )
 from sentinel.telemetry.logging import get_logger
 from sentinel.verdict.hangs.corrupt import NAN_ANSWER, compare, degenerate
+from sentinel.verdict.model import CORRECTNESS as CORRECTNESS_SECTION
+from sentinel.verdict.sections import SectionKey
 
 log = get_logger("sentinel.fingerprint")
 
@@ -322,10 +324,13 @@ class CorrectnessProvider:
     """
 
     book: FingerprintBook
-    name: str = "correctness"
+
+    @property
+    def key(self) -> SectionKey[CorrectnessEvidence]:
+        return CORRECTNESS_SECTION
 
     def section(self, now: float) -> CorrectnessEvidence | None:
         return self.book.evidence()
 
-    def status(self, section: object, now: float) -> Mapping[str, Any] | None:
+    def status(self, section: CorrectnessEvidence, now: float) -> Mapping[str, Any] | None:
         return None

@@ -49,6 +49,7 @@ from sentinel.telemetry.events import (
 )
 from sentinel.telemetry.logging import get_logger
 from sentinel.verdict import VerdictState
+from sentinel.verdict.sections import SectionKey
 
 log = get_logger(__name__)
 
@@ -127,10 +128,17 @@ class BrakeMemoryStatus:
         }
 
 
+# Its section in the evidence: /status shows it (``sections.brake_memory``), no rule reads it.
+BRAKE_MEMORY = SectionKey("brake_memory", BrakeMemoryStatus)
+
+
 class BrakeMemory:
     """This pod's brake memory; the evaluator seeds and tells it, the daemon runs its step."""
 
-    name = "brake_memory"  # its section's name in the evidence and in /status
+    @property
+    def key(self) -> SectionKey[BrakeMemoryStatus]:
+        """Its section: /status shows it, no rule reads it."""
+        return BRAKE_MEMORY
 
     def __init__(
         self,
@@ -283,8 +291,8 @@ class BrakeMemory:
     def section(self, now: float) -> BrakeMemoryStatus:
         return self.status_now
 
-    def status(self, section: object, now: float) -> Mapping[str, Any] | None:
-        if not isinstance(section, BrakeMemoryStatus) or section.state == "off":
+    def status(self, section: BrakeMemoryStatus, now: float) -> Mapping[str, Any] | None:
+        if section.state == "off":
             return None
         return section.document()
 
@@ -293,4 +301,4 @@ class BrakeMemory:
             self.leases.close()
 
 
-__all__ = ["Annotations", "BrakeLeases", "BrakeMemory", "BrakeMemoryStatus"]
+__all__ = ["BRAKE_MEMORY", "Annotations", "BrakeLeases", "BrakeMemory", "BrakeMemoryStatus"]

@@ -8,6 +8,8 @@ from typing import Any
 
 from sentinel.fleet.lease import PoolBudget
 from sentinel.verdict import RestartGate
+from sentinel.verdict.model import RESTART_GATE
+from sentinel.verdict.sections import SectionKey
 
 
 @dataclass(frozen=True, slots=True)
@@ -18,7 +20,10 @@ class BudgetGate:
     """
 
     budget: PoolBudget
-    name: str = "restart_gate"
+
+    @property
+    def key(self) -> SectionKey[RestartGate]:
+        return RESTART_GATE
 
     @classmethod
     def of(cls, budget: PoolBudget) -> tuple[BudgetGate, ...]:
@@ -28,5 +33,5 @@ class BudgetGate:
     def section(self, now: float) -> RestartGate:
         return self.budget.gate()
 
-    def status(self, section: object, now: float) -> Mapping[str, Any] | None:
+    def status(self, section: RestartGate, now: float) -> Mapping[str, Any] | None:
         return None

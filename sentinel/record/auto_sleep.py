@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
+from sentinel.config.settings import Settings
 from sentinel.evidence.metrics import SLEEP_PREFIX, MetricsSample
 from sentinel.evidence.sleep_flags import sleep_idle_ttl
 from sentinel.record.observers import Observers
@@ -28,6 +29,7 @@ from sentinel.record.reading import LedgerReading
 from sentinel.telemetry.logging import get_logger
 from sentinel.verdict import Phase
 from sentinel.verdict.hangs.wake import SECTION, AutoSleepSection
+from sentinel.verdict.sections import SectionKey
 
 log = get_logger("sentinel.auto_sleep")
 
@@ -35,7 +37,7 @@ log = get_logger("sentinel.auto_sleep")
 class AutoSleepWatch:
     """The provider of the ``auto_sleep`` section; :meth:`observe_sample` is a sample listener."""
 
-    name = SECTION
+    key: SectionKey[AutoSleepSection] = SECTION
 
     def __init__(self, ledger: LedgerReading, configured: float | None, *, hold: float) -> None:
         self._ledger = ledger
@@ -52,11 +54,10 @@ class AutoSleepWatch:
         self.woke_at: float | None = None  # when an idle sleep was last left
 
     @classmethod
-    def listening(
-        cls, observers: Observers, configured: float | None, *, hold: float
-    ) -> AutoSleepWatch:
-        """A watch told every sample ``observers`` take, after the ledger."""
-        watch = cls(observers.ledger, configured, hold=hold)
+    def listening(cls, observers: Observers, settings: Settings) -> AutoSleepWatch:
+        """A watch told every sample ``observers`` take, after the ledger; of the settings it
+        reads ``auto_sleep_idle`` and ``auto_sleep_hold``."""
+        watch = cls(observers.ledger, settings.auto_sleep_idle, hold=settings.auto_sleep_hold)
         observers.sample_listeners.append(watch.observe_sample)
         return watch
 
@@ -146,7 +147,7 @@ class AutoSleepWatch:
         gauges = readings.gauges or {}
         return readings.is_sleeping is not None or any(k.startswith(SLEEP_PREFIX) for k in gauges)
 
-    def section(self, now: float) -> object:
+    def section(self, now: float) -> AutoSleepSection:
         if self._ledger.epoch != self._epoch:
             return AutoSleepSection()  # the old server's traffic is no evidence
         self.follow(now)
@@ -165,9 +166,7 @@ class AutoSleepWatch:
             woke_idle=self.woke_idle,
         )
 
-    def status(self, section: object, now: float) -> Mapping[str, Any] | None:
-        if not isinstance(section, AutoSleepSection):
-            return None
+    def status(self, section: AutoSleepSection, now: float) -> Mapping[str, Any] | None:
         if not section.applies:
             return {"auto_sleep": False, "why": "neither configured nor on the command line"}
         ttl = section.ttl or 0.0

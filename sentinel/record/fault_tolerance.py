@@ -50,7 +50,9 @@ from sentinel.evidence.ft_status import (
 )
 from sentinel.record.ledger import Ledger
 from sentinel.record.lifecycle import KEEP_WORD
+from sentinel.record.observers import Observers
 from sentinel.verdict.hangs.fault_tolerance import SECTION, FaultToleranceSection
+from sentinel.verdict.sections import SectionKey
 
 SHOWN_ENGINES = 16  # engines /status lists; the rest are counted
 
@@ -58,7 +60,7 @@ SHOWN_ENGINES = 16  # engines /status lists; the rest are counted
 class FaultToleranceWatch:
     """The provider of the ``fault_tolerance`` section; :meth:`step` is its observer step."""
 
-    name = SECTION
+    key: SectionKey[FaultToleranceSection] = SECTION
 
     def __init__(
         self, ledger: Ledger, clock: Callable[[], float], *, timeout: float, grace: float
@@ -76,11 +78,11 @@ class FaultToleranceWatch:
         self._healthy_at: float | None = None  # the first read after it that showed none
 
     @classmethod
-    def for_settings(
-        cls, ledger: Ledger, clock: Callable[[], float], settings: Settings
-    ) -> FaultToleranceWatch:
+    def for_settings(cls, observers: Observers, settings: Settings) -> FaultToleranceWatch:
+        """A watch on the observers' ledger and clock; of the settings it reads
+        ``fault_tolerance_timeout`` and ``fault_tolerance_grace``."""
         timeout, grace = settings.fault_tolerance_timeout, settings.fault_tolerance_grace
-        return cls(ledger, clock, timeout=timeout, grace=grace)
+        return cls(observers.ledger, observers.clock, timeout=timeout, grace=grace)
 
     def observer_step(
         self, client: httpx.AsyncClient, settings: Settings, api_key: str | None
@@ -229,14 +231,12 @@ class FaultToleranceWatch:
             )
         return ""
 
-    def section(self, now: float) -> object:
+    def section(self, now: float) -> FaultToleranceSection:
         if self._ledger.epoch != self._epoch:
             return FaultToleranceSection()  # the old server's status is no evidence
         return self._section
 
-    def status(self, section: object, now: float) -> Mapping[str, Any] | None:
-        if not isinstance(section, FaultToleranceSection):
-            return None
+    def status(self, section: FaultToleranceSection, now: float) -> Mapping[str, Any] | None:
         if not section.known and not section.cannot_tell and section.faulted_since is None:
             return None  # a server without fault tolerance: nothing to show
         timeout = section.timeout if section.timeout is not None else self._timeout

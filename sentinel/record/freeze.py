@@ -13,13 +13,9 @@ from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 from typing import Protocol
 
-from sentinel.canary.correctness import CorrectnessEvidence
 from sentinel.canary.kinds import is_path
 from sentinel.canary.result import CanaryResult
 from sentinel.canary.spec import CanaryKind
-from sentinel.evidence.api_watch import ApiWatch
-from sentinel.evidence.compilers import CompileWatch
-from sentinel.evidence.engine_cpu import EngineCpuWatch
 from sentinel.evidence.process_model import ProcessSnapshot
 from sentinel.progress.path_traffic import PathTraffic
 from sentinel.progress.tracker import STEP_COUNTER, ProgressTracker
@@ -27,6 +23,7 @@ from sentinel.record.departures import Departures
 from sentinel.record.lifecycle import LifecycleTracker
 from sentinel.record.refusals import Refusals
 from sentinel.verdict import Action, EngineProgress, Evidence, KindEvidence, RestartGate
+from sentinel.verdict.model import CORRECTNESS, RESTART_GATE
 
 
 class KindView(Protocol):
@@ -73,12 +70,6 @@ class LedgerView(Protocol):
     def traffic(self) -> PathTraffic: ...
     @property
     def lifecycle(self) -> LifecycleTracker: ...
-    @property
-    def compiling(self) -> CompileWatch: ...
-    @property
-    def api(self) -> ApiWatch: ...
-    @property
-    def engine_cpu(self) -> EngineCpuWatch: ...
     @property
     def health_failing_since(self) -> float | None: ...
     @property
@@ -127,15 +118,15 @@ def freeze(
     """Freeze what the verdict needs; progress counts only from a fresh sample.
 
     ``unobserved`` are the spans sentinel itself did not run (see the evaluator);
-    ``sections`` the providers' (:mod:`sentinel.record.provider`), those named
-    after a typed field of the evidence (``correctness``, ``restart_gate``) in it.
+    ``sections`` the providers' (:mod:`sentinel.record.provider`), those keyed
+    for a typed field of the evidence (``correctness``, ``restart_gate``) in it.
     """
     given = dict(sections or {})
-    correctness = given.pop("correctness", None)
-    gate = given.pop("restart_gate", None)
+    correctness, gate = CORRECTNESS.read(given), RESTART_GATE.read(given)
+    for key in (CORRECTNESS, RESTART_GATE):
+        given.pop(key.name, None)
     sample_at = ledger.progress.last_sample_at
     fresh = sample_at is not None and now - sample_at <= freshness
-    cpu = ledger.engine_cpu.current
     return Evidence(
         epoch=ledger.epoch,
         epoch_started=ledger.epoch_started,
@@ -182,17 +173,9 @@ def freeze(
         lifecycle=ledger.lifecycle.current,
         waiting_since=ledger.waiting_since if fresh else None,
         waiting_real=ledger.waiting_real,
-        compiling_since=ledger.compiling.since,
-        compiler_seen_at=ledger.compiling.seen_at,
-        compile_detail=ledger.compiling.detail,
-        engine_idle_since=cpu.idle_since,
-        engine_cpu_at=cpu.sampled_at,
-        engine_cpu_unknown=cpu.unknown,
-        api_stuck_since=ledger.api.since,
-        api_stuck_detail=ledger.api.detail,
         unobserved=unobserved,
-        correctness=correctness if isinstance(correctness, CorrectnessEvidence) else None,
-        restart_gate=gate if isinstance(gate, RestartGate) else RestartGate(),
+        correctness=correctness,
+        restart_gate=gate if gate is not None else RestartGate(),
         sections=MappingProxyType(given),
         model=ledger.model,
         epoch_reason=ledger.epoch_reason,

@@ -22,10 +22,12 @@ from dataclasses import replace
 from typing import Any
 
 from sentinel.canary.spec import CanaryKind
+from sentinel.config.settings import Settings
 from sentinel.evidence.metrics import MetricsSample
 from sentinel.record.observers import Observers
 from sentinel.record.reading import LedgerReading
 from sentinel.verdict.hangs.kv_transfer import SECTION, KvTransferSection
+from sentinel.verdict.sections import SectionKey
 
 #: Counters that move when a transfer lands, by the words ``/status`` names them with.
 LANDING_COUNTERS: Mapping[str, str] = {
@@ -38,7 +40,7 @@ FAILED_COUNTER = "kv_failed_transfers"
 class KvTransferWatch:
     """The provider of the ``kv_transfer`` section; :meth:`observe_sample` is a sample listener."""
 
-    name = SECTION
+    key: SectionKey[KvTransferSection] = SECTION
 
     def __init__(self, ledger: LedgerReading, bound: float) -> None:
         self._ledger = ledger
@@ -49,9 +51,10 @@ class KvTransferWatch:
         self._failed_from: float | None = None  # the failed counter when deferral began
 
     @classmethod
-    def listening(cls, observers: Observers, bound: float) -> KvTransferWatch:
-        """A watch told every sample ``observers`` take, after the ledger."""
-        watch = cls(observers.ledger, bound)
+    def listening(cls, observers: Observers, settings: Settings) -> KvTransferWatch:
+        """A watch told every sample ``observers`` take, after the ledger; of the settings it
+        reads ``kv_transfer_bound``."""
+        watch = cls(observers.ledger, settings.kv_transfer_bound)
         observers.sample_listeners.append(watch.observe_sample)
         return watch
 
@@ -100,14 +103,12 @@ class KvTransferWatch:
         record = self._ledger.records.get(CanaryKind.STRUCTURED)
         return 0 if record is None else len(record.outstanding) + len(record.awaited)
 
-    def section(self, now: float) -> object:
+    def section(self, now: float) -> KvTransferSection:
         if self._ledger.epoch != self._epoch:
             return KvTransferSection()  # the old server's deferrals are no evidence
         return self._section
 
-    def status(self, section: object, now: float) -> Mapping[str, Any] | None:
-        if not isinstance(section, KvTransferSection):
-            return None
+    def status(self, section: KvTransferSection, now: float) -> Mapping[str, Any] | None:
         if not section.counted:
             return {"deferred": None, "why": "the server does not count deferred requests"}
         since = section.deferred_since

@@ -23,9 +23,6 @@ from dataclasses import dataclass, field, replace
 
 from sentinel.canary.result import CanaryResult
 from sentinel.canary.spec import CanaryKind
-from sentinel.evidence.api_watch import ApiWatch
-from sentinel.evidence.compilers import CompileWatch
-from sentinel.evidence.engine_cpu import EngineCpuWatch
 from sentinel.evidence.metrics import MetricsSample
 from sentinel.evidence.process_model import ProcessInfo, ProcessSnapshot, ProcessState, placed
 from sentinel.progress.path_traffic import PathTraffic
@@ -119,12 +116,6 @@ class Ledger:
         self.traffic = PathTraffic()  # real traffic on each path (its kind's counter)
         self.waiting_since: float | None = None  # real requests waiting since (starvation)
         self.waiting_real = 0.0
-        # Compilers under the engine: CPU seconds at the last sample, and since
-        # when one has been seen busy (a long first-use compile step).
-        self.compiling = CompileWatch()
-        self.engine_cpu = EngineCpuWatch()  # the engine's processes standing still
-        # Each API-server process of --api-server-count: stopped, or not reading.
-        self.api = ApiWatch()
         self.refusals = Refusals()  # the latest run of each deliberate refusal
 
     # -- epochs -------------------------------------------------------------
@@ -148,7 +139,6 @@ class Ledger:
         self.lifecycle.reset()
         self.traffic.reset()
         self.waiting_since, self.waiting_real = None, 0.0
-        self.api.reset()
         self.refusals.reset()
 
     def observe_traffic(self, sample: MetricsSample) -> None:
@@ -353,9 +343,6 @@ class Ledger:
             (p.pid, p.create_time): p for p in (*snapshot.engine_processes, *snapshot.coordinators)
         }
         previous, self.processes = self.processes, snapshot
-        self.compiling.observe(snapshot.compilers, now)
-        self.engine_cpu.observe(snapshot, now)
-        self.api.observe(snapshot, now)
         before = None if previous is None else previous.api_identity
         after = snapshot.api_identity
         # An attributed API server is kept while that very process lives (even

@@ -202,6 +202,9 @@ class Observers:
         self.observations = Observations()
         # Told every /metrics sample after the ledger (the correctness fingerprint's counters).
         self.sample_listeners: list[Callable[[MetricsSample], None]] = []
+        # Told every process sample (with its time) before the ledger: the readings
+        # that provide their own sections (sentinel.record.process_readings).
+        self.process_listeners: list[Callable[[ProcessSnapshot, float], None]] = []
         # Told why each /metrics scrape gave no sample (sentinel's failure metric).
         self.scrape_failed = scrape_failed
 
@@ -346,7 +349,10 @@ class Observers:
                 watcher.port_refused()
             told = ledger.refused_since
             snapshot = await watcher.sample_async()
-            ledger.observe_processes(snapshot, self.clock())
+            now = self.clock()
+            for listener in self.process_listeners:
+                listener(snapshot, now)
+            ledger.observe_processes(snapshot, now)
             said = log_process_evidence(snapshot, said)
 
         return step

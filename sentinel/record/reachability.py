@@ -18,13 +18,17 @@ from collections.abc import Mapping
 from typing import Any
 
 from sentinel.canary.result import Reason
-from sentinel.record.observers import Observations
+from sentinel.config.settings import Settings
+from sentinel.record.observers import Observations, Observers
 from sentinel.record.reading import LedgerReading
 from sentinel.telemetry.logging import get_logger
+from sentinel.telemetry.redact import redact_url
+from sentinel.verdict.decide import REACHABILITY
+from sentinel.verdict.sections import SectionKey
 
 log = get_logger("sentinel.reachability")
 
-SECTION = "reachability"  # the section's name; sentinel.verdict.decide reads it
+SECTION = REACHABILITY  # the section's key; sentinel.verdict.decide reads it
 WARN_EVERY_S = 60.0  # one warning a minute while the target stays unreachable
 
 REFUSED = "connection refused"
@@ -81,7 +85,7 @@ def _connect_words(detail: str) -> str:
 class Reachability:
     """The provider of the ``reachability`` section (a str: '' or why nothing answers)."""
 
-    name = SECTION
+    key: SectionKey[str] = SECTION
 
     def __init__(self, ledger: LedgerReading, observations: Observations, target: str) -> None:
         self._ledger = ledger
@@ -91,7 +95,13 @@ class Reachability:
         self._words = ""
         self._warned_at: float | None = None
 
-    def section(self, now: float) -> object:
+    @classmethod
+    def for_settings(cls, observers: Observers, settings: Settings) -> Reachability:
+        """The provider over the observers' ledger and last ``/health`` word; of the settings
+        it reads ``target`` (redacted: it goes to the log)."""
+        return cls(observers.ledger, observers.observations, redact_url(settings.target))
+
+    def section(self, now: float) -> str:
         words = unreachable_words(self._ledger, self._observations.last_health_error)
         if words and self._since is None:
             self._since = now
@@ -100,8 +110,8 @@ class Reachability:
         self._words = words
         return words
 
-    def status(self, section: object, now: float) -> Mapping[str, Any] | None:
-        words = section if isinstance(section, str) else ""
+    def status(self, section: str, now: float) -> Mapping[str, Any] | None:
+        words = section
         since = self._since if words else None
         return {
             "unreachable": words or None,

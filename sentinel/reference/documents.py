@@ -26,7 +26,7 @@ from pydantic import BaseModel
 
 from sentinel.canary.kinds import path_kinds
 from sentinel.config.loader import env_name
-from sentinel.config.settings import CanaryOverride, RestartBudget, Settings
+from sentinel.config.settings import RENAMED, CanaryOverride, RestartBudget, Settings
 from sentinel.evaluation.health import HealthState
 from sentinel.knob import help_of, span_of
 from sentinel.reference.layout import layout
@@ -86,9 +86,27 @@ def configuration() -> str:
             f"| `{_default(field.get_default(call_default_factory=True))}` "
             f"| {_range(Settings, name)} | {_what(Settings, name)} |"
         )
+    rows += _renamed()
     for name, (model, example) in SECTIONS.items():
         rows += _section(name, model, example)
     return "\n".join(rows) + "\n"
+
+
+def _renamed() -> list[str]:
+    """The old names still accepted, so a search for one finds what it is called now."""
+    rows = [
+        "",
+        "## Renamed settings",
+        "",
+        "Old names still accepted as key, flag and variable, each with one note on",
+        "stderr naming the new one; giving both is refused.",
+        "",
+        "| old key, flag and environment | now |",
+        "|---|---|",
+    ]
+    for old, new in RENAMED.items():
+        rows.append(f"| `{old}`, `--{old.replace('_', '-')}`, `{env_name(old)}` | `{new}` |")
+    return rows
 
 
 def _section(name: str, model: type[BaseModel], example: str) -> list[str]:

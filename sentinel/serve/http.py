@@ -60,8 +60,6 @@ PROBE_PATHS = frozenset({"/livez", "/readyz", "/startupz", "/healthz"})
 # belongs to it); the state they touch is thread-safe.
 LISTENER_PATHS = PROBE_PATHS | {MAINTENANCE_PATH, FINGERPRINT_PATH}
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-# Runs a non-probe route's handler where daemon state may be read (see probe_thread).
-Forward = Callable[[web.Request, Handler], Awaitable[web.StreamResponse]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -270,8 +268,9 @@ class HttpServer:
     ``start`` returns once the socket is bound; ``port`` is then the real
     port. ``stop`` closes the listener and waits at most ``shutdown_timeout``
     for in-flight requests. ``limits`` bound what clients may hold open.
-    ``forward``, when given, runs every route but those of ``LISTENER_PATHS``.
-    ``maintenance`` serves ``/maintenance`` (see :func:`build_app`).
+    ``maintenance`` serves ``/maintenance`` (see :func:`build_app`). A subclass
+    that runs it elsewhere (:class:`~sentinel.serve.probe_thread.ThreadedHttpServer`)
+    adds its middlewares through :meth:`_middlewares`.
     """
 
     def __init__(
@@ -285,22 +284,17 @@ class HttpServer:
         shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT,
         access_log: bool = False,
         limits: ServerLimits | None = None,
-        forward: Forward | None = None,
         maintenance: MaintenanceHook | None = None,
         clock: Callable[[], float] = time.monotonic,
         probe_hold: float = 0.0,
     ) -> None:
         self._limits = limits or ServerLimits()
         self._guard: ConnectionGuard | None = None
-        self._forward = forward
-        middlewares: list[Any] = [self._mark_served]
-        if forward is not None:
-            middlewares.append(self._forward_non_probes)
         self._app = build_app(
             state,
             registry,
             extra_routes=extra_routes,
-            middlewares=middlewares,
+            middlewares=self._middlewares(),
             maintenance=maintenance,
             clock=clock,
             probe_hold=probe_hold,
@@ -318,6 +312,10 @@ class HttpServer:
         )
         self._bound: tuple[str, int] | None = None
 
+    def _middlewares(self) -> list[Any]:
+        """The app's middlewares, outermost first: the connection guard's bookkeeping."""
+        return [self._mark_served]
+
     @web.middleware
     async def _mark_served(
         self,
@@ -327,14 +325,6 @@ class HttpServer:
         if self._guard is None:
             return await handler(request)
         return await self._guard.middleware(request, handler)
-
-    @web.middleware
-    async def _forward_non_probes(
-        self, request: web.Request, handler: Handler
-    ) -> web.StreamResponse:
-        if self._forward is None or request.path in LISTENER_PATHS:
-            return await handler(request)
-        return await self._forward(request, handler)
 
     @property
     def guard(self) -> ConnectionGuard:

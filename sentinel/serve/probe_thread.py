@@ -31,90 +31,39 @@ import asyncio
 import concurrent.futures
 import contextlib
 import threading
-from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
 
 from aiohttp import web
-from prometheus_client import CollectorRegistry
 
-from sentinel.evaluation.health import HealthState
-from sentinel.maintenance.endpoint import MaintenanceHook
-from sentinel.serve.http import (
-    DEFAULT_SHUTDOWN_TIMEOUT,
-    PROBE_PATHS,
-    ConnectionGuard,
-    HttpServer,
-    ServerLimits,
-)
+from sentinel.serve.http import LISTENER_PATHS, PROBE_PATHS, Handler, HttpServer
 from sentinel.telemetry.logging import get_logger
 
 log = get_logger("sentinel.serve")
 
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 # A route served on the daemon's loop answers within this, or 503: a wedged loop
 # must not hold the listener's connections open forever.
 MAIN_LOOP_TIMEOUT_S = 10.0
 THREAD_NAME = "sentinel-http"
 
 
-class ThreadedHttpServer:
-    """An :class:`HttpServer` run on its own thread and event loop (same interface).
+class ThreadedHttpServer(HttpServer):
+    """An :class:`HttpServer` run on its own thread and event loop (same options).
 
     ``start`` must be awaited on the daemon's loop: that loop is where the
     non-probe routes run. ``stop`` closes the listener (as ``HttpServer.stop``
     does, in the listener's thread) and joins the thread.
     """
 
-    def __init__(
-        self,
-        state: HealthState,
-        registry: CollectorRegistry,
-        host: str,
-        port: int,
-        *,
-        extra_routes: Sequence[web.AbstractRouteDef] = (),
-        shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT,
-        access_log: bool = False,
-        limits: ServerLimits | None = None,
-        maintenance: MaintenanceHook | None = None,
-        clock: Callable[[], float] | None = None,
-        probe_hold: float = 0.0,
-    ) -> None:
-        self._server = HttpServer(
-            state,
-            registry,
-            host,
-            port,
-            extra_routes=extra_routes,
-            shutdown_timeout=shutdown_timeout,
-            access_log=access_log,
-            limits=limits,
-            forward=self._on_daemon_loop,
-            maintenance=maintenance,
-            probe_hold=probe_hold,
-            **({} if clock is None else {"clock": clock}),
-        )
-        self._daemon_loop: asyncio.AbstractEventLoop | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._stopping: asyncio.Event | None = None
-        self._thread: threading.Thread | None = None
-        self._stopped: concurrent.futures.Future[None] | None = None
+    # The daemon's loop, the listener's loop and thread: set by start().
+    _daemon_loop: asyncio.AbstractEventLoop | None = None
+    _loop: asyncio.AbstractEventLoop | None = None
+    _stopping: asyncio.Event | None = None
+    _thread: threading.Thread | None = None
+    _stopped: concurrent.futures.Future[None] | None = None
 
-    # -- the HttpServer interface ----------------------------------------------
-    @property
-    def guard(self) -> ConnectionGuard:
-        return self._server.guard
-
-    @property
-    def app(self) -> web.Application:
-        return self._server.app
-
-    @property
-    def port(self) -> int:
-        return self._server.port
-
-    @property
-    def url(self) -> str:
-        return self._server.url
+    def _middlewares(self) -> list[Any]:
+        """The guard's, then the one that sends all but the listener's routes to the daemon."""
+        return [*super()._middlewares(), self._forward_non_probes]
 
     async def start(self) -> None:
         """Bind and serve from the listener's thread; raise what binding raised."""
@@ -168,12 +117,20 @@ class ThreadedHttpServer:
 
     async def _run(self, ready: concurrent.futures.Future[None]) -> None:
         self._stopping = asyncio.Event()
-        await self._server.start()
+        await super().start()
         ready.set_result(None)
         try:
             await self._stopping.wait()
         finally:
-            await self._server.stop()
+            await super().stop()
+
+    @web.middleware
+    async def _forward_non_probes(
+        self, request: web.Request, handler: Handler
+    ) -> web.StreamResponse:
+        if request.path in LISTENER_PATHS:
+            return await handler(request)
+        return await self._on_daemon_loop(request, handler)
 
     async def _on_daemon_loop(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         """Run a non-probe route's handler on the daemon's loop; its response comes back here."""

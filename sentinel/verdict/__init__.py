@@ -30,8 +30,9 @@ brake, liveness and the readiness hysteresis).
 The face adds what other packages read beside the verdict itself: a cause
 compared across restarts (:func:`describe`, :func:`recent`, ``NODE_LIMIT``),
 :class:`Ineffective` and the generated rule table (:func:`verdict_reference`).
-Each rule's own section key (``SECTION``) stays at its module, where its name
-is unambiguous.
+:class:`SectionKey` types a section of the evidence; each rule's own key
+(``SECTION``, ``ENGINE_CPU``, ...) stays at its module, beside the section's
+type, where its name is unambiguous.
 """
 
 from sentinel.verdict.cause import NODE_LIMIT, describe, recent
@@ -53,6 +54,7 @@ from sentinel.verdict.model import (
 )
 from sentinel.verdict.policy import Policy
 from sentinel.verdict.registry import hang_kinds
+from sentinel.verdict.sections import SectionKey
 from sentinel.verdict.table import verdict_reference
 
 __all__ = [
@@ -69,6 +71,7 @@ __all__ = [
     "Policy",
     "ProbeAnswer",
     "RestartGate",
+    "SectionKey",
     "Verdict",
     "VerdictState",
     "describe",

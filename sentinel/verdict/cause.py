@@ -22,10 +22,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from sentinel.verdict.model import Evidence, Hang, Ineffective
+from sentinel.verdict.sections import SectionKey
 
 # The evidence section that holds the node the pod runs on (a str, '' unknown);
-# its provider reads the downward API (sentinel.evaluation.escalation).
-SECTION = "node"
+# its provider reads the downward API (sentinel.evaluation.node).
+SECTION: SectionKey[str] = SectionKey("node", str)
 NODE_LIMIT = 253  # a node name is a DNS subdomain: anything longer is not one
 
 
@@ -81,8 +82,8 @@ def escalation(
 
 def node_of(evidence: Evidence) -> str:
     """The pod's node from its section ('' when not told or not a plausible name)."""
-    node = evidence.sections.get(SECTION)
-    if not isinstance(node, str) or len(node) > NODE_LIMIT or not node.isprintable():
+    node = evidence.section(SECTION)
+    if node is None or len(node) > NODE_LIMIT or not node.isprintable():
         return ""
     return node.strip()
 

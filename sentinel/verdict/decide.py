@@ -12,7 +12,6 @@ from sentinel.verdict.cause import cause_key, describe, escalation, recent
 from sentinel.verdict.clock import observed
 from sentinel.verdict.hangs.refused import server_paused, unknown_refusal
 from sentinel.verdict.hangs.wake import SECTION as AUTO_SLEEP
-from sentinel.verdict.hangs.wake import AutoSleepSection
 from sentinel.verdict.hangs.weight_update import updating_since
 from sentinel.verdict.model import (
     Action,
@@ -28,6 +27,7 @@ from sentinel.verdict.model import (
 )
 from sentinel.verdict.policy import Policy
 from sentinel.verdict.registry import confirmed_hangs
+from sentinel.verdict.sections import SectionKey
 
 # Results that say nothing about the server's health: the model takes no such
 # input, or a reasoning model spent the canary's tokens thinking.
@@ -37,6 +37,8 @@ from sentinel.verdict.registry import confirmed_hangs
 NOT_JUDGED = frozenset({Reason.UNSUPPORTED, Reason.INCONCLUSIVE, Reason.ADMISSION})
 PAUSED_START = "startup is earned once it resumes; ready after every canary kind succeeded"
 RESTART_ASKED = "a restart was asked for; the restarted server earns its startup afresh"
+# Why nothing answers ('' while it does), quoted by startup (sentinel.record.reachability).
+REACHABILITY: SectionKey[str] = SectionKey("reachability", str)
 
 
 def evaluate(
@@ -157,8 +159,8 @@ def _startup(state: VerdictState, evidence: Evidence) -> tuple[bool, bool, Probe
     if not served:
         missing = ", ".join(_why_not_started(k, evidence.epoch_started) for k in unstarted)
         # Why nothing answers at all, where that is so (sentinel.record.reachability's section).
-        words = evidence.sections.get("reachability")
-        head = f"target unreachable: {words}; " if isinstance(words, str) and words else ""
+        words = evidence.section(REACHABILITY)
+        head = f"target unreachable: {words}; " if words else ""
         waiting = head + "waiting for canary kinds: " + missing
         return False, False, ProbeAnswer(False, waiting, settling=True)
     aside = [
@@ -312,8 +314,8 @@ def _readiness(
             if bound
             else f"paused: {life.why} for {took:.0f}s (bound {policy.weight_update_bound:.0f}s)",
         )
-    auto_sleep = evidence.sections.get(AUTO_SLEEP)
-    idle = isinstance(auto_sleep, AutoSleepSection) and auto_sleep.asleep_idle
+    auto_sleep = evidence.section(AUTO_SLEEP)
+    idle = auto_sleep is not None and auto_sleep.asleep_idle
     if idle and life.phase is Phase.ASLEEP and not unready_hangs:
         # Idle auto-sleep: a request wakes it (docs/design.md, "Idle auto-sleep").
         return ProbeAnswer(True, f"asleep idle ({life.why}): it wakes on request")
@@ -329,7 +331,7 @@ def _readiness(
     cannot_tell = unknown_refusal(evidence, policy.refusal_bound, now)
     if cannot_tell is not None:  # refusing in words nobody taught sentinel: red at once
         return ProbeAnswer(False, cannot_tell)
-    woke_idle = isinstance(auto_sleep, AutoSleepSection) and auto_sleep.woke_idle
+    woke_idle = auto_sleep is not None and auto_sleep.woke_idle
     if unproven and not woke_idle:  # woken by a request from an idle sleep: it served
         return ProbeAnswer(False, "resumed; waiting for canary kinds: " + ", ".join(unproven))
     if degraded:

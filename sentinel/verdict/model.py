@@ -16,6 +16,7 @@ from sentinel.canary.correctness import CorrectnessEvidence
 from sentinel.canary.refusal import Refusal, RefusalSeen
 from sentinel.canary.result import CanaryResult
 from sentinel.canary.spec import CanaryKind, OpenName
+from sentinel.verdict.sections import SectionKey, T
 
 if TYPE_CHECKING:  # a view's field: the verdict's modules load no process reader
     from sentinel.evidence.process_model import ProcessSnapshot
@@ -200,6 +201,12 @@ class RestartGate:
     reason: str = ""
 
 
+# The two sections the evidence keeps as typed fields of its own (a provider hands each;
+# sentinel.record.freeze moves them out of the sections): the fingerprint and the gate.
+CORRECTNESS: SectionKey[CorrectnessEvidence] = SectionKey("correctness", CorrectnessEvidence)
+RESTART_GATE: SectionKey[RestartGate] = SectionKey("restart_gate", RestartGate)
+
+
 @dataclass(frozen=True, slots=True)
 class Evidence:
     """Everything the verdict may use, gathered by the daemon at one instant."""
@@ -254,24 +261,6 @@ class Evidence:
     # none, or no fresh sample), and how many at the last one: starvation.
     waiting_since: float | None = None
     waiting_real: float = 0.0
-    # A compiler process busy under the engine since (a long first-use kernel
-    # compile, or a storm of short ones): the engine's long step is work within
-    # the compile grace. ``compiler_seen_at``: the last sample that saw one busy
-    # (None: not told; the compile counts as busy now).
-    compiling_since: float | None = None
-    compiler_seen_at: float | None = None
-    compile_detail: str = ""
-    # The engine's processes used (next to) no CPU and none ran from
-    # ``engine_idle_since`` to ``engine_cpu_at``, the newest process sample
-    # (sentinel.evidence.engine_cpu; None: they used some). ``engine_cpu_unknown``:
-    # why that cannot be told ('' when it can).
-    engine_idle_since: float | None = None
-    engine_cpu_at: float | None = None
-    engine_cpu_unknown: str = "not told"
-    # An API-server process stopped, or a connection to the server's port
-    # unread, since (sentinel.evidence.api_watch); and the words for it.
-    api_stuck_since: float | None = None
-    api_stuck_detail: str = ""
     # Spans of time sentinel did not observe (its own process paused or
     # starved), oldest first: left out of every window, which pauses over
     # them and resumes after.
@@ -280,8 +269,9 @@ class Evidence:
     correctness: CorrectnessEvidence | None = None
     # The pool's restart budget (sentinel.fleet.budget): closed, a restart waits unready.
     restart_gate: RestartGate = RestartGate()
-    # Every other evidence provider's frozen section, by its name
-    # (sentinel.record.provider): a rule of its own reads it.
+    # Every other evidence provider's frozen section, by its key's name
+    # (sentinel.record.provider), read only through :meth:`section`: the
+    # engine's CPU, compilers under it, API-server processes stuck, ...
     sections: Mapping[str, object] = field(default_factory=dict)
     # The latest run of each deliberate refusal the server answered in this
     # epoch, by state (sentinel.record.refusals): a success ends every run.
@@ -305,6 +295,10 @@ class Evidence:
     def enabled(self) -> tuple[KindEvidence, ...]:
         """The canary kinds enabled now, in the order they were given."""
         return tuple(k for k in self.kinds.values() if k.enabled)
+
+    def section(self, key: SectionKey[T]) -> T | None:
+        """The section ``key`` declares (None: absent or not of its type, so cannot tell)."""
+        return key.read(self.sections)
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,6 +36,7 @@ from sentinel.verdict.hangs import (
     wake,
     weight_update,
 )
+from sentinel.verdict.hangs.api_server import api_stuck_since
 from sentinel.verdict.knobs import Knobs
 from sentinel.verdict.model import Evidence, Hang, HangKind, Phase
 from sentinel.verdict.policy import Policy
@@ -74,7 +75,7 @@ def gates(evidence: Evidence, policy: Policy, now: float, *, startup_passed: boo
         found.add(Gate.RETIRED)
     if compiling(evidence, policy.compile_grace, now, policy.compile_linger):
         found.add(Gate.COMPILING)
-    if evidence.api_stuck_since is not None:
+    if api_stuck_since(evidence) is not None:
         found.add(Gate.API_STUCK)
     if not startup_passed:
         found.add(Gate.BEFORE_STARTUP)

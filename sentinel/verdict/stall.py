@@ -13,8 +13,31 @@ hangs", "A long engine step").
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Final
+
 from sentinel.verdict.clock import observed
 from sentinel.verdict.model import Evidence
+from sentinel.verdict.sections import SectionKey
+
+
+@dataclass(frozen=True, slots=True)
+class CompileSection:
+    """Compilers under the engine, as the ``compile`` section holds them.
+
+    A compiler process busy under the engine since ``since`` (a long first-use
+    kernel compile, or a storm of short ones): the engine's long step is work
+    within the compile grace. ``seen_at``: the last sample that saw one busy
+    (None: not told; the compile counts as busy now). Absent: none seen.
+    """
+
+    since: float | None = None
+    seen_at: float | None = None
+    detail: str = ""
+
+
+# The evidence section (sentinel.record.process_readings, from sentinel.evidence.compilers).
+COMPILE: Final = SectionKey("compile", CompileSection)
 
 
 def floor(evidence: Evidence) -> float:
@@ -32,7 +55,10 @@ def compiling(evidence: Evidence, compile_grace: float, now: float, linger: floa
     lasts ``linger`` past the last sample that saw one, and never past the
     grace counted from the first.
     """
-    since, seen = evidence.compiling_since, evidence.compiler_seen_at
+    section = evidence.section(COMPILE)
+    if section is None:
+        return False
+    since, seen = section.since, section.seen_at
     if since is None or observed(since, now, evidence.unobserved) >= compile_grace:
         return False
     return seen is None or observed(seen, now, evidence.unobserved) <= linger

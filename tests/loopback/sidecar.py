@@ -87,12 +87,12 @@ async def eventually(
 @asynccontextmanager
 async def running_sidecar(target: str, **overrides: Any) -> AsyncIterator[Sidecar]:
     """The daemon on ``target``; ``providers=`` hands it evidence providers of the test's own."""
-    providers: Sequence[Provider] = overrides.pop("providers", ())
+    providers: Sequence[Provider[Any]] = overrides.pop("providers", ())
     flags = {**FAST, "target": target, **overrides}
     # With the shipped catalog, a test's canary overrides change the kinds it
     # names and every other kind keeps FAST's timing (a kind left at its
     # shipped deadline would outlast the short windows).
-    if "probes" not in overrides:
+    if "catalog" not in overrides:
         flags["canaries"] = {**FAST["canaries"], **overrides.get("canaries", {})}
     if "diagnostics_dir" not in flags:
         flags["diagnostics"] = False

@@ -62,7 +62,7 @@ def test_unknown_canary_kind_is_rejected(tmp_path: Path) -> None:
         encoding="utf-8",
     )
     config = tmp_path / "sentinel.yaml"
-    config.write_text(f"probes: {probes}\n", encoding="utf-8")
+    config.write_text(f"catalog: {probes}\n", encoding="utf-8")
     done = sentinel("check-config", str(config))
     assert done.returncode == 2
     assert "odd.yaml: kind: unknown canary kind 'audio'" in done.stderr

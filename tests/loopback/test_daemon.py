@@ -133,7 +133,7 @@ async def test_mid_stream_stall_of_a_streaming_canary_is_detected(
     for other in ("structured.yaml", "multimodal.yaml", "correctness.yaml"):
         (probes / other).unlink(missing_ok=True)
     fast_text = {"text": {"interval": 1.0, "deadline": 2.0, "jitter": 0.0}}
-    async with running_sidecar(sim.base_url, probes=probes, canaries=fast_text) as sidecar:
+    async with running_sidecar(sim.base_url, catalog=probes, canaries=fast_text) as sidecar:
         await _wait_green(sidecar)
         sim.control.set_fault("stream_stall")
         body = await _wait_red(sidecar, deadline=40)

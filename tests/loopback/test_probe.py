@@ -177,7 +177,12 @@ def test_arguments_parse() -> None:
     assert args.urls == ["http://a", "http://b"]
     assert args.kinds == ["text", "structured"]
     assert args.output == "json"
-    assert (args.timeout, args.concurrency, args.probes, args.api_key_file) == (None, 4, None, None)
+    assert (args.timeout, args.concurrency, args.catalog, args.api_key_file) == (
+        None,
+        4,
+        None,
+        None,
+    )
 
 
 def test_unknown_kind_is_a_usage_error() -> None:
@@ -217,7 +222,7 @@ def test_bad_probes_dir_exits_2_naming_file_and_key(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     (tmp_path / "x.yaml").write_text("kind: foo\nrequest: {}\n")
-    assert probe_main(parse("http://a", "--probes", str(tmp_path))) == 2
+    assert probe_main(parse("http://a", "--catalog", str(tmp_path))) == 2
     assert f"{tmp_path}/x.yaml: kind: unknown canary kind 'foo'" in capsys.readouterr().err
 
 
@@ -227,7 +232,7 @@ def test_kind_missing_from_catalog_exits_2(
     (tmp_path / "t.yaml").write_text(
         "kind: text\nrequest: {messages: [{role: user, content: hi}], max_tokens: 1}\n"
     )
-    assert probe_main(parse("http://a", "--probes", str(tmp_path), "--kind", "structured")) == 2
+    assert probe_main(parse("http://a", "--catalog", str(tmp_path), "--kind", "structured")) == 2
     assert "no enabled canary of kind structured" in capsys.readouterr().err
 
 

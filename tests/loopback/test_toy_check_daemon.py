@@ -105,7 +105,7 @@ async def test_a_non_path_kind_runs_alone_and_its_failures_are_a_failing_check_n
 ) -> None:
     server, url = check_server
     async with running_sidecar(
-        url, probes=check_catalog(tmp_path), canaries=CANARIES, watch_processes=False
+        url, catalog=check_catalog(tmp_path), canaries=CANARIES, watch_processes=False
     ) as sidecar:
         await eventually(sidecar.green, 20, "startup needs the toy check to pass too")
         assert (await sidecar.json("/status"))["canaries"]["toycheck"]["passing"] is True

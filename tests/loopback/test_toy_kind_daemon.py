@@ -96,7 +96,7 @@ async def test_a_registered_toy_kind_runs_end_to_end_and_reports_in_status(
         "toy": {"interval": 0.5, "deadline": 1.0},
     }
     async with running_sidecar(
-        url, probes=toy_catalog(tmp_path), canaries=canaries, watch_processes=False
+        url, catalog=toy_catalog(tmp_path), canaries=canaries, watch_processes=False
     ) as sidecar:
         await eventually(sidecar.green, 20, "startup needs the toy kind to pass too")
         status = await sidecar.json("/status")

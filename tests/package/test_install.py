@@ -141,6 +141,9 @@ def test_the_built_wheel_and_sdist_pass_twine_and_the_wheel_runs_sentinel(
     assert_runs_from(bin_dir, pip_env)
     # The demo's simulated vLLM ships in the wheel, and so does the license.
     _run([bin_dir / "python", "-c", "import sentinel_sim"], pip_env, bin_dir)
+    # So does the canary catalog (package data: the YAML specs and the image beside them).
+    loads = "from sentinel.canary.catalog import load_catalog; print(len(load_catalog().specs))"
+    assert _run([bin_dir / "python", "-c", loads], pip_env, bin_dir).strip() == "4"
     licenses = list(
         (bin_dir.parent / "lib").glob("python3*/site-packages/sentinel_probe-*/licenses/LICENSE")
     )

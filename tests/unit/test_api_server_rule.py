@@ -20,7 +20,7 @@ from sentinel.evidence.process_model import (
     ProcessState,
 )
 from sentinel.verdict import Action, Evidence, HangKind, Policy
-from sentinel.verdict.hangs.api_server import api_server
+from sentinel.verdict.hangs.api_server import API_WATCH, ApiStuckSection, api_server
 
 HEADER = (
     "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt"
@@ -167,14 +167,16 @@ def test_the_vllm_api_server_title_is_its_own_role() -> None:
 
 def test_rule_fires_after_the_api_window_and_names_the_cause() -> None:
     policy = Policy(api_window=60.0)
-    evidence = Evidence(api_stuck_since=100.0, api_stuck_detail="x (pid 41) stopped")
+    evidence = Evidence(sections={API_WATCH.name: ApiStuckSection(100.0, "x (pid 41) stopped")})
     assert api_server(evidence, policy, 159.0) is None
     hang = api_server(evidence, policy, 160.0)
     assert hang is not None
     assert (hang.kind, hang.action, hang.since) == (HangKind.API_SERVER, Action.RESTART, 100.0)
     assert "x (pid 41) stopped for 60s" in hang.reason
     # Time sentinel did not observe does not count toward the window.
-    paused = Evidence(api_stuck_since=100.0, api_stuck_detail="x", unobserved=((110.0, 130.0),))
+    paused = Evidence(
+        sections={API_WATCH.name: ApiStuckSection(100.0, "x")}, unobserved=((110.0, 130.0),)
+    )
     assert api_server(paused, policy, 170.0) is None
     assert api_server(Evidence(), policy, 1e9) is None
 

@@ -154,7 +154,7 @@ ASLEEP = Lifecycle(Phase.ASLEEP, 100.0, "vllm:engine_sleep_state is weights_offl
 
 def _asleep(section: AutoSleepSection | None) -> Evidence:
     ev = evidence(text(ok(10.0), ok(60.0)), progress_at=50.0)
-    sections = {} if section is None else {SECTION: section}
+    sections = {} if section is None else {SECTION.name: section}
     return replace(ev, lifecycle=ASLEEP, sections=sections)
 
 

@@ -302,7 +302,7 @@ def test_one_kept_spec_keeps_its_kind_and_disabled_specs_do_not_count() -> None:
 
 def write_structured(directory: Path, **fields: Any) -> Path:
     shipped = yaml.safe_load(
-        (Path(__file__).parents[2] / "sentinel/probes/structured.yaml").read_text()
+        (Path(__file__).parents[2] / "sentinel/canary/specs/structured.yaml").read_text()
     )
     text = {
         "kind": "text",

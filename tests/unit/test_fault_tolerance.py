@@ -22,7 +22,8 @@ import pytest
 from sentinel.canary.refusal import Refusal
 from sentinel.canary.result import CanaryResult, Reason
 from sentinel.canary.spec import CanaryKind
-from sentinel.evidence.fault_tolerance import ABSENT_RETRY, FaultTolerancePoller, FtPoll
+from sentinel.evidence.endpoint_poll import ABSENT_RETRY
+from sentinel.evidence.fault_tolerance import FaultTolerancePoller, FtPoll
 from sentinel.evidence.ft_status import FtEngine, fault_tolerance_flags, parse_status
 from sentinel.record.fault_tolerance import FaultToleranceWatch
 from sentinel.record.ledger import Ledger
@@ -105,7 +106,7 @@ def _run(
             progress_available=True,
             last_progress_at=min(now, start) if now < end else now,
             lifecycle=ledger.lifecycle.current,
-            sections={SECTION: watch.section(now)},
+            sections={SECTION.name: watch.section(now)},
             refusals=ledger.refusals.frozen(),
         )
         state, verdict = evaluate(state, evidence, Policy(**policy), now)  # type: ignore[arg-type]
@@ -416,17 +417,17 @@ def test_a_recovery_that_served_after_healthy_starts_a_new_clock() -> None:
     watch.observe(FtPoll(_engines("healthy"), "/x"), 10.0)
     assert _phase(ledger) is Phase.AWAKE  # windows start again at healthy
     watch.observe(FtPoll(_engines("unhealthy"), "/x"), 20.0)
-    assert watch.section(20.0).held_since == 0.0  # type: ignore[attr-defined]
+    assert watch.section(20.0).held_since == 0.0
     watch.observe(FtPoll(_engines("healthy"), "/x"), 30.0)
     ledger.progress.last_progress_at = 32.0
     watch.observe(FtPoll(_engines("healthy"), "/x"), 33.0)
     watch.observe(FtPoll(_engines("unhealthy"), "/x"), 40.0)
-    assert watch.section(40.0).held_since == 40.0  # type: ignore[attr-defined]
+    assert watch.section(40.0).held_since == 40.0
     ok = CanaryResult("text-canary", TEXT, Reason.OK, 44.0, 0.2)
     watch.observe(FtPoll(_engines("healthy"), "/x"), 43.0)
     ledger.canary_done(TEXT, ledger.canary_sent(TEXT, 44.0), ok, 44.2, epoch=0)
     watch.observe(FtPoll(_engines("unhealthy"), "/x"), 50.0)
-    assert watch.section(50.0).held_since == 50.0  # type: ignore[attr-defined]
+    assert watch.section(50.0).held_since == 50.0
 
 
 def test_the_config_flag_alone_does_not_turn_the_status_route_on() -> None:
@@ -457,7 +458,7 @@ def test_both_routes_404_are_not_asked_every_step_even_with_the_flag_on() -> Non
         now[0] = float(second)
         asyncio.run(once())
     assert len(asked) == 2
-    assert "both status routes answer 404" in watch.section(now[0]).cannot_tell  # type: ignore[attr-defined]
+    assert "both status routes answer 404" in watch.section(now[0]).cannot_tell
     now[0] = ABSENT_RETRY + 1
     asyncio.run(once())
     assert len(asked) == 4

@@ -85,7 +85,7 @@ def _run(
             progress_available=True,
             last_progress_at=decode_at(now),
             lifecycle=lifecycle,
-            sections={SECTION: watch.section(now)},
+            sections={SECTION.name: watch.section(now)},
         )
         state, verdict = evaluate(state, evidence, Policy(**policy), now)  # type: ignore[arg-type]
         for hang in verdict.hangs:

@@ -30,6 +30,7 @@ from sentinel.verdict import (
     VerdictState,
     evaluate,
 )
+from sentinel.verdict.stall import COMPILE, CompileSection
 
 TEXT = CanaryKind.TEXT
 STRUCTURED = CanaryKind.STRUCTURED
@@ -245,7 +246,7 @@ def test_dead_engine_while_asleep_is_still_dead() -> None:
 
 def test_a_busy_compiler_under_the_engine_holds_within_the_grace() -> None:
     def at(now: float) -> Evidence:
-        return base(now, compiling_since=11.0)
+        return base(now, sections={COMPILE.name: CompileSection(since=11.0)})
 
     assert first_red(run(200.0, at, Policy(compile_grace=300.0))) is None
     red = first_red(run(200.0, at, Policy(compile_grace=60.0)))

@@ -60,7 +60,7 @@ OVERLAYS = MANIFESTS / "overlays"
 FLEET = MANIFESTS / "fleet"
 MONITORING = COMPONENTS / "monitoring"
 SCHEMAS = REPO / "tests" / "schemas"
-CATALOG = REPO / "sentinel" / "probes"
+CATALOG = REPO / "sentinel" / "canary" / "specs"
 KUBERNETES_VERSION = "1.30"
 
 # docs/design.md, "Interfaces": what the kubelet may ask sentinel.
@@ -372,8 +372,8 @@ def test_volumes_land_where_sentinel_reads_them() -> None:
     sidecar = container(deployment, "sentinel")
     mounts = {m["mountPath"]: m for m in sidecar["volumeMounts"]}
     volumes = {v["name"]: v for v in pod_spec(deployment)["volumes"]}
-    assert settings.probes is not None
-    probes = mounts[str(settings.probes)]
+    assert settings.catalog is not None
+    probes = mounts[str(settings.catalog)]
     assert probes.get("readOnly") is True
     assert volumes[probes["name"]]["configMap"]["name"] == "sentinel-probes"
     diagnostics = mounts[str(settings.diagnostics_dir)]
@@ -785,7 +785,7 @@ def test_metric_names_exist_in_sentinel_exposition() -> None:
 
 CONFIGMAP_FILE = BASE / "probes-configmap.yaml"
 CONFIGMAP_HEADER = """\
-# The default canary catalog (sentinel/probes/), mounted where SENTINEL_PROBES
+# The default canary catalog (sentinel/canary/specs/), mounted where SENTINEL_CATALOG
 # points. Generated: .venv/bin/python -m tests.unit.test_manifests configmap
 # Edit the catalog, then regenerate; a test fails while the two differ.
 # Replace or extend the canaries here to run your own (see manifests/README.md).
@@ -793,7 +793,7 @@ CONFIGMAP_HEADER = """\
 
 
 def catalog_files() -> dict[str, bytes]:
-    """Catalog path (relative to sentinel/probes/) -> content, everything but Python files."""
+    """Catalog path (relative to sentinel/canary/specs/) -> content, everything but Python files."""
     return {
         str(path.relative_to(CATALOG)): path.read_bytes()
         for path in sorted(CATALOG.rglob("*"))
@@ -861,7 +861,7 @@ def test_probe_volume_restores_the_catalog_layout() -> None:
     items = {item["key"]: item["path"] for item in volume["configMap"]["items"]}
     assert set(items) == keys, "every ConfigMap key must be projected"
     assert set(items.values()) == set(catalog_files()), (
-        "the mounted tree must equal sentinel/probes/"
+        "the mounted tree must equal sentinel/canary/specs/"
     )
     contents = {k: v.encode() for k, v in configmap.get("data", {}).items()}
     contents |= {k: base64.b64decode(v) for k, v in configmap.get("binaryData", {}).items()}

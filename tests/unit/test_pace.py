@@ -38,6 +38,8 @@ from sentinel.verdict import (
     ProbeAnswer,
     Verdict,
 )
+from sentinel.verdict.hangs.api_server import API_WATCH, ApiStuckSection
+from sentinel.verdict.stall import COMPILE, CompileSection
 
 TEXT = CanaryKind.TEXT
 GREEN = Verdict(
@@ -62,8 +64,8 @@ def test_an_idle_green_server_is_quiet() -> None:
         ({"health_failing_since": 1.0}, "vLLM /health failing"),
         ({"refused_since": 1.0}, "connections refused"),
         ({"waiting_since": 1.0}, "real requests waiting"),
-        ({"compiling_since": 1.0}, "a compiler busy"),
-        ({"api_stuck_since": 1.0}, "an API-server process stuck"),
+        ({"sections": {COMPILE.name: CompileSection(since=1.0)}}, "a compiler busy"),
+        ({"sections": {API_WATCH.name: ApiStuckSection(since=1.0)}}, "an API-server process stuck"),
         ({"lifecycle": Lifecycle(Phase.ASLEEP)}, "the server is asleep"),
         (
             {"kinds": {TEXT: KindEvidence(TEXT, results=(PASSED,), outstanding=(11.0,))}},

@@ -31,6 +31,7 @@ from sentinel.verdict import (
     VerdictState,
     evaluate,
 )
+from sentinel.verdict.stall import COMPILE, CompileSection
 
 TEXT = CanaryKind.TEXT
 SCALING_BODY = {"error": "The model is currently scaling. Please try again later."}
@@ -201,9 +202,7 @@ def storm_then(hang_after: float | None, seconds: float = 120.0) -> Callable[[fl
             last_progress_at=0.5 if hang_after is not None or now < end else now,
             last_evidence_at=now,
             sampled_at=now,
-            compiling_since=since,
-            compiler_seen_at=seen,
-            compile_detail="ptxas",
+            sections={COMPILE.name: CompileSection(since, seen, "ptxas")},
         )
 
     return at

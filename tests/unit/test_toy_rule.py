@@ -44,7 +44,7 @@ def ok(at: float) -> CanaryResult:
 
 def evidence(wedged_since: float | None, **kw: object) -> Evidence:
     text = KindEvidence(TEXT, results=(ok(1.0),))
-    sections = {toyrule.SECTION: toyrule.ToySection(wedged_since)}
+    sections = {toyrule.SECTION.name: toyrule.ToySection(wedged_since)}
     return Evidence(kinds={TEXT: text}, sections=sections, **kw)  # type: ignore[arg-type]
 
 

@@ -18,7 +18,7 @@ import httpcore
 import httpx
 import pytest
 
-from sentinel.boot import settle_async_library_probe
+from sentinel.boot import settle_async_library_detection
 from sentinel.canary.replies import classify
 from sentinel.canary.result import Reason
 from sentinel.evidence.failure import EvidenceFailure, classify_transport_error
@@ -193,7 +193,7 @@ def test_httpcore_learns_its_async_library_without_searching_the_path(
         searched.append(name)
         return find_spec(name, path, target)  # type: ignore[arg-type]
 
-    settle_async_library_probe()  # what boot() does first thing in every entry point
+    settle_async_library_detection()  # what boot() does first thing in every entry point
     monkeypatch.setattr(PathFinder, "find_spec", counting)
 
     async def ask() -> list[str]:
@@ -201,4 +201,4 @@ def test_httpcore_learns_its_async_library_without_searching_the_path(
 
     assert asyncio.run(ask()) == ["asyncio"] * 3
     assert "sniffio" not in searched
-    assert settle_async_library_probe() is False  # already settled: nothing to do twice
+    assert settle_async_library_detection() is False  # already settled: nothing to do twice

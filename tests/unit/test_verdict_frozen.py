@@ -31,6 +31,7 @@ from sentinel.verdict import (
     VerdictState,
 )
 from sentinel.verdict import evaluate as judge
+from sentinel.verdict.hangs.engine import ENGINE_CPU, EngineCpuSection
 from sentinel.verdict.model import Phase
 
 TEXT, STRUCTURED = CanaryKind.TEXT, CanaryKind.STRUCTURED
@@ -65,9 +66,11 @@ def evidence(
         sampled_at=now,
         queue_empty=False,  # a request stuck in the batch: the gauges show it
         last_evidence_at=now,
-        engine_idle_since=idle_since,
-        engine_cpu_at=now if cpu_at is None else cpu_at,
-        engine_cpu_unknown=unknown,
+        sections={
+            ENGINE_CPU.name: EngineCpuSection(
+                idle_since, now if cpu_at is None else cpu_at, unknown
+            )
+        },
         lifecycle=lifecycle,
     )
 

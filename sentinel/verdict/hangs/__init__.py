@@ -14,12 +14,12 @@ so the name is only unambiguous at home) and ``corrupt.degenerate``, whose
 name is the degenerate rule's module.
 """
 
-from sentinel.verdict.hangs.api_server import ApiKnobs
+from sentinel.verdict.hangs.api_server import API_WATCH, ApiKnobs, ApiStuckSection
 from sentinel.verdict.hangs.broken import BrokenKnobs
 from sentinel.verdict.hangs.corrupt import NAN_ANSWER, CorruptKnobs, compare
 from sentinel.verdict.hangs.dead import DeadKnobs
 from sentinel.verdict.hangs.degenerate import DegenerateKnobs
-from sentinel.verdict.hangs.engine import EngineKnobs
+from sentinel.verdict.hangs.engine import ENGINE_CPU, EngineCpuSection, EngineKnobs
 from sentinel.verdict.hangs.fault_tolerance import FaultToleranceKnobs, FaultToleranceSection
 from sentinel.verdict.hangs.kv_transfer import KvTransferKnobs, KvTransferSection
 from sentinel.verdict.hangs.listener_down import ListenerKnobs
@@ -44,17 +44,21 @@ from sentinel.verdict.hangs.weight_update import (
 )
 
 __all__ = [
+    "API_WATCH",
+    "ENGINE_CPU",
     "IS_PAUSED_WHY",
     "NAN_ANSWER",
     "RETIRING_WHY",
     "SCALE_FAILED_WHY",
     "WEIGHT_UPDATE_WHY",
     "ApiKnobs",
+    "ApiStuckSection",
     "AutoSleepSection",
     "BrokenKnobs",
     "CorruptKnobs",
     "DeadKnobs",
     "DegenerateKnobs",
+    "EngineCpuSection",
     "EngineKnobs",
     "FaultToleranceKnobs",
     "FaultToleranceSection",

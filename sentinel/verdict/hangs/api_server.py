@@ -12,10 +12,33 @@ reasoning is in ``docs/design.md`` ("Verdict semantics").
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Final
+
 from sentinel.knob import DAY, seconds, setting
 from sentinel.verdict.knobs import Knobs
 from sentinel.verdict.model import Action, Evidence, Hang, HangKind
 from sentinel.verdict.rule import HangRule, past_bound
+from sentinel.verdict.sections import SectionKey
+
+
+@dataclass(frozen=True, slots=True)
+class ApiStuckSection:
+    """An API-server process stopped, or a connection to the server's port unread, since
+    ``since`` (None: neither), and the words for it, as the ``api_watch`` section holds it."""
+
+    since: float | None = None
+    detail: str = ""
+
+
+# The evidence section (sentinel.record.process_readings, from sentinel.evidence.api_watch).
+API_WATCH: Final = SectionKey("api_watch", ApiStuckSection)
+
+
+def api_stuck_since(evidence: Evidence) -> float | None:
+    """Since when an API-server process is stuck (None: none is, or not told)."""
+    section = evidence.section(API_WATCH)
+    return None if section is None else section.since
 
 
 class ApiKnobs(Knobs):
@@ -35,14 +58,15 @@ class ApiKnobs(Knobs):
 
 def api_server(evidence: Evidence, policy: ApiKnobs, now: float) -> Hang | None:
     """An API-server process stopped, or a connection unread, for the API window."""
+    stuck = evidence.section(API_WATCH) or ApiStuckSection()
     return past_bound(
         HangKind.API_SERVER,
         policy.api_policy,
-        evidence.api_stuck_since,
+        stuck.since,
         policy.api_window,
         evidence,
         now,
-        lambda elapsed: f"API server stuck: {evidence.api_stuck_detail} for {elapsed:.0f}s",
+        lambda elapsed: f"API server stuck: {stuck.detail} for {elapsed:.0f}s",
     )
 
 

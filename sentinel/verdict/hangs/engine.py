@@ -18,6 +18,8 @@ The reasoning is in docs/design.md ("Verdict semantics").
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Final
 
 from sentinel.canary.result import CanaryResult, Reason
 from sentinel.knob import DAY, seconds, setting
@@ -28,7 +30,26 @@ from sentinel.verdict.clock import observed
 from sentinel.verdict.knobs import HangWindow
 from sentinel.verdict.model import Action, Evidence, Hang, HangKind, KindEvidence
 from sentinel.verdict.rule import Gate, HangRule
+from sentinel.verdict.sections import SectionKey
 from sentinel.verdict.stall import floor as window_floor
+
+
+@dataclass(frozen=True, slots=True)
+class EngineCpuSection:
+    """Whether the engine's processes use any CPU, as the ``engine_cpu`` section holds it.
+
+    They used (next to) no CPU and none ran from ``idle_since`` to ``sampled_at``,
+    the newest process sample (None: they used some). ``unknown``: why that cannot
+    be told ('' when it can); an absent section cannot tell either.
+    """
+
+    idle_since: float | None = None
+    sampled_at: float | None = None
+    unknown: str = "not told"
+
+
+# The evidence section (sentinel.record.process_readings, from sentinel.evidence.engine_cpu).
+ENGINE_CPU: Final = SectionKey("engine_cpu", EngineCpuSection)
 
 
 class EngineKnobs(HangWindow):
@@ -209,10 +230,11 @@ def frozen_engine(
     the engine's last sign of life (a counter moving, a prefill, CPU used): a
     canary in flight when the engine stopped waited through the standstill,
     and the next one would wait its deadline behind it. Where the engine's processes are not in view
-    (``engine_cpu_unknown``) the step and hang windows apply.
+    (the ``engine_cpu`` section absent or ``unknown``) the step and hang windows apply.
     """
-    idle_since, cpu_at = evidence.engine_idle_since, evidence.engine_cpu_at
-    if idle_since is None or cpu_at is None or evidence.engine_cpu_unknown:
+    cpu = evidence.section(ENGINE_CPU) or EngineCpuSection()
+    idle_since, cpu_at = cpu.idle_since, cpu.sampled_at
+    if idle_since is None or cpu_at is None or cpu.unknown:
         return None
     if not evidence.steps_available or evidence.sampled_at is None:
         return None

@@ -34,8 +34,7 @@ from sentinel.verdict.clock import held_for
 from sentinel.verdict.knobs import Knobs
 from sentinel.verdict.model import Action, Evidence, Hang, HangKind
 from sentinel.verdict.rule import HangRule
-
-SECTION: Final = "fault_tolerance"  # the evidence section (sentinel.record.fault_tolerance)
+from sentinel.verdict.sections import SectionKey
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +62,10 @@ class FaultToleranceSection:
     def held_since(self) -> float | None:
         """When the recovery sentinel holds began (None: none held)."""
         return self.recovering_since if self.recovering_since is not None else self.faulted_since
+
+
+# The evidence section (sentinel.record.fault_tolerance).
+SECTION: Final = SectionKey("fault_tolerance", FaultToleranceSection)
 
 
 class FaultToleranceKnobs(Knobs):
@@ -93,8 +96,8 @@ def fault_tolerance_hang(
     evidence: Evidence, policy: FaultToleranceKnobs, now: float
 ) -> Hang | None:
     """A rank dead, or a recovery held past its timeout and grace."""
-    section = evidence.sections.get(SECTION)
-    if not isinstance(section, FaultToleranceSection):
+    section = evidence.section(SECTION)
+    if section is None:
         return None
     if section.dead_since is not None:
         dead = [e for e in section.engines if e.status == DEAD]

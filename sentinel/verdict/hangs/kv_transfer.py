@@ -34,9 +34,8 @@ from sentinel.verdict.clock import observed
 from sentinel.verdict.knobs import Knobs
 from sentinel.verdict.model import Action, Evidence, Hang, HangKind
 from sentinel.verdict.rule import Gate, HangRule
+from sentinel.verdict.sections import SectionKey
 from sentinel.verdict.stall import floor
-
-SECTION: Final = "kv_transfer"  # the evidence section (sentinel.record.kv_transfer)
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +49,10 @@ class KvTransferSection:
     landing: str = ""
     landed_at: float | None = None  # the last sample in which it moved
     failed: float = 0.0  # failed transfers counted since ``deferred_since``
+
+
+# The evidence section (sentinel.record.kv_transfer).
+SECTION: Final = SectionKey("kv_transfer", KvTransferSection)
 
 
 class KvTransferKnobs(Knobs):
@@ -73,8 +76,8 @@ class KvTransferKnobs(Knobs):
 
 def kv_transfer_hang(evidence: Evidence, policy: KvTransferKnobs, now: float) -> Hang | None:
     """Deferred requests past the bound, no transfer landing, canaries passing."""
-    section = evidence.sections.get(SECTION)
-    if not isinstance(section, KvTransferSection) or section.deferred_since is None:
+    section = evidence.section(SECTION)
+    if section is None or section.deferred_since is None:
         return None
     if section.landing:
         landed: tuple[float | None, ...] = (section.landed_at,)

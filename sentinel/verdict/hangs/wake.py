@@ -30,8 +30,7 @@ from sentinel.knob import DAY, seconds, setting
 from sentinel.verdict.knobs import Knobs
 from sentinel.verdict.model import Action, Evidence, Hang, HangKind, Phase
 from sentinel.verdict.rule import HangRule, past_bound
-
-SECTION: Final = "auto_sleep"  # the evidence section (sentinel.record.auto_sleep)
+from sentinel.verdict.sections import SectionKey
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +59,10 @@ class AutoSleepSection:
         return self.applies and self.idle_since is not None
 
 
+# The evidence section (sentinel.record.auto_sleep).
+SECTION: Final = SectionKey("auto_sleep", AutoSleepSection)
+
+
 class WakeKnobs(Knobs):
     """The wake bound's knobs."""
 
@@ -78,8 +81,8 @@ class WakeKnobs(Knobs):
 
 def wake_hang(evidence: Evidence, policy: WakeKnobs, now: float) -> Hang | None:
     """A wake asked of an idle sleep (or real requests waiting on it) past the bound."""
-    section = evidence.sections.get(SECTION)
-    if not isinstance(section, AutoSleepSection) or not section.asleep_idle:
+    section = evidence.section(SECTION)
+    if section is None or not section.asleep_idle:
         return None
     life = evidence.lifecycle
     if not section.sleep_known or life.phase is not Phase.ASLEEP:
