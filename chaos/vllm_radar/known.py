@@ -7,7 +7,7 @@ are written the way :mod:`chaos.vllm_radar.extract` keys a release's surfaces
 (``GET /health``; a body's first sentence; an exposed sample name; a title
 without its ``VLLM::`` prefix is matched by prefix; ``Class.field``).
 
-tests/unit/test_vllm_radar_known.py keeps this table and the code in step:
+tests/unit/chaos/test_vllm_radar_known.py keeps this table and the code in step:
 every body, route, sample, title and flag the code matches is here and every
 entry marked ``read`` is still in the code. When that test fails after a
 change elsewhere, the entry to add or drop is named in its message.

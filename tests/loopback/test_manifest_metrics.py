@@ -22,7 +22,7 @@ import httpx
 import pytest
 
 from chaos.ports import free_port
-from tests.unit.test_manifests import all_referenced_metrics, exposed_names
+from tests.unit.inject.test_manifests import all_referenced_metrics, exposed_names
 
 if TYPE_CHECKING:
     from sentinel_sim.launch import SimProcess

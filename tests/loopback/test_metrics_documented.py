@@ -1,6 +1,6 @@
 """Every family a live sentinel's ``/metrics`` exposes is in docs/metrics.md, and back.
 
-The unit test (tests/unit/test_references.py) compares docs/metrics.md with its
+The unit test (tests/unit/repo/test_references.py) compares docs/metrics.md with its
 generator, which catches drift but never a gap: a family the generator does not
 see (one a collector yields only in some states) would be missing from both.
 This one scrapes a real daemon against the simulator, driven through real

@@ -20,7 +20,7 @@ Where it differs from ``docker build``, on purpose:
 * the final stage's RUN (apt-get for setcap, the file capability, the user) is
   not run: it changes the machine, not the build. The test fails on any other
   final-stage RUN, so a new step cannot go untested silently. Its shape is
-  checked by tests/unit/test_manifests.py, uid 10001 by tests/nonroot.
+  checked by tests/unit/inject/test_manifests.py, uid 10001 by tests/nonroot.
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ from zipfile import ZIP_STORED, ZipInfo
 
 from wheel.wheelfile import WheelFile  # type: ignore[import-untyped]
 
-from tests.unit.test_manifests import runtime_closure
+from tests.unit.inject.test_manifests import runtime_closure
 
 REPO = Path(__file__).resolve().parents[2]
 CONSTRAINTS = REPO / "constraints.txt"
@@ -95,7 +95,7 @@ def build(into: Path) -> Path:
     pins (``make install`` takes the newest): callers that install with the
     pins use :func:`installed_constraints` in their place. A dependency that
     pyproject.toml declares and constraints.txt misses is still here (that gap
-    is tests/unit/test_manifests.py's to report).
+    is tests/unit/inject/test_manifests.py's to report).
     """
     into.mkdir(parents=True, exist_ok=True)
     for name in [*runtime_closure(), *BUILD_BACKEND]:

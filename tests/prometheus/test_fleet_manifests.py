@@ -1,6 +1,6 @@
 """manifests/fleet: the exporter's Deployment, Service, NetworkPolicy and config agree.
 
-Offline checks of what the schemas cannot say (tests/unit/test_manifests.py
+Offline checks of what the schemas cannot say (tests/unit/inject/test_manifests.py
 validates every object of the kustomize builds against the Kubernetes and CRD
 schemas): the exporter runs unprivileged with no API token, its probes, ports
 and Service line up with the config and the discovery's address rewrite, the
@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from tests.prometheus.fleet_rules import EXPORTER_ADDRESS, EXPORTER_CONFIG, FLEET, scrape_job
-from tests.unit.test_manifests import validate
+from tests.unit.inject.test_manifests import validate
 
 Obj = dict[str, Any]
 PORT = 9116

@@ -1,0 +1,1 @@
+"""The canary kinds, their catalog and their replies (sentinel/canary)."""

@@ -1,0 +1,1 @@
+"""The chaos harness's pure parts (chaos/)."""

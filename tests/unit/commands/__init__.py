@@ -1,0 +1,1 @@
+"""The CLI's commands (sentinel/commands)."""

@@ -1,0 +1,1 @@
+"""Settings: declarations, loading, flags, renames (sentinel/config)."""

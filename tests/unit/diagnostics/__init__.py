@@ -1,0 +1,1 @@
+"""Hang diagnostics: discovery, causes, bundles, dumps (sentinel/diagnostics)."""

@@ -1,0 +1,1 @@
+"""The evaluator: judgements, escalation, the views it renders (sentinel/evaluation)."""

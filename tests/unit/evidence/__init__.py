@@ -1,0 +1,1 @@
+"""Readings of the target: metrics, processes, small routes (sentinel/evidence)."""

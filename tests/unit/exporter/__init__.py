@@ -1,0 +1,1 @@
+"""The multi-target exporter (sentinel/exporter)."""

@@ -1,0 +1,1 @@
+"""The correctness fingerprint book and its file (sentinel/fingerprint)."""

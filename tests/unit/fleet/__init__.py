@@ -1,0 +1,1 @@
+"""The fleet: restart budget, brake memory, their manifests (sentinel/fleet)."""

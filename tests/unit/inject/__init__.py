@@ -1,0 +1,1 @@
+"""The way in: sidecar injection and the shipped manifests (sentinel/inject, manifests/)."""

@@ -1,0 +1,1 @@
+"""The maintenance window (sentinel/maintenance)."""

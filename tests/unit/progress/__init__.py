@@ -1,0 +1,1 @@
+"""Progress evidence: real work beside sentinel's own (sentinel/progress)."""

@@ -1,0 +1,1 @@
+"""The record: ledger, result sink, plan and its observers (sentinel/record)."""

@@ -1,0 +1,1 @@
+"""Whole-repository checks: layering, faces, generated docs, test order, start-up weight."""

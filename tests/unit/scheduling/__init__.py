@@ -1,0 +1,1 @@
+"""When canaries go out, late answers, comebacks and holds (sentinel/scheduling)."""

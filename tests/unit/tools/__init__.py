@@ -1,0 +1,1 @@
+"""The repository's tools (tools/)."""
