@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from sentinel.canary.result import CanaryResult, Reason
+from sentinel.canary.spec import CanaryKind
 from sentinel.knob import setting
 from sentinel.verdict.answers import fast_failure
 from sentinel.verdict.clock import observed
@@ -42,11 +43,24 @@ class PathKnobs(HangWindow):
 def path_hangs(evidence: Evidence, policy: PathKnobs, now: float) -> Iterator[Hang]:
     """Each enabled path kind's hang, judged from where windows may start."""
     floor = window_floor(evidence)
+    served = served_at(evidence)
     for k in evidence.enabled:
         if k.path:
-            hang = path_hang(k, floor, policy, now, evidence.unobserved)
+            hang = path_hang(k, floor, policy, now, evidence.unobserved, served)
             if hang is not None:
                 yield hang
+
+
+def served_at(evidence: Evidence) -> tuple[float | None, float | None]:
+    """When the engine was last seen serving: a passed text canary's send, and real work.
+
+    A text canary's start, not its end: it was sent then and came back, so the
+    engine served something sent at that moment. Real work is dated by the
+    sample that showed it, which may come a scrape after the work was done.
+    """
+    text = evidence.kinds.get(CanaryKind.TEXT)
+    passed = [r.started for r in text.results if r.ok] if text is not None else []
+    return max(passed, default=None), evidence.last_progress_at
 
 
 def path_missed(result: CanaryResult, control: CanaryResult | None) -> bool:
@@ -82,6 +96,7 @@ def path_hang(
     policy: PathKnobs,
     now: float,
     unobserved: tuple[tuple[float, float], ...] = (),
+    served: tuple[float | None, float | None] = (None, None),
 ) -> Hang | None:
     """The path's last canaries made no progress beside passing controls.
 
@@ -89,7 +104,13 @@ def path_hang(
     still awaited for its late answer (no other canary of the kind is sent
     meanwhile), has waited ``path_misses`` hang windows: a slow path (images
     preprocessed one at a time behind real image load) answers late, and a
-    late answer is an answer. Never for a kind that has not succeeded since
+    late answer is an answer; and only while the engine is seen serving
+    after the pair left (``served``: a text canary sent after the control
+    that passed, or real work shown a hang window later). Its control passed,
+    perhaps in the engine's step before the one the path canary waits in; an
+    engine that served nothing since (a compile step, a long prefill, a hang
+    of its own) is the engine rule's to judge, with its excuses. Never for a
+    kind that has not succeeded since
     ``floor`` (a path that never worked on this server is a startup
     failure), nor for canaries sent before real traffic on the path last got
     through (``traffic_at``).
@@ -109,6 +130,12 @@ def path_hang(
         waited = observed(newest.started, now, unobserved)
         if waited < policy.path_misses * policy.hang_window or not path_missed(newest, control):
             return None
+        left = max(newest.started, control.started if control is not None else 0.0)
+        text_at, work_at = served
+        since_text = text_at is not None and text_at > left
+        since_work = work_at is not None and work_at > left + policy.hang_window
+        if not (since_text or since_work):
+            return None  # nothing served since the pair left: not the path's alone
         last = [last[-1]]
         what = f"a canary unanswered for {waited:.0f}s"
     elif len(last) < policy.path_misses or not all(path_missed(r, c) for r, c in last):

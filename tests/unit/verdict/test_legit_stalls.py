@@ -478,6 +478,40 @@ def test_an_awaited_path_canary_is_the_probe_of_its_path(
     assert (HangKind(mm.value) in [h.kind for h in verdict.hangs]) is hung
 
 
+@pytest.mark.parametrize(
+    ("since", "progress_at", "hung"),
+    [
+        pytest.param("timeout", 100.5, False, id="engine-stopped-serving-after-the-control"),
+        pytest.param("timeout", 104.0, False, id="work-shown-by-the-next-scrape-only"),
+        pytest.param("ok", 100.5, True, id="text-served-since-the-path-alone-hung"),
+        pytest.param("timeout", 130.0, True, id="real-work-served-since"),
+    ],
+)
+def test_an_awaited_path_canary_is_the_paths_only_while_the_engine_serves(
+    since: str, progress_at: float, hung: bool
+) -> None:
+    """A compile step can take the path canary's step after its control passed in the one
+    before: nothing served since says the engine stopped, not the path (the engine rule's)."""
+    mm = CanaryKind.MULTIMODAL
+    control = ok(100.0)
+    later = ok(110.0) if since == "ok" else CanaryResult("t", TEXT, Reason.TIMEOUT, 110.0, 8.0)
+    results = (
+        CanaryResult("mm", mm, Reason.OK, 90.0, 0.5),
+        CanaryResult("mm", mm, Reason.TIMEOUT, 100.0, 10.0, awaiting_late=True),
+    )
+    ev = Evidence(
+        kinds={
+            TEXT: KindEvidence(TEXT, results=(ok(90.0), control, later)),
+            mm: KindEvidence(mm, path=True, results=results, controls=(None, control)),
+        },
+        progress_available=True,
+        last_progress_at=progress_at,
+    )
+    state = replace(VerdictState(), epoch=0, startup_passed=True)
+    _, verdict = evaluate(state, ev, Policy(), 131.0)
+    assert (HangKind(mm.value) in [h.kind for h in verdict.hangs]) is hung
+
+
 def test_an_awaited_path_canary_waits_out_time_sentinel_did_not_observe() -> None:
     """31 s since the send, 10 of them a sidecar stall: 21 s observed, no path hang yet."""
     mm = CanaryKind.MULTIMODAL
