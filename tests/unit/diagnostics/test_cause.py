@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from sentinel.diagnostics.cause import CauseClass, ProcessObservation, classify
+from sentinel.diagnostics.cause import (
+    SPINNING_CPU_PERCENT,
+    CauseClass,
+    ProcessObservation,
+    classify,
+)
 from sentinel.evidence.process_model import ProcessRole, ProcessState
 
 S = ProcessState
@@ -27,6 +32,18 @@ API = proc(1, R.API_SERVER, cpu=3.0)
 CASES: list[tuple[str, list[ProcessObservation], CauseClass, int | None]] = [
     ("nothing visible", [], CauseClass.PROCESS_GONE, None),
     ("engine zombie", [API, proc(2, R.ENGINE_CORE, S.ZOMBIE)], CauseClass.PROCESS_GONE, 2),
+    (
+        "engine spinning on a shared core",
+        [API, proc(2, R.ENGINE_CORE, S.RUNNING, 44.0)],
+        CauseClass.ENGINE_SPINNING,
+        2,
+    ),
+    (
+        "engine blocked, a helper thread awake",
+        [API, proc(2, R.ENGINE_CORE, cpu=8.0, wchan="futex_wait_queue")],
+        CauseClass.ENGINE_BLOCKED,
+        2,
+    ),
     (
         "worker vanished",
         [API, proc(2, R.ENGINE_CORE), proc(3, R.WORKER, S.GONE)],
@@ -107,11 +124,16 @@ CASES: list[tuple[str, list[ProcessObservation], CauseClass, int | None]] = [
     ),
     (
         "just under the threshold",
-        [proc(2, R.ENGINE_CORE, S.RUNNING, 49.9)],
+        [proc(2, R.ENGINE_CORE, S.RUNNING, SPINNING_CPU_PERCENT - 0.1)],
         CauseClass.ENGINE_BLOCKED,
         2,
     ),
-    ("at the threshold", [proc(2, R.ENGINE_CORE, S.RUNNING, 50.0)], CauseClass.ENGINE_SPINNING, 2),
+    (
+        "at the threshold",
+        [proc(2, R.ENGINE_CORE, S.RUNNING, SPINNING_CPU_PERCENT)],
+        CauseClass.ENGINE_SPINNING,
+        2,
+    ),
 ]
 
 
