@@ -28,6 +28,7 @@ import httpx
 from prometheus_client import CollectorRegistry
 
 from sentinel import __version__
+from sentinel.auto_sleep import AutoSleepWatch, CanaryHold
 from sentinel.canary.catalog import Catalog, apply_overrides, load_catalog
 from sentinel.canary.result import CanaryResult
 from sentinel.canary.runner import CanaryRunner
@@ -45,7 +46,6 @@ from sentinel.fleet.brake_memory import BrakeMemory
 from sentinel.fleet.gate import BudgetGate
 from sentinel.fleet.lease import PoolBudget
 from sentinel.maintenance.endpoint import MaintenanceHook
-from sentinel.record.auto_sleep import AutoSleepWatch
 from sentinel.record.fault_tolerance import FaultToleranceWatch
 from sentinel.record.kv_transfer import KvTransferWatch
 from sentinel.record.ledger import Ledger
@@ -55,7 +55,6 @@ from sentinel.record.process_readings import process_readings
 from sentinel.record.provider import Provider
 from sentinel.record.reachability import Reachability
 from sentinel.record.sink import ResultSink
-from sentinel.scheduling.auto_sleep import CanaryHold
 from sentinel.scheduling.departure import Departure
 from sentinel.scheduling.scheduler import Scheduler
 from sentinel.scheduling.suspicion import Suspicion

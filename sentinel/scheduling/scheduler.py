@@ -43,6 +43,7 @@ import asyncio
 import random
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
+from typing import Protocol
 
 from sentinel.canary import kinds
 from sentinel.canary.result import CanaryResult, Reason
@@ -53,8 +54,6 @@ from sentinel.record.planner import Planner
 from sentinel.record.reading import LedgerReading
 from sentinel.record.sink import Outcome, ResultSink
 from sentinel.scheduling.aiming import Aiming
-from sentinel.scheduling.auto_sleep import SKIP_REASON as AUTO_SLEEP_SKIP
-from sentinel.scheduling.auto_sleep import CanaryHold
 from sentinel.scheduling.departure import LET_GO, Departure, unless_left
 from sentinel.scheduling.late import LateAnswers
 from sentinel.scheduling.served_model import ServedModel
@@ -68,6 +67,18 @@ log = get_logger("sentinel.scheduler")
 # Told the loop's name and the exception one cadence step raised (the daemon's
 # loop-failure record: /status, sentinel_loop_errors_total, a sparse log line).
 ErrorHook = Callable[[str, BaseException], None]
+
+
+class Hold(Protocol):
+    """Every canary held while it says so: an auto-sleeping server's idle (sentinel.auto_sleep)."""
+
+    @property
+    def reason(self) -> str:
+        """The skipped canaries' reason label (``sentinel_canaries_skipped_total``)."""
+        ...
+
+    def held(self, now: float) -> bool: ...
+
 
 DEFAULT_MAX_TOKENS = 16
 DEFAULT_PROMPT_ESTIMATE = 2048.0  # before a canary of the kind succeeded (images cost many)
@@ -94,7 +105,7 @@ class Scheduler:
         rng: random.Random | None = None,
         late_wait: float = 0.0,
         suspicion: Suspicion | None = None,
-        hold: CanaryHold | None = None,
+        hold: Hold | None = None,
         departure: Departure | None = None,
     ) -> None:
         self.specs = tuple(s for s in specs if s.enabled)
@@ -193,7 +204,7 @@ class Scheduler:
             self.metrics.canary_skipped("awaited")
             return False
         if self.hold is not None and self.hold.held(self.clock()):
-            self.metrics.canary_skipped(AUTO_SLEEP_SKIP)  # any request would wake it
+            self.metrics.canary_skipped(self.hold.reason)  # any request would wake it
             return False
         targets = self._targets(spec, self.clock(), suspected)
         if not targets:

@@ -9,15 +9,11 @@ from sentinel.canary.refusal import Refusal
 from sentinel.canary.result import CanaryResult, Reason
 from sentinel.canary.spec import TEXT
 from sentinel.verdict.cause import cause_key, describe, escalation, recent
-from sentinel.verdict.clock import observed
-from sentinel.verdict.hangs.refused import server_paused, unknown_refusal
-from sentinel.verdict.hangs.wake import SECTION as AUTO_SLEEP
-from sentinel.verdict.hangs.weight_update import updating_since
+from sentinel.verdict.hangs.refused import server_paused
 from sentinel.verdict.model import (
     Action,
     Evidence,
     Hang,
-    HangKind,
     Ineffective,
     KindEvidence,
     Phase,
@@ -26,7 +22,8 @@ from sentinel.verdict.model import (
     VerdictState,
 )
 from sentinel.verdict.policy import Policy
-from sentinel.verdict.registry import confirmed_hangs
+from sentinel.verdict.registry import confirmed_hangs, readiness_word, served_since_resume
+from sentinel.verdict.rule import Point, Standing
 from sentinel.verdict.sections import SectionKey
 
 # Results that say nothing about the server's health: the model takes no such
@@ -278,13 +275,33 @@ def _readiness(
     """Readiness, in order of what an operator most needs to read first.
 
     ``started``: every kind passed in this epoch, and the text canary passed.
+    A state a rule owns (a scale, a weight update, an idle sleep, a refusal
+    nobody taught sentinel) is that rule's word, asked at its declared point
+    (:class:`~sentinel.verdict.rule.Readiness`).
     """
     startup_passed, served = started
-    # Observe-only mode changes no kubelet answer because of a hang: it reports.
-    unready_hangs = [
-        h for h in hangs if h.action in (Action.RESTART, Action.UNREADY) and policy.enforce
-    ]
     life = evidence.lifecycle
+    if not startup_passed and life.phase is Phase.PAUSED:
+        return ProbeAnswer(False, f"started paused: {life.why}")
+    if not startup_passed and served:
+        return ProbeAnswer(False, _readiness_waits(evidence), settling=_settling(evidence))
+    if not startup_passed:
+        return ProbeAnswer(False, "startup has not passed")
+    # Observe-only mode changes no kubelet answer because of a hang: it reports.
+    heeded = tuple(
+        h for h in hangs if h.action in (Action.RESTART, Action.UNREADY) and policy.enforce
+    )
+    standing = Standing(evidence, tuple(hangs), heeded, _hangs_say(evidence, restart, heeded))
+    said = readiness_word(Point.STATE, standing, policy, now)
+    if said is not None:
+        return said
+    if life.stalled:
+        return ProbeAnswer(False, f"{life.phase.value}: {life.why}")
+    if standing.hangs_say is not None:
+        return standing.hangs_say
+    said = readiness_word(Point.CANNOT_TELL, standing, policy, now)
+    if said is not None:
+        return said
     # After a wake-up or a resume every kind passes again before ready; a
     # readiness gate only (the kubelet runs no second startup probe), so a
     # server that hangs on wake-up is still a liveness matter.
@@ -294,49 +311,23 @@ def _readiness(
         for k in evidence.enabled
         if resumed is not None and not any(r.ok and r.started >= resumed for r in k.results)
     )
-    gate = evidence.restart_gate
-    if not startup_passed and life.phase is Phase.PAUSED:
-        return ProbeAnswer(False, f"started paused: {life.why}")
-    if not startup_passed and served:
-        return ProbeAnswer(False, _readiness_waits(evidence), settling=_settling(evidence))
-    if not startup_passed:
-        return ProbeAnswer(False, "startup has not passed")
-    if life.phase is Phase.SCALING:
-        took = observed(life.since, now, evidence.unobserved)
-        return ProbeAnswer(False, f"scaling (elastic EP) for {took:.0f}s: {life.why}")
-    updating = updating_since(life)
-    if updating is not None:  # the hold, named with its age; past its bound, the hang
-        bound = [h for h in hangs if h.kind is HangKind.WEIGHT_UPDATE]
-        took = observed(updating, now, evidence.unobserved)
-        return ProbeAnswer(
-            False,
-            bound[0].reason
-            if bound
-            else f"paused: {life.why} for {took:.0f}s (bound {policy.weight_update_bound:.0f}s)",
-        )
-    auto_sleep = evidence.section(AUTO_SLEEP)
-    idle = auto_sleep is not None and auto_sleep.asleep_idle
-    if idle and life.phase is Phase.ASLEEP and not unready_hangs:
-        # Idle auto-sleep: a request wakes it (docs/design.md, "Idle auto-sleep").
-        return ProbeAnswer(True, f"asleep idle ({life.why}): it wakes on request")
-    if life.stalled and not (idle and unready_hangs):
-        return ProbeAnswer(False, f"{life.phase.value}: {life.why}")
-    if restart.braked:
-        cause = f"{describe(restart.ineffective)}: " if restart.ineffective else ""
-        return ProbeAnswer(False, "restart-loop brake engaged: " + cause + _describe(restart.hangs))
-    if restart.held:
-        return ProbeAnswer(False, f"{gate.reason}: {_describe(restart.hangs)}")
-    if unready_hangs:
-        return ProbeAnswer(False, _describe(unready_hangs))
-    cannot_tell = unknown_refusal(evidence, policy.refusal_bound, now)
-    if cannot_tell is not None:  # refusing in words nobody taught sentinel: red at once
-        return ProbeAnswer(False, cannot_tell)
-    woke_idle = auto_sleep is not None and auto_sleep.woke_idle
-    if unproven and not woke_idle:  # woken by a request from an idle sleep: it served
+    if unproven and not served_since_resume(evidence):
         return ProbeAnswer(False, "resumed; waiting for canary kinds: " + ", ".join(unproven))
     if degraded:
         return ProbeAnswer(False, "degraded: recent canaries failed or were slow")
     return ProbeAnswer(True, "serving")
+
+
+def _hangs_say(evidence: Evidence, restart: _Restart, heeded: Sequence[Hang]) -> ProbeAnswer | None:
+    """Readiness's answer for the hangs: the brake, a restart the budget holds, or the hangs."""
+    if restart.braked:
+        cause = f"{describe(restart.ineffective)}: " if restart.ineffective else ""
+        return ProbeAnswer(False, "restart-loop brake engaged: " + cause + _describe(restart.hangs))
+    if restart.held:
+        return ProbeAnswer(False, f"{evidence.restart_gate.reason}: {_describe(restart.hangs)}")
+    if heeded:
+        return ProbeAnswer(False, _describe(heeded))
+    return None
 
 
 def _hysteresis(

@@ -4,7 +4,9 @@
 declared :class:`~sentinel.verdict.rule.Gate` in force), and
 :func:`hang_kinds` is the closed set of kinds they confirm; so a hang kind
 added from outside sentinel is one module and one :func:`register` call,
-with no edit to the evaluation, the metrics or ``docs/verdict.md``.
+with no edit to the evaluation, the metrics or ``docs/verdict.md``; so is a
+state readiness names: :func:`readiness_word` asks the rules' declared words
+(:class:`~sentinel.verdict.rule.Readiness`) in the same order.
 
 What a canary's failure means is decided once (:mod:`sentinel.verdict.answers`).
 A canary aimed at one data-parallel engine and left unanswered is evidence
@@ -38,9 +40,9 @@ from sentinel.verdict.hangs import (
 )
 from sentinel.verdict.hangs.api_server import api_stuck_since
 from sentinel.verdict.knobs import Knobs
-from sentinel.verdict.model import Evidence, Hang, HangKind, Phase
+from sentinel.verdict.model import Evidence, Hang, HangKind, Phase, ProbeAnswer
 from sentinel.verdict.policy import Policy
-from sentinel.verdict.rule import Gate, HangRule
+from sentinel.verdict.rule import Gate, HangRule, Point, Standing
 from sentinel.verdict.stall import compiling
 
 _REGISTRY: dict[str, HangRule[Any]] = {}
@@ -105,6 +107,28 @@ def confirmed_hangs(
     for rule in _REGISTRY.values():
         if not rule.off_when & off:
             yield from rule.findings(evidence, knobs_for(rule, policy), now)
+
+
+def readiness_word(at: Point, standing: Standing, policy: Policy, now: float) -> ProbeAnswer | None:
+    """The first registered rule's word on readiness at ``at`` (None: no rule has one).
+
+    Among the built-in words at :attr:`Point.STATE`, a weight update's hold
+    (phase ``paused``) and a scale (phase ``scaling``) never speak together,
+    and the idle sleep's word, registered after both, yields to either.
+    """
+    for rule in _REGISTRY.values():
+        said = rule.readiness
+        if said is not None and said.at is at:
+            answer = said.word(standing, knobs_for(rule, policy), now)
+            if answer is not None:
+                return answer
+    return None
+
+
+def served_since_resume(evidence: Evidence) -> bool:
+    """Whether a rule says the server just served a request after a resume (a request woke it)."""
+    words = (rule.readiness for rule in _REGISTRY.values())
+    return any(w is not None and w.served is not None and w.served(evidence) for w in words)
 
 
 def hang_kinds(paths: Iterable[str] = ()) -> tuple[HangKind, ...]:

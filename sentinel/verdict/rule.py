@@ -5,6 +5,12 @@ kinds are registered in :mod:`sentinel.canary.kinds`: the order they are
 judged in, the closed set of hang kinds (metrics labels), the settings they
 add and ``docs/verdict.md``'s table all come from the registrations, so a new
 hang kind is one module and one :func:`~sentinel.verdict.registry.register`.
+
+A rule that owns a state readiness names (a scale, a weight update's hold, an
+idle sleep, a refusal nobody taught sentinel) declares its readiness word
+(:class:`Readiness`) beside its judge, so such a state is one module too:
+:mod:`sentinel.verdict.decide` asks the registered words at fixed points and
+names no rule.
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ from typing import Generic, TypeVar
 
 from sentinel.verdict.clock import held_for
 from sentinel.verdict.knobs import Knobs
-from sentinel.verdict.model import Action, Evidence, Hang, HangKind
+from sentinel.verdict.model import Action, Evidence, Hang, HangKind, ProbeAnswer
 
 K = TypeVar("K", bound=Knobs)
 
@@ -34,6 +40,48 @@ class Gate(StrEnum):
     RETIRED = "a retired elastic EP rank"  # its scale-down ends it; nothing restarts it
 
 
+class Point(StrEnum):
+    """Where readiness asks the rules for their words, in the order it asks."""
+
+    # A state the rule owns: after startup, before the stall's answer and the hangs'.
+    STATE = "after startup, before the stall and the hangs"
+    # A "cannot tell": after the hangs, before the resume gate and the hysteresis.
+    CANNOT_TELL = "after the hangs, before the resume gate"
+
+
+@dataclass(frozen=True, slots=True)
+class Standing:
+    """What readiness has settled when it asks a rule for its word.
+
+    ``heeded`` are the confirmed hangs readiness answers for (``restart`` or
+    ``unready``, enforcing); ``hangs_say`` is the answer they give (the
+    brake's, a held restart's or theirs; None: nothing to say), so a rule
+    whose state yields to a hang can hand the hangs the word.
+    """
+
+    evidence: Evidence
+    hangs: tuple[Hang, ...]
+    heeded: tuple[Hang, ...]
+    hangs_say: ProbeAnswer | None
+
+
+@dataclass(frozen=True, slots=True)
+class Readiness(Generic[K]):
+    """A rule's word on readiness: what it answers at ``at`` (None: it has nothing to say).
+
+    Asked in the rules' registered order whatever their gates, the first
+    answer wins. ``says`` is the word in a line, for ``docs/verdict.md``.
+    ``served`` tells whether the server has just served a request after a
+    resume (a request woke it), so readiness need not wait for every canary
+    kind to pass again.
+    """
+
+    at: Point
+    word: Callable[[Standing, K, float], ProbeAnswer | None]
+    says: str
+    served: Callable[[Evidence], bool] | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class HangRule(Generic[K]):
     """One hang rule, declared.
@@ -43,7 +91,8 @@ class HangRule(Generic[K]):
     registered path canary kind instead); ``action`` names the knob holding
     its action (empty: each canary kind's own policy); ``windows`` name the
     knobs that time it; ``evidence`` says in a line what it reads, for
-    ``docs/verdict.md``.
+    ``docs/verdict.md``; ``readiness``, its word on readiness, if it owns a
+    state readiness names.
     """
 
     name: str
@@ -55,6 +104,7 @@ class HangRule(Generic[K]):
     off_when: frozenset[Gate] = frozenset()
     evidence: str = ""
     per_path: bool = False
+    readiness: Readiness[K] | None = None
 
     def findings(self, evidence: Evidence, knobs: K, now: float) -> tuple[Hang, ...]:
         """The judge's finding as a tuple of hangs."""

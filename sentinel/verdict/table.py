@@ -2,7 +2,8 @@
 
 Written from the registry (:mod:`sentinel.verdict.registry`): each rule's
 kinds, what it reads, the knobs that time it with their defaults, the knob
-holding its action with its default, and the states that turn it off. The
+holding its action with its default, and the states that turn it off; then
+the readiness words rules own, in the order readiness asks them. The
 reasoning behind each rule stays in ``docs/design.md``.
 """
 
@@ -14,7 +15,7 @@ from typing import Any
 from sentinel.knob import span_of
 from sentinel.verdict.knobs import Knobs
 from sentinel.verdict.registry import RULES
-from sentinel.verdict.rule import HangRule
+from sentinel.verdict.rule import HangRule, Point
 
 INTRO = """\
 # How sentinel decides, rule by rule
@@ -81,8 +82,25 @@ def _row(rule: HangRule[Any], paths: Iterable[str]) -> str:
     return "| " + " | ".join(c.replace("|", "/") for c in cells) + " |"
 
 
+def _words() -> str:
+    """The readiness words rules own, in the order readiness asks them (empty: none)."""
+    rows = [
+        f"| `{rule.name}` | {at.value} | {rule.readiness.says} |"
+        for at in Point
+        for rule in RULES.values()
+        if rule.readiness is not None and rule.readiness.at is at
+    ]
+    if not rows:
+        return ""
+    head = (
+        "\nA rule that owns a state readiness names answers for it, asked in this\n"
+        "order (the first answer wins):\n\n| rule | asked | readiness |\n|---|---|---|\n"
+    )
+    return head + "\n".join(rows) + "\n"
+
+
 def verdict_reference(paths: Iterable[str]) -> str:
     """The whole ``docs/verdict.md``; ``paths`` are the registered path canary kinds."""
     names = tuple(paths)
     rows = [_row(rule, names) for rule in RULES.values()]
-    return INTRO + "\n".join(rows) + "\n" + OUTRO
+    return INTRO + "\n".join(rows) + "\n" + _words() + OUTRO

@@ -5,7 +5,10 @@ hang kinds it confirms, the knobs it reads, its action and the judge over
 frozen evidence; :mod:`sentinel.verdict.registry` registers them in the order
 judged, and :mod:`sentinel.verdict.policy` composes their knobs. A bound rule
 states only when its condition began, its bound and its words;
-:func:`~sentinel.verdict.rule.past_bound` is the body they share.
+:func:`~sentinel.verdict.rule.past_bound` is the body they share. A rule that
+owns a state readiness names (a scale, a weight update's hold, an idle
+sleep, an unknown refusal) declares its word on readiness there too
+(:class:`~sentinel.verdict.rule.Readiness`).
 
 The face holds the names the rest of the verdict reads: every rule's knobs,
 the evidence sections the rules declare, and the helpers the decision and the

@@ -5,8 +5,8 @@ there and declining deliberately (:mod:`sentinel.canary.refusal`): never an
 unanswered canary, never an engine hang. Each refusal vLLM is known to send
 maps to a state its own rule judges (paused: the lifecycle; faulted, scaling,
 retired: theirs). One whose body sentinel does not know is "cannot tell":
-readiness red at once with the body quoted (:func:`unknown_refusal`, read by
-:mod:`sentinel.verdict.decide`), and liveness only past ``refusal_bound``,
+readiness red at once with the body quoted (:func:`cannot_tell`, asked after
+the hangs), and liveness only past ``refusal_bound``,
 since a refusal is a deliberate answer of a release newer than sentinel far
 more often than a hang, and every state vLLM bounds itself ends well within
 it. The reasoning is in ``docs/design.md`` ("A deliberate refusal is a state").
@@ -19,8 +19,8 @@ from sentinel.knob import DAY, seconds, setting
 from sentinel.verdict.answers import epoch_results
 from sentinel.verdict.clock import observed
 from sentinel.verdict.knobs import Knobs
-from sentinel.verdict.model import Action, Evidence, Hang, HangKind
-from sentinel.verdict.rule import Gate, HangRule, past_bound
+from sentinel.verdict.model import Action, Evidence, Hang, HangKind, ProbeAnswer
+from sentinel.verdict.rule import Gate, HangRule, Point, Readiness, Standing, past_bound
 
 # The body quoted in a reason: /status shows reasons whole, and a body is hostile.
 QUOTED = 200
@@ -85,6 +85,12 @@ def unknown_refusal(evidence: Evidence, bound: float, now: float) -> str | None:
     )
 
 
+def cannot_tell(standing: Standing, policy: RefusedKnobs, now: float) -> ProbeAnswer | None:
+    """Readiness red at once while the server refuses in unknown words (None: it does not)."""
+    said = unknown_refusal(standing.evidence, policy.refusal_bound, now)
+    return None if said is None else ProbeAnswer(False, said)
+
+
 def refused_too_long(evidence: Evidence, policy: RefusedKnobs, now: float) -> Hang | None:
     """An unknown refusal that outlasted its bound."""
     seen = current_refusal(evidence, Refusal.UNKNOWN)
@@ -115,4 +121,9 @@ RULE = HangRule(
     off_when=frozenset({Gate.STALLED}),
     evidence="every canary refused with a 503 body (or streamed error code 503) sentinel "
     "does not know, past its bound (readiness is red from the first)",
+    readiness=Readiness(
+        Point.CANNOT_TELL,
+        cannot_tell,
+        "cannot tell while refused in words sentinel does not know, the body quoted",
+    ),
 )

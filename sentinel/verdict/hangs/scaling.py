@@ -20,16 +20,17 @@ A rank a scale-down removes is marked retired *before* its commit returns
 still runs it is a scale too (:data:`RETIRING_WHY`), timed from the gate's
 first sighting, so a commit that never returns is red at ``scale_bound``;
 its engine shuts down inside that commit, so the dead rule stays off
-(:func:`retiring`).
+(:func:`retiring`). While a scale runs, readiness names it with its age
+(:func:`scaling_word`), ahead of the stall and of any hang.
 """
 
 from __future__ import annotations
 
 from sentinel.knob import DAY, seconds, setting
-from sentinel.verdict.clock import held_for
+from sentinel.verdict.clock import held_for, observed
 from sentinel.verdict.knobs import Knobs
-from sentinel.verdict.model import Action, Evidence, Hang, HangKind, Lifecycle, Phase
-from sentinel.verdict.rule import HangRule, past_bound
+from sentinel.verdict.model import Action, Evidence, Hang, HangKind, Lifecycle, Phase, ProbeAnswer
+from sentinel.verdict.rule import HangRule, Point, Readiness, Standing, past_bound
 
 #: What a failed scale's lifecycle ``why`` begins with (sentinel.record.lifecycle).
 SCALE_FAILED_WHY = "elastic EP scale failed"
@@ -98,6 +99,16 @@ def scale_bound(evidence: Evidence, policy: ScalingKnobs, now: float) -> Hang | 
     )
 
 
+def scaling_word(standing: Standing, policy: ScalingKnobs, now: float) -> ProbeAnswer | None:
+    """Readiness red while a scale runs, named with its age (None: no scale runs)."""
+    evidence = standing.evidence
+    life = evidence.lifecycle
+    if life.phase is not Phase.SCALING:
+        return None
+    took = observed(life.since, now, evidence.unobserved)
+    return ProbeAnswer(False, f"scaling (elastic EP) for {took:.0f}s: {life.why}")
+
+
 RULE = HangRule(
     "scaling",
     scale_bound,
@@ -107,4 +118,7 @@ RULE = HangRule(
     windows=("scale_bound", "scale_failed_grace"),
     evidence="an elastic EP scale (vLLM's middleware answering 503 'currently scaling') "
     "whose status says failed with the gate still up, or past its bound",
+    readiness=Readiness(
+        Point.STATE, scaling_word, "unready while a scale runs, named with its age"
+    ),
 )

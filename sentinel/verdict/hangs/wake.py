@@ -10,7 +10,7 @@ where no request gauge counts them, and the wake is an engine call, so
 ``/is_sleeping`` answers nothing while it runs. Once such a sign of a wake
 shows (``/is_sleeping`` unanswered while the sleep gauge says asleep, real
 requests shown waiting, the sleep ending), the canaries go out again
-(:mod:`sentinel.scheduling.auto_sleep`); a server that still sleeps
+(:mod:`sentinel.auto_sleep.hold`); a server that still sleeps
 ``wake_bound`` after a wake was asked of it did not wake, a hang of its own
 kind (docs/design.md, "Idle auto-sleep"). Policy ``restart`` by default: an
 auto-sleeping server that cannot wake serves nobody, and a restart loads the
@@ -19,6 +19,11 @@ idle sleep: a sleep while they flowed (every few seconds, well inside the idle
 TTL) was asked for (``POST /sleep``, an RL trainer) and keeps the stall
 bound's rules. Where nothing tells whether it sleeps (no sleep gauge, no
 ``/is_sleeping``) the rule says nothing.
+
+The rule also owns the idle sleep's readiness (:func:`idle_word`): asleep idle
+the server is ready, since a request wakes it, unless a hang readiness heeds
+is confirmed, which then speaks before the sleep; and a server a request woke
+from an idle sleep has served, so it need not pass every canary kind again.
 """
 
 from __future__ import annotations
@@ -28,8 +33,8 @@ from typing import Final
 
 from sentinel.knob import DAY, seconds, setting
 from sentinel.verdict.knobs import Knobs
-from sentinel.verdict.model import Action, Evidence, Hang, HangKind, Phase
-from sentinel.verdict.rule import HangRule, past_bound
+from sentinel.verdict.model import Action, Evidence, Hang, HangKind, Phase, ProbeAnswer
+from sentinel.verdict.rule import HangRule, Point, Readiness, Standing, past_bound
 from sentinel.verdict.sections import SectionKey
 
 
@@ -59,7 +64,7 @@ class AutoSleepSection:
         return self.applies and self.idle_since is not None
 
 
-# The evidence section (sentinel.record.auto_sleep).
+# The evidence section (sentinel.auto_sleep.watch).
 SECTION: Final = SectionKey("auto_sleep", AutoSleepSection)
 
 
@@ -106,6 +111,26 @@ def wake_hang(evidence: Evidence, policy: WakeKnobs, now: float) -> Hang | None:
     )
 
 
+def idle_word(standing: Standing, policy: WakeKnobs, now: float) -> ProbeAnswer | None:
+    """Ready while asleep idle; a hang readiness heeds speaks first (None: no idle sleep)."""
+    section = standing.evidence.section(SECTION)
+    if section is None or not section.asleep_idle:
+        return None
+    if standing.heeded:  # the hangs' answer, not the stall's: the sleep is no excuse
+        return standing.hangs_say
+    life = standing.evidence.lifecycle
+    if life.phase is not Phase.ASLEEP:
+        return None
+    # Idle auto-sleep: a request wakes it (docs/design.md, "Idle auto-sleep").
+    return ProbeAnswer(True, f"asleep idle ({life.why}): it wakes on request")
+
+
+def woke_on_request(evidence: Evidence) -> bool:
+    """Whether the last sleep left was an idle one a request woke: the server just served."""
+    section = evidence.section(SECTION)
+    return section is not None and section.woke_idle
+
+
 RULE = HangRule(
     "wake",
     wake_hang,
@@ -114,4 +139,11 @@ RULE = HangRule(
     action="wake_policy",
     windows=("wake_bound",),
     evidence="an idle-asleep server still asleep past its bound after a wake was asked of it",
+    readiness=Readiness(
+        Point.STATE,
+        idle_word,
+        "ready while asleep idle, since a request wakes it (a hang readiness heeds speaks "
+        "first); woken by a request, no second pass of every kind",
+        served=woke_on_request,
+    ),
 )

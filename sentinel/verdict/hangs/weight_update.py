@@ -13,7 +13,8 @@ hang adds the name, the Event and the bundle; ``restart`` reloads the
 weights from disk.
 
 The bound is timed from the update's own start (``Lifecycle.why_since``), not
-from a pause that began before it.
+from a pause that began before it. Readiness names the hold with its age and
+bound, and past the bound this rule's hang (:func:`update_word`).
 """
 
 from __future__ import annotations
@@ -21,9 +22,18 @@ from __future__ import annotations
 from typing import Final
 
 from sentinel.knob import DAY, seconds, setting
+from sentinel.verdict.clock import observed
 from sentinel.verdict.knobs import Knobs
-from sentinel.verdict.model import Action, Evidence, Hang, HangKind, Lifecycle, Phase
-from sentinel.verdict.rule import HangRule, past_bound
+from sentinel.verdict.model import (
+    Action,
+    Evidence,
+    Hang,
+    HangKind,
+    Lifecycle,
+    Phase,
+    ProbeAnswer,
+)
+from sentinel.verdict.rule import HangRule, Point, Readiness, Standing, past_bound
 
 WEIGHT_UPDATE_WHY: Final = "a weight update is in flight"
 
@@ -66,6 +76,21 @@ def weight_update_hang(evidence: Evidence, policy: WeightUpdateKnobs, now: float
     )
 
 
+def update_word(standing: Standing, policy: WeightUpdateKnobs, now: float) -> ProbeAnswer | None:
+    """Readiness red during the hold, named with its age; past its bound, the hang's reason."""
+    evidence = standing.evidence
+    life = evidence.lifecycle
+    updating = updating_since(life)
+    if updating is None:
+        return None
+    bound = [h for h in standing.hangs if h.kind is HangKind.WEIGHT_UPDATE]
+    if bound:
+        return ProbeAnswer(False, bound[0].reason)
+    took = observed(updating, now, evidence.unobserved)
+    bounded = f"(bound {policy.weight_update_bound:.0f}s)"
+    return ProbeAnswer(False, f"paused: {life.why} for {took:.0f}s {bounded}")
+
+
 RULE = HangRule(
     "weight_update",
     weight_update_hang,
@@ -74,4 +99,9 @@ RULE = HangRule(
     action="weight_update_policy",
     windows=("weight_update_bound",),
     evidence="a weight update in flight (vLLM's in-flight gauge above 0) past its bound",
+    readiness=Readiness(
+        Point.STATE,
+        update_word,
+        "unready while a weight update is in flight, named with its age; past its bound, the hang",
+    ),
 )

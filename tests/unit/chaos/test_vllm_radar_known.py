@@ -3,9 +3,10 @@
 Both directions: every route, body, sample, title and flag the code matches is
 in the table, and every table entry the code is said to read is still in the
 code. Routes and flags are found by scanning the string literals of the
-modules that talk to the server (the evidence and canary packages, and the
-watchdog reader), so a new poll or flag anywhere there fails here until the
-table names it; bodies, samples and titles are the code's own constants.
+modules that talk to the server (the evidence and canary packages, the
+watchdog reader and the auto-sleep flags reader), so a new poll or flag
+anywhere there fails here until the table names it; bodies, samples and
+titles are the code's own constants.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ OBSERVERS = (
     *sorted((ROOT / "sentinel/evidence").glob("*.py")),
     *sorted((ROOT / "sentinel/canary").glob("*.py")),
     ROOT / "sentinel/diagnostics/watchdog.py",
+    ROOT / "sentinel/auto_sleep/sleep_flags.py",
 )
 ROUTE = re.compile(r"/[a-z][a-z0-9_/]*[a-z]")
 FLAG = re.compile(r"--[a-z][a-z0-9.-]*[a-z]")

@@ -18,12 +18,12 @@ from dataclasses import dataclass
 
 import pytest
 
+from sentinel.auto_sleep import AutoSleepWatch
 from sentinel.canary.result import CanaryResult, Reason
 from sentinel.canary.spec import CanaryKind
 from sentinel.evidence.metrics import MetricsSample
 from sentinel.progress.tracker import ProgressTracker, canary_budget
 from sentinel.progress.work import WORK_COUNTERS
-from sentinel.record.auto_sleep import AutoSleepWatch
 from sentinel.record.ledger import Ledger
 from sentinel.verdict import Action
 

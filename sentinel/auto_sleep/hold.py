@@ -4,7 +4,7 @@ A server that sleeps when idle (docs/design.md, "Idle auto-sleep") counts
 every request toward its idle timer, sentinel's canaries included: a text
 canary every 5 s would keep it awake for good and defeat the feature. So
 once startup has passed, auto-sleep applies
-(:class:`~sentinel.record.auto_sleep.AutoSleepWatch`) and no real traffic
+(:class:`~sentinel.auto_sleep.watch.AutoSleepWatch`) and no real traffic
 was seen for ``auto_sleep_hold``, every canary kind is held: none is sent,
 ``sentinel_canaries_skipped_total{reason="auto_sleep"}`` counts each step
 skipped, and the log says so once when the hold begins and once when it ends.
@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from sentinel.record.auto_sleep import AutoSleepWatch
+from sentinel.auto_sleep.watch import AutoSleepWatch
 from sentinel.record.reading import LedgerReading
 from sentinel.telemetry.logging import get_logger
 
@@ -39,7 +39,13 @@ SKIP_REASON = "auto_sleep"
 
 
 class CanaryHold:
-    """Whether canaries are held now; the one writer of the watch's ``held_since``."""
+    """Whether canaries are held now; the one writer of the watch's ``held_since``.
+
+    The scheduler takes it as its ``hold`` (:class:`~sentinel.scheduling.scheduler.Hold`)
+    and counts each step held under :attr:`reason`.
+    """
+
+    reason = SKIP_REASON
 
     def __init__(
         self, watch: AutoSleepWatch, ledger: LedgerReading, *, clock: Callable[[], float]

@@ -17,14 +17,12 @@ import httpx
 import pytest
 from prometheus_client import CollectorRegistry
 
+from sentinel.auto_sleep import AutoSleepWatch, CanaryHold, sleep_idle_ttl
 from sentinel.canary.runner import CanaryRunner
 from sentinel.evidence.metrics import MetricsSample
-from sentinel.evidence.sleep_flags import sleep_idle_ttl
-from sentinel.record.auto_sleep import AutoSleepWatch
 from sentinel.record.ledger import Ledger
 from sentinel.record.planner import Planner
 from sentinel.record.sink import ResultSink
-from sentinel.scheduling.auto_sleep import CanaryHold
 from sentinel.scheduling.scheduler import Scheduler
 from sentinel.telemetry.metrics import SentinelMetrics
 from sentinel.verdict import Action, Lifecycle, Phase

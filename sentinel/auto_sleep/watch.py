@@ -2,11 +2,11 @@
 
 Whether the server sleeps when idle (the ``auto_sleep_idle`` setting first,
 its command line's ``--sleep-idle-ttl`` or ``--sleep-idle-seconds`` as the
-fallback, :mod:`sentinel.evidence.sleep_flags`), when real traffic was last
+fallback, :mod:`sentinel.auto_sleep.sleep_flags`), when real traffic was last
 seen (work beyond sentinel's canaries, real completions, requests waiting or
 running beyond sentinel's own in flight), the real requests shown in every
 sample since when, and whether anything tells if it sleeps (a sleep gauge or
-``/is_sleeping``). The scheduler's hold (:mod:`sentinel.scheduling.auto_sleep`)
+``/is_sleeping``). The canary hold (:mod:`sentinel.auto_sleep.hold`)
 reads it to stop the canaries that would keep the server awake, and tells it
 when the hold began, whether the current sleep is an idle one (it began while
 the canaries were held) and when a wake was asked of it; the wake rule
@@ -21,9 +21,9 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
+from sentinel.auto_sleep.sleep_flags import sleep_idle_ttl
 from sentinel.config.settings import Settings
 from sentinel.evidence.metrics import SLEEP_PREFIX, MetricsSample
-from sentinel.evidence.sleep_flags import sleep_idle_ttl
 from sentinel.record.observers import Observers
 from sentinel.record.reading import LedgerReading
 from sentinel.telemetry.logging import get_logger

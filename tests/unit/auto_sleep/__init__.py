@@ -1,0 +1,1 @@
+"""Idle auto-sleep: the canary hold, its section, the flags and the wake (sentinel/auto_sleep)."""
