@@ -89,11 +89,14 @@ def importers_of(target: str, root: Path) -> list[str]:
     return found
 
 
-def find_class(root: Path, name: str) -> tuple[str, ast.ClassDef] | None:
-    """The module (dotted) that defines class ``name``, and the class."""
+def find_class(
+    root: Path, name: str, *, protocols: bool = False
+) -> tuple[str, ast.ClassDef] | None:
+    """The module (dotted) that defines class ``name``, and the class (a Protocol of that
+    name too only with ``protocols``: a consumer's narrow view is not the object)."""
     for path, tree in modules(root):
         cls = _class(tree, name)
-        if cls is not None and not _is_protocol(cls):
+        if cls is not None and (protocols or not _is_protocol(cls)):
             return ".".join(path.relative_to(root).with_suffix("").parts), cls
     return None
 
@@ -117,7 +120,7 @@ def figures(root: Path) -> list[tuple[str, object]]:
         fields = sum(isinstance(n, ast.AnnAssign) for n in evidence[1].body)
         rows.append(("Evidence fields", fields))
     for name in READ_ONLY_FACES:
-        face = find_class(root, name)
+        face = find_class(root, name, protocols=True)
         if face is not None:
             props = [
                 n
