@@ -14,7 +14,8 @@ docs/design.md ("Verdict semantics").
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from functools import partial
 
 from sentinel.canary.result import CanaryResult, Reason
 from sentinel.canary.spec import CanaryKind
@@ -43,7 +44,7 @@ class PathKnobs(HangWindow):
 def path_hangs(evidence: Evidence, policy: PathKnobs, now: float) -> Iterator[Hang]:
     """Each enabled path kind's hang, judged from where windows may start."""
     floor = window_floor(evidence)
-    served = served_at(evidence)
+    served = partial(served_at, evidence)
     for k in evidence.enabled:
         if k.path:
             hang = path_hang(k, floor, policy, now, evidence.unobserved, served)
@@ -51,16 +52,24 @@ def path_hangs(evidence: Evidence, policy: PathKnobs, now: float) -> Iterator[Ha
                 yield hang
 
 
-def served_at(evidence: Evidence) -> tuple[float | None, float | None]:
-    """When the engine was last seen serving: a passed text canary's send, and real work.
+def served_at(evidence: Evidence, engine: int | None) -> tuple[float | None, float | None]:
+    """When ``engine`` (None: the server) was last seen serving: a passed text canary's
+    send, and real work.
 
     A text canary's start, not its end: it was sent then and came back, so the
     engine served something sent at that moment. Real work is dated by the
     sample that showed it, which may come a scrape after the work was done.
+    Under data parallelism only that engine's own canaries and work count:
+    another engine serving says nothing of the one the path canary waits in.
     """
     text = evidence.kinds.get(CanaryKind.TEXT)
-    passed = [r.started for r in text.results if r.ok] if text is not None else []
-    return max(passed, default=None), evidence.last_progress_at
+    results = text.results if text is not None else ()
+    passed = [r.started for r in results if r.ok and (engine is None or r.engine == engine)]
+    work = evidence.last_progress_at
+    if engine is not None:
+        own = next((e for e in evidence.engines if e.engine == str(engine)), None)
+        work = own.last_progress_at if own is not None else None
+    return max(passed, default=None), work
 
 
 def path_missed(result: CanaryResult, control: CanaryResult | None) -> bool:
@@ -96,7 +105,7 @@ def path_hang(
     policy: PathKnobs,
     now: float,
     unobserved: tuple[tuple[float, float], ...] = (),
-    served: tuple[float | None, float | None] = (None, None),
+    served: Callable[[int | None], tuple[float | None, float | None]] | None = None,
 ) -> Hang | None:
     """The path's last canaries made no progress beside passing controls.
 
@@ -131,7 +140,7 @@ def path_hang(
         if waited < policy.path_misses * policy.hang_window or not path_missed(newest, control):
             return None
         left = max(newest.started, control.started if control is not None else 0.0)
-        text_at, work_at = served
+        text_at, work_at = served(newest.engine) if served is not None else (None, None)
         since_text = text_at is not None and text_at > left
         since_work = work_at is not None and work_at > left + policy.hang_window
         if not (since_text or since_work):

@@ -21,6 +21,7 @@ from sentinel.progress.path_traffic import PathTraffic
 from sentinel.progress.prefill import PrefillWatch
 from sentinel.record.lifecycle import LifecycleTracker, Readings, phase_of
 from sentinel.verdict import (
+    EngineProgress,
     Evidence,
     HangKind,
     KindEvidence,
@@ -506,6 +507,37 @@ def test_an_awaited_path_canary_is_the_paths_only_while_the_engine_serves(
         },
         progress_available=True,
         last_progress_at=progress_at,
+    )
+    state = replace(VerdictState(), epoch=0, startup_passed=True)
+    _, verdict = evaluate(state, ev, Policy(), 131.0)
+    assert (HangKind(mm.value) in [h.kind for h in verdict.hangs]) is hung
+
+
+@pytest.mark.parametrize(
+    ("text_engine", "hung"),
+    [
+        pytest.param(0, False, id="another-engine-serving-says-nothing-of-this-one"),
+        pytest.param(1, True, id="its-own-engine-served-text-since"),
+    ],
+)
+def test_under_data_parallelism_only_the_path_canarys_engine_counts(
+    text_engine: int, hung: bool
+) -> None:
+    mm = CanaryKind.MULTIMODAL
+    control = replace(ok(100.0), engine=1)
+    later = replace(ok(110.0), engine=text_engine)
+    results = (
+        CanaryResult("mm", mm, Reason.OK, 90.0, 0.5, engine=1),
+        CanaryResult("mm", mm, Reason.TIMEOUT, 100.0, 10.0, awaiting_late=True, engine=1),
+    )
+    ev = Evidence(
+        kinds={
+            TEXT: KindEvidence(TEXT, results=(ok(90.0), control, later)),
+            mm: KindEvidence(mm, path=True, results=results, controls=(None, control)),
+        },
+        progress_available=True,
+        last_progress_at=130.0,  # the server's other engine works on
+        engines=(EngineProgress("0", 0.0, 130.0), EngineProgress("1", 0.0, 99.0)),
     )
     state = replace(VerdictState(), epoch=0, startup_passed=True)
     _, verdict = evaluate(state, ev, Policy(), 131.0)
