@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -132,17 +133,24 @@ def _env_names(env: Mapping[str, str]) -> list[tuple[str, str]]:
     """(setting, the variable that sets it) for every setting ``env`` sets, old names included.
 
     An old variable (:data:`RENAMED`) counts, with one note on stderr, where
-    its new one is not set; both set are refused.
+    its new one is not set. Both set, the new one wins, with a note naming
+    what is left unread: unlike a file's keys or the flags, variables come in
+    layers (the shipped manifests set the new name, an older overlay patches
+    the old one in), and refusing them would hold the pod at its startup
+    probe.
     """
     found = [(field, env_name(field)) for field in FIELDS if env_name(field) in env]
     for old, new in RENAMED.items():
         if env_name(old) not in env:
             continue
         if env_name(new) in env:
-            raise ConfigError(
-                f"environment variables {env_name(old)} and {env_name(new)} both set; "
-                f"{env_name(old)} is the old name"
-            )
+            if env[env_name(old)] != env[env_name(new)]:
+                print(
+                    f"sentinel: {env_name(old)} ({env[env_name(old)]!r}) is the old name of "
+                    f"{env_name(new)}, which is set too and wins ({env[env_name(new)]!r})",
+                    file=sys.stderr,
+                )
+            continue
         deprecated("sentinel", env_name(old), env_name(new))
         found.append((new, env_name(old)))
     return found

@@ -141,7 +141,9 @@ def _matching(match: ProcessMatch, excluded: set[int]) -> dict[int, psutil.Proce
 
     A process seen only by its 15-character comm (a zombie, an unreadable
     command line) is ambiguous: every vLLM on the machine shares it. It is
-    the target's only when its parent is.
+    the target's only when its parent is (an engine's zombie under a server
+    these patterns do not match, ``python serve.py``, is left out: a
+    ``--process-cmdline`` naming that server, or the attributed roots, take it).
     """
     found: dict[int, psutil.Process] = {}
     by_comm: dict[int, tuple[psutil.Process, int | None]] = {}

@@ -11,7 +11,7 @@ footprint of a server without fault tolerance does not grow:
 * it does not show it: never;
 * it is not in view (no shared process namespace): once per server epoch to
   learn whether the route exists; found, every step; both routes 404 (or a
-  401), again only after :data:`~sentinel.evidence.fault_tolerance.ABSENT_RETRY`;
+  401), again only after :data:`~sentinel.evidence.endpoint_poll.ABSENT_RETRY`;
 * whatever the above, while canaries are refused with 0.34's faulted 503;
 * but never while both routes 404'd within the retry, whatever the flags.
 

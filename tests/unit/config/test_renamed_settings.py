@@ -82,11 +82,24 @@ def test_old_and_new_name_together_are_refused(tmp_path: Path) -> None:
     config.write_text(f"probes: {tmp_path}\ncatalog: {tmp_path}\n", encoding="utf-8")
     with pytest.raises(ConfigError, match=f"{config}: probes and catalog both given"):
         load_settings(config, env={})
-    both = {"SENTINEL_PROBES": str(tmp_path), "SENTINEL_CATALOG": str(tmp_path)}
-    with pytest.raises(ConfigError, match="SENTINEL_PROBES and SENTINEL_CATALOG both set"):
-        load_settings(None, env=both)
     with pytest.raises(ConfigError, match="flags: --probes and --catalog both given"):
         load_settings(None, env={}, flags={"probes": tmp_path, "catalog": tmp_path})
+
+
+def test_both_variables_set_the_new_one_wins_and_the_old_is_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Variables come in layers (the manifests set the new name, an old overlay the old one):
+    refusing them would hold the pod at its startup probe."""
+    old = tmp_path / "old"
+    both = {"SENTINEL_PROBES": str(old), "SENTINEL_CATALOG": str(tmp_path)}
+    assert load_settings(None, env=both).catalog == tmp_path
+    err = capsys.readouterr().err
+    assert "SENTINEL_PROBES" in err
+    assert str(old) in err
+    same = {"SENTINEL_PROBES": str(tmp_path), "SENTINEL_CATALOG": str(tmp_path)}
+    assert load_settings(None, env=same).catalog == tmp_path
+    assert capsys.readouterr().err == ""
 
 
 def test_the_shipped_catalog_lives_in_the_canary_package() -> None:
