@@ -12,7 +12,7 @@ changes its ``comm`` too), is read once per process, start time and name.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -69,6 +69,30 @@ class Row:
             cpu_seconds=self.cpu_seconds,
             cmdline=self.cmdline,
         )
+
+
+# The roles whose processes are never run under one of the same title.
+_TITLED = (ProcessRole.ENGINE_CORE, ProcessRole.WORKER)
+
+
+def unexeced_forks(rows: Iterable[Row], roles: Mapping[int, ProcessRole | None]) -> list[int]:
+    """Children that are still their parent's copy: forked, not yet exec'd or retitled.
+
+    A compiler (a Triton autotuning storm starts one after another) or a
+    forked worker is, until its exec or its own title, a copy of the engine
+    with the engine's title. Taken for an engine, it would be an engine that
+    vanishes a moment later: dead. vLLM never runs an engine or a worker
+    under a parent of the same role and title.
+    """
+    by_pid = {row.pid: row for row in rows}
+    return [
+        row.pid
+        for row in by_pid.values()
+        if roles.get(row.pid) in _TITLED
+        and (parent := by_pid.get(row.ppid or -1)) is not None
+        and roles.get(parent.pid) is roles.get(row.pid)
+        and parent.cmdline == row.cmdline
+    ]
 
 
 def ancestors(pid: int, parents: dict[int, int | None]) -> list[int]:

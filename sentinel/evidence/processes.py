@@ -22,8 +22,9 @@ processes seen behind it (:mod:`sentinel.evidence.process_table`). Rechecks
 (descendants, the socket) come every ``recheck_interval``, doubling up to
 ``recheck_max`` while quiet, and at once when the family changes or the port
 refuses (:meth:`ProcessWatcher.port_refused`). The whole table is read only
-while there is no server to follow, with a growing pause between reads.
-psutil blocks: the daemon calls :meth:`ProcessWatcher.sample_async`.
+while there is no server to follow, with a growing pause between reads. A
+child still its engine's copy (mid-fork) is not an engine. psutil blocks:
+the daemon calls :meth:`ProcessWatcher.sample_async`.
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ from sentinel.evidence.process_model import (
     reasoning_parser,
     scheduling_policy,
 )
-from sentinel.evidence.process_table import ProcessTable, Row, ancestors, listens_on
+from sentinel.evidence.process_table import ProcessTable, Row, ancestors, listens_on, unexeced_forks
 
 __all__ = ["ProcessWatcher"]
 
@@ -71,10 +72,6 @@ def _halted(row: Row) -> bool:
     """Stopped, a zombie or unreadable: a state a sample may see once and a recheck explain."""
     state = process_state(row.status)
     return state in GONE_STATES or state in (ProcessState.STOPPED, ProcessState.UNKNOWN)
-
-
-def _is_descendant(pid: int, ancestor: int, parents: dict[int, int | None]) -> bool:
-    return ancestor in ancestors(pid, parents)
 
 
 @dataclass(slots=True)
@@ -138,6 +135,7 @@ class ProcessWatcher:
             or self.patterns.classify(row.name, row.cmdline)
             for row in rows
         }
+        roles.update(dict.fromkeys(unexeced_forks(rows, roles)))
 
         if settled is None:
             api_row, attribution, detail = self._attribute(rows, roles, parents)
@@ -158,8 +156,8 @@ class ProcessWatcher:
             # worker whose engine died is reparented but still matters).
             if api_row is None:
                 return attribution is Attribution.PATTERNS
-            return (row.pid, row.create_time) in self._seen or _is_descendant(
-                row.pid, api_row.pid, parents
+            return (row.pid, row.create_time) in self._seen or api_row.pid in ancestors(
+                row.pid, parents
             )
 
         engines = [
@@ -329,7 +327,7 @@ class ProcessWatcher:
         if not self._kept_now:
             self._rescan = self.rescan_after
         self._listening = not self._kept_now
-        self._tree = tuple(r.pid for r in rows if _is_descendant(r.pid, api_row.pid, parents))
+        self._tree = tuple(r.pid for r in rows if api_row.pid in ancestors(r.pid, parents))
         self._recheck_pause = self.recheck_interval
         self._tree_root, self._recheck_due = api_row.key, self.scan_clock() + self.recheck_interval
 

@@ -19,6 +19,7 @@ import pytest
 from chaos.ports import free_port
 from sentinel.diagnostics import procs
 from sentinel.evidence.process_model import (
+    GONE_STATES,
     Attribution,
     ProcessPatterns,
     ProcessRole,
@@ -50,13 +51,36 @@ subprocess.Popen([sys.executable, "-c", {WORKER_SRC!r}])
 while True:
     time.sleep(1)
 """
-API_SRC = f"""
+
+
+def api_src(engine_src: str) -> str:
+    return f"""
 import signal, subprocess, sys, time
-engine = subprocess.Popen([sys.executable, "-c", {ENGINE_SRC!r}])
+engine = subprocess.Popen([sys.executable, "-c", {engine_src!r}])
 signal.signal(signal.SIGUSR1, lambda *_: engine.wait())
 print(engine.pid, flush=True)
 while True:
     time.sleep(1)
+"""
+
+
+API_SRC = api_src(ENGINE_SRC)
+# An engine that forks on SIGUSR2: the child stays the engine's copy (its title,
+# no exec) for a second, as a compiler does until its exec, then exits.
+FORKING_ENGINE_SRC = """
+import os, setproctitle, signal, time
+setproctitle.setproctitle("VLLM::EngineCore")
+def fork(*_):
+    if os.fork() == 0:
+        time.sleep(1.0)
+        os._exit(0)
+signal.signal(signal.SIGUSR2, fork)
+while True:
+    time.sleep(0.05)
+    try:
+        os.waitpid(-1, os.WNOHANG)
+    except ChildProcessError:
+        pass
 """
 
 
@@ -75,10 +99,11 @@ def kill_tree(pid: int) -> None:
 class FakeVllm:
     """An API-like process with an engine child and a worker grandchild."""
 
-    def __init__(self, *extra_args: str) -> None:
+    def __init__(self, *extra_args: str, engine_src: str = ENGINE_SRC) -> None:
         self.marker = f"sentinel-test-api-{uuid.uuid4().hex}"
+        source = api_src(engine_src)
         self.api = subprocess.Popen(
-            [sys.executable, "-c", API_SRC, "-m", API_MODULE, self.marker, *extra_args],
+            [sys.executable, "-c", source, "-m", API_MODULE, self.marker, *extra_args],
             stdout=subprocess.PIPE,
             text=True,
         )
@@ -162,6 +187,34 @@ async def test_engine_stop_kill_and_reap_are_seen(fake_vllm: FakeVllm) -> None:
     snap = await eventually(watcher, lambda s: engine_state(s) is ProcessState.GONE)
     assert snap.engines[0].pid == fake_vllm.engine_pid
     assert snap.api is not None
+
+
+async def test_a_child_still_its_engines_copy_is_not_an_engine() -> None:
+    """A compiler between its fork and its exec wears the engine's title: not an engine,
+    so its exit a moment later is no engine gone (a Triton storm starts one after another)."""
+    fake = FakeVllm(engine_src=FORKING_ENGINE_SRC)
+    try:
+        watcher = fake.watcher()
+        await eventually(watcher, lambda s: len(s.engines) == 1)
+        os.kill(fake.engine_pid, signal.SIGUSR2)
+        engine = psutil.Process(fake.engine_pid)
+        end = time.monotonic() + DEADLINE
+        title = engine.cmdline()[:1]
+        while not (forks := [c.pid for c in engine.children() if c.cmdline()[:1] == title]):
+            assert time.monotonic() < end, "the engine never forked"
+            await asyncio.sleep(0.02)
+        during = await watcher.sample_async()
+        assert [e.pid for e in during.engines] == [fake.engine_pid]
+        end = time.monotonic() + DEADLINE
+        while psutil.pid_exists(forks[0]):
+            assert time.monotonic() < end, "the fork never ended"
+            await asyncio.sleep(0.05)
+        after = await watcher.sample_async()
+        assert [(e.pid, e.state in GONE_STATES) for e in after.engines] == [
+            (fake.engine_pid, False)
+        ]
+    finally:
+        fake.close()
 
 
 async def test_api_server_restart_and_absence(fake_vllm: FakeVllm) -> None:
