@@ -48,6 +48,7 @@ from sentinel.evidence.metrics import SLEEP_PREFIX
 from sentinel.verdict import Lifecycle, Phase
 from sentinel.verdict.hangs.refused import IS_PAUSED_WHY
 from sentinel.verdict.hangs.scaling import RETIRING_WHY, SCALE_FAILED_WHY
+from sentinel.verdict.hangs.wake import SLEEPING_BUT_AWAKE_WHY
 from sentinel.verdict.hangs.weight_update import WEIGHT_UPDATE_WHY
 
 AWAKE_GAUGE = SLEEP_PREFIX + "awake"
@@ -123,7 +124,7 @@ def phase_of(readings: Readings) -> tuple[Phase, str]:
     if readings.is_sleeping:
         if gauges.get(AWAKE_GAUGE, 0.0) > 0:
             # 0.32 answers /is_sleeping true while paused; the gauge says awake.
-            return Phase.PAUSED, "/is_sleeping is true while the sleep gauge says awake"
+            return Phase.PAUSED, SLEEPING_BUT_AWAKE_WHY
         return Phase.ASLEEP, "/is_sleeping is true"
     return Phase.AWAKE, ""
 

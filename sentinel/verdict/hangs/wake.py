@@ -66,6 +66,10 @@ class AutoSleepSection:
 
 # The evidence section (sentinel.auto_sleep.watch).
 SECTION: Final = SectionKey("auto_sleep", AutoSleepSection)
+# The lifecycle's word (sentinel.record.lifecycle) where /is_sleeping's last
+# answer says asleep and a newer gauge says awake: 0.32's answer while paused,
+# or a server just woken whose /is_sleeping has not been asked since.
+SLEEPING_BUT_AWAKE_WHY: Final = "/is_sleeping is true while the sleep gauge says awake"
 
 
 class WakeKnobs(Knobs):
@@ -114,11 +118,21 @@ def wake_hang(evidence: Evidence, policy: WakeKnobs, now: float) -> Hang | None:
 def idle_word(standing: Standing, policy: WakeKnobs, now: float) -> ProbeAnswer | None:
     """Ready while asleep idle; a hang readiness heeds speaks first (None: no idle sleep)."""
     section = standing.evidence.section(SECTION)
+    life = standing.evidence.lifecycle
+    if (
+        section is not None
+        and section.woke_idle
+        and life.phase is Phase.PAUSED
+        and life.why == SLEEPING_BUT_AWAKE_WHY
+        and not standing.heeded
+    ):
+        # Woken by a request from an idle sleep (the gauge says so): /is_sleeping's
+        # "asleep" is older than the wake, not a pause (idle sleep came after 0.32).
+        return ProbeAnswer(True, "woken by a request; /is_sleeping not asked since")
     if section is None or not section.asleep_idle:
         return None
     if standing.heeded:  # the hangs' answer, not the stall's: the sleep is no excuse
         return standing.hangs_say
-    life = standing.evidence.lifecycle
     if life.phase is not Phase.ASLEEP:
         return None
     # Idle auto-sleep: a request wakes it (docs/design.md, "Idle auto-sleep").

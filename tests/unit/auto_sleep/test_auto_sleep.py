@@ -26,7 +26,7 @@ from sentinel.record.sink import ResultSink
 from sentinel.scheduling.scheduler import Scheduler
 from sentinel.telemetry.metrics import SentinelMetrics
 from sentinel.verdict import Action, Lifecycle, Phase
-from sentinel.verdict.hangs.wake import SECTION, AutoSleepSection
+from sentinel.verdict.hangs.wake import SECTION, SLEEPING_BUT_AWAKE_WHY, AutoSleepSection
 from sentinel.verdict.model import Evidence, HangKind
 from sentinel.verdict.policy import Policy
 from tests.unit.scheduling.test_scheduler import T0, FakeVllm, VirtualClock, _ledger, _specs
@@ -180,6 +180,26 @@ def test_a_sleep_asked_for_stays_unready(section: AutoSleepSection | None) -> No
     assert not verdict.readiness.ok
     assert verdict.readiness.reason.startswith("asleep")
     assert hang_of(verdict, HangKind.WAKE) is None
+
+
+@pytest.mark.parametrize(
+    ("woke_idle", "ready"),
+    [
+        pytest.param(True, True, id="just-woken-by-a-request-is-ready"),
+        pytest.param(False, False, id="the-same-words-without-an-idle-wake-are-a-pause"),
+    ],
+)
+def test_is_sleeping_older_than_the_wake_gauge_is_no_pause_after_an_idle_wake(
+    woke_idle: bool, ready: bool
+) -> None:
+    """The gauge says awake at once; /is_sleeping's "asleep" is the last poll's, before the
+    wake. After an idle wake on request that is no pause (idle sleep came after 0.32)."""
+    woken = replace(AUTO, held_since=None, idle_since=None, woke_idle=woke_idle)
+    stale = Lifecycle(Phase.PAUSED, 300.0, SLEEPING_BUT_AWAKE_WHY)
+    ev = replace(_asleep(woken), lifecycle=stale)
+    verdict = once(ev, now=301.0)
+    assert verdict.liveness.ok
+    assert verdict.readiness.ok is ready, verdict.readiness.reason
 
 
 ASKED = {
